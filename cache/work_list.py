@@ -1,0 +1,95 @@
+"""The list of outstanding asynchronous sends that PP sync keeps, and waiting on them.
+
+This is the `work_list` of SGLang's HiRadixCache: each PP-sync `isend` returns a Work
+that is appended here together with the tensor it sends. Whatever keeps Works here keeps
+their buffers alive: this list is where the incident's host memory went.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # the CLI imports the policy registry without paying for torch
+    import torch
+
+
+class Work(Protocol):
+    """What torch.distributed returns from isend: the part of it the policies use."""
+
+    def is_completed(self) -> bool: ...
+
+    def wait(self, timeout: timedelta = ...) -> bool: ...
+
+
+@dataclass(slots=True)
+class PendingSend:
+    work: Work
+    data: torch.Tensor  # the cloned payload; it lives as long as the Work is kept
+    peer: int  # global rank of the receiver
+    sent_at: float  # time.monotonic() at isend
+
+
+class WaitTimedOut(RuntimeError):
+    def __init__(self, peer: int, waited_s: float) -> None:
+        super().__init__(f"isend to rank {peer} not received after {waited_s:.1f} s")
+        self.peer = peer
+        self.waited_s = waited_s
+
+
+class WorkList:
+    def __init__(self) -> None:
+        self._items: deque[PendingSend] = deque()
+        self.held_bytes = 0  # payload bytes kept alive by outstanding sends
+        self.waits = 0
+        self.released = 0  # Works dropped from the list (reaped, drained or cleared)
+        # What the owning thread is blocked on, for a sampler in another thread to read.
+        self.blocked_on: str | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self):
+        return iter(tuple(self._items))
+
+    def append(self, send: PendingSend) -> None:
+        self._items.append(send)
+        self.held_bytes += send.data.numel() * send.data.element_size()
+
+    def head(self) -> PendingSend:
+        return self._items[0]
+
+    def popleft(self) -> PendingSend:
+        send = self._items.popleft()
+        self.held_bytes -= send.data.numel() * send.data.element_size()
+        self.released += 1
+        return send
+
+    def clear(self) -> None:
+        self.released += len(self._items)
+        self._items.clear()
+        self.held_bytes = 0
+
+    def wait(self, send: PendingSend, timeout_s: float | None = None) -> None:
+        """Block until `send` completes; raise WaitTimedOut after `timeout_s` seconds.
+
+        On gloo a timed-out wait also closes the connection to the peer (gloo's
+        "Application timeout caused pair closure"): later sends to it fail.
+        """
+        self.waits += 1
+        self.blocked_on = f"wait on isend to rank {send.peer}"
+        started = time.monotonic()
+        try:
+            if timeout_s is None:
+                send.work.wait()
+            else:
+                send.work.wait(timeout=timedelta(seconds=timeout_s))
+        except RuntimeError as exc:
+            if "timed out" not in str(exc).lower():
+                raise
+            raise WaitTimedOut(send.peer, time.monotonic() - started) from exc
+        finally:
+            self.blocked_on = None

@@ -1,0 +1,27 @@
+"""The user-facing error hierarchy. Only the entry point turns these into messages and exit codes."""
+
+from __future__ import annotations
+
+
+class HicacheError(Exception):
+    exit_code = 1
+
+
+class UsageError(HicacheError):
+    """Bad input: options, files, ports, directories."""
+
+    exit_code = 2
+
+
+class RunFailed(HicacheError):
+    """The run itself failed (a rank crashed or hung) or no verdict could be reached."""
+
+    exit_code = 3
+
+
+# Exit codes, stable and documented in docs/commands.md.
+EXIT_OK = 0
+EXIT_FINDING = 1
+EXIT_USAGE = UsageError.exit_code
+EXIT_RUN_FAILED = RunFailed.exit_code
+EXIT_INTERRUPTED = 130

@@ -1,0 +1,149 @@
+"""Launch the ranks with torchrun on loopback and supervise them until the run ends.
+
+The launcher never trusts the ranks to end on their own: it holds a hard deadline
+(start-up allowance + duration + grace), after which it stops torchrun's whole process
+group, SIGTERM first, then SIGKILL. Ctrl-C stops everything the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_cli.config import StressConfig
+from hicache_cli.errors import UsageError
+from hicache_cli.rundir import TORCHRUN_LOG
+from hicache_cli.sample import RunFollower, Sample
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    run_dir: Path
+    stress: StressConfig
+    host: str = LOOPBACK
+    port: int | None = None  # None: a free port picked at launch
+    startup_timeout_s: float = 90.0  # launch until every rank has sampled
+    stop_grace_s: float = 10.0  # after the duration, before the launcher kills the ranks
+    poll_interval_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    exit_code: int | None  # torchrun's, None if it had to be killed
+    interrupted: bool
+    killed: bool  # the launcher had to stop the ranks itself
+    reason: str | None  # why it stopped them, when it did
+    wall_s: float
+
+
+def pick_port(host: str, requested: int | None) -> int:
+    """A port the rendezvous can bind on `host`: the requested one, checked, or a free one."""
+    if requested is not None and not 1 <= requested <= 65535:
+        raise UsageError(f"--port: {requested} is not a valid TCP port (1-65535)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, requested or 0))
+        except OSError as exc:
+            what = f"port {requested}" if requested else "a free port"
+            raise UsageError(f"cannot bind {what} on {host}: {exc.strerror or exc}") from None
+        return sock.getsockname()[1]
+
+
+def torchrun_command(config: LaunchConfig, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={config.stress.world_size}",
+        f"--master-addr={config.host}",
+        f"--master-port={port}",
+        "--max-restarts=0",
+        "--monitor-interval=0.2",
+        "-m",
+        "hicache_cli.rank",
+        str(config.run_dir),
+    ]
+
+
+def rank_environment(host: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if host == LOOPBACK:
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo's pairs on loopback too
+    env["PYTHONUNBUFFERED"] = "1"
+    env["TORCH_SHOW_CPP_STACKTRACES"] = "0"
+    # Ranks import the project from wherever this interpreter found it.
+    project_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], float], None]) -> LaunchResult:
+    """Run torchrun to completion; call `on_tick(samples_by_rank, elapsed)` while it runs."""
+    port = pick_port(config.host, config.port)
+    started = time.monotonic()
+    log = (config.run_dir / TORCHRUN_LOG).open("ab")
+    proc = subprocess.Popen(
+        torchrun_command(config, port),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=rank_environment(config.host),
+        start_new_session=True,  # Ctrl-C reaches us, not the ranks; we stop them
+    )
+    log.close()
+    hard_deadline = started + config.startup_timeout_s + config.stress.duration_s + config.stop_grace_s
+    follower = RunFollower(config.run_dir)
+    all_started = False
+    reason = None
+    try:
+        while proc.poll() is None:
+            samples = follower.poll()
+            now = time.monotonic()
+            on_tick(samples, now - started)
+            if not all_started and len(samples) == config.stress.world_size and all(samples.values()):
+                all_started = True  # every rank's workload has begun, give or take a poll
+                hard_deadline = min(hard_deadline, now + config.stress.duration_s + config.stop_grace_s)
+            if now >= hard_deadline:
+                reason = (
+                    f"ranks still running {config.stop_grace_s:.0f} s after the duration"
+                    if all_started
+                    else f"not every rank started within {config.startup_timeout_s:.0f} s"
+                )
+                break
+            time.sleep(config.poll_interval_s)
+    except KeyboardInterrupt:
+        stop_process_group(proc)
+        return LaunchResult(None, True, True, "interrupted by the user", time.monotonic() - started)
+    if reason is not None:
+        stop_process_group(proc)
+        return LaunchResult(None, False, True, reason, time.monotonic() - started)
+    return LaunchResult(proc.returncode, False, False, None, time.monotonic() - started)
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], term_grace_s: float = 3.0) -> None:
+    """SIGTERM torchrun's whole group, then SIGKILL whatever is left."""
+    for sig, wait_s in ((signal.SIGTERM, term_grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            # torchrun is gone; make sure no rank outlived it.
+            os.killpg(proc.pid, signal.SIGKILL)
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+        return

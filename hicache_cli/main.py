@@ -1,0 +1,44 @@
+"""The `hicache` entry point: commands are registered here; errors become messages here."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from hicache_cli.commands.stress import stress
+from hicache_cli.errors import HicacheError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def root() -> None:
+    """Reproduce, explain and gate the HiCache PP-sync host-memory leak.
+
+    Under pipeline parallelism, HiCache's PP sync isends a count every scheduler round
+    and keeps the Work in a list; on gloo nothing frees it unless wait() is called.
+    `hicache stress` runs that for real with torchrun and measures it per rank.
+    """
+
+
+app.command()(stress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        app(args=argv, prog_name="hicache")
+    except HicacheError as exc:
+        print(f"hicache: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

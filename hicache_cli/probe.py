@@ -1,0 +1,186 @@
+"""The per-rank probe: a thread that samples the rank on its own clock.
+
+It never waits for the event loop, so a rank blocked in `wait()` or `recv()` keeps
+reporting: its round age grows, which is how stalls show. It also enforces the end of
+the run: at the deadline it asks the loop to stop, and if the loop is still blocked
+after a short grace it writes the final line itself and ends the process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO
+
+import psutil
+
+from hicache_cli.histogram import LatencyHistogram
+from hicache_cli.sample import Sample
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+@dataclass
+class LoopStats:
+    """What the event loop publishes for the probe; plain attributes, written by one thread."""
+
+    rounds: int = 0
+    round_started: float = field(default_factory=time.perf_counter)
+    latencies: list[float] = field(default_factory=list)  # seconds, since the last sample
+    stop_requested: bool = False
+
+
+@dataclass(frozen=True)
+class RankIdentity:
+    rank: int
+    pp_rank: int
+    tp_rank: int
+
+
+@dataclass
+class Readings:
+    """Readings from the cache side, gathered by a callable the rank provides."""
+
+    depth: int = 0
+    held_bytes: int = 0
+    sent: int = 0
+    received: int = 0
+    blocked_on: str | None = None
+    counters: dict[str, float] = field(default_factory=dict)
+
+
+def latency_summary(latencies: list[float]) -> tuple[float | None, float | None, float | None]:
+    """p50, p99 and max in milliseconds; Nones when no round finished."""
+    if not latencies:
+        return None, None, None
+    ordered = sorted(latencies)
+    n = len(ordered)
+
+    def pick(q: float) -> float:
+        return ordered[min(n - 1, int(q * n))] * 1000.0
+
+    return pick(0.50), pick(0.99), ordered[-1] * 1000.0
+
+
+class Probe:
+    def __init__(
+        self,
+        identity: RankIdentity,
+        stats: LoopStats,
+        read: Callable[[], Readings],
+        out: IO[str],
+        hz: float,
+        started: float,
+        deadline: float,
+        stop_grace_s: float,
+    ) -> None:
+        self.identity = identity
+        self.stats = stats
+        self.read = read
+        self.out = out
+        self.interval = 1.0 / hz
+        self.started = started  # time.monotonic() when the workload began
+        self.deadline = deadline
+        self.stop_grace_s = stop_grace_s
+        self._process = psutil.Process()
+        self._histogram = LatencyHistogram()
+        self._lock = threading.Lock()
+        self._closed = False
+        self.state = "running"
+        self._thread = threading.Thread(target=self._run, name="hicache-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _rss(self) -> int | None:
+        try:
+            return int(self._process.memory_info().rss)
+        except psutil.Error:
+            return None
+
+    def sample(self, kind: str = "sample", message: str | None = None) -> Sample:
+        stats, ident = self.stats, self.identity
+        latencies, stats.latencies = stats.latencies, []
+        p50, p99, worst = latency_summary(latencies)
+        self._histogram.add_all(latencies)
+        readings = self.read()
+        now = time.monotonic()
+        return Sample(
+            t=round(now - self.started, 4),
+            wall=time.time(),
+            rank=ident.rank,
+            pp_rank=ident.pp_rank,
+            tp_rank=ident.tp_rank,
+            pid=os.getpid(),
+            state=self.state,
+            rss_bytes=self._rss(),
+            depth=readings.depth,
+            held_bytes=readings.held_bytes,
+            rounds=stats.rounds,
+            lat_p50_ms=p50,
+            lat_p99_ms=p99,
+            lat_max_ms=worst,
+            lat_count=len(latencies),
+            round_age_s=round(time.perf_counter() - stats.round_started, 6),
+            sent=readings.sent,
+            received=readings.received,
+            blocked_on=readings.blocked_on,
+            counters=readings.counters,
+            lat_hist=self._histogram.to_json(),
+            kind=kind,
+            message=message,
+        )
+
+    def _write(self, sample: Sample) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            self.out.write(sample.to_json() + "\n")
+            self.out.flush()
+            if sample.kind == "final":
+                self._closed = True
+            return True
+
+    def finish(self, state: str, message: str | None = None) -> None:
+        """Write the rank's final line (once); later calls do nothing."""
+        self.state = state
+        self._write(self.sample(kind="final", message=message))
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while True:
+            next_at += self.interval
+            signo = signal.sigtimedwait(STOP_SIGNALS, max(0.0, next_at - time.monotonic()))
+            if signo is not None:
+                self._stop_on_signal(signo)
+                return
+            now = time.monotonic()
+            if now >= self.deadline and not self.stats.stop_requested:
+                self.stats.stop_requested = True
+                self.state = "stopping"
+            if now >= self.deadline + self.stop_grace_s:
+                self._end_blocked()
+                return
+            if not self._write(self.sample()):
+                return
+            if next_at < now:  # fell behind (e.g. starved of CPU): skip, do not burst
+                next_at = now
+
+    def _end_blocked(self) -> None:
+        """The loop did not finish its last round in time: record where it is and leave."""
+        blocked = self.read().blocked_on or "its event round"
+        age = time.perf_counter() - self.stats.round_started
+        self.finish("done", f"stopped at the deadline while blocked in {blocked} for {age:.1f} s")
+        os._exit(0)
+
+    def _stop_on_signal(self, signo: int) -> None:
+        name = signal.Signals(signo).name
+        if self.stats.stop_requested:
+            self.finish("done", f"{name} received while stopping")
+            os._exit(0)
+        self.finish("interrupted", f"stopped by {name} before the deadline")
+        os._exit(128 + signo)

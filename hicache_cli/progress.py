@@ -1,0 +1,96 @@
+"""Plain progress lines while a run goes, and the final per-rank summary table.
+
+Renderers only turn data into text or rich renderables; printing is the caller's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from hicache_cli.sample import Sample
+from hicache_cli.units import format_bytes, format_duration
+
+
+class PlainProgress:
+    """Prints one line every `interval_s` seconds of run time: no escape codes."""
+
+    def __init__(self, duration_s: float, interval_s: float = 2.0, write=print) -> None:  # noqa: ANN001
+        self.duration_s = duration_s
+        self.interval_s = interval_s
+        self.write = write
+        self._next = 0.0
+
+    def __call__(self, samples: dict[int, list[Sample]], elapsed: float) -> None:
+        latest = {r: s[-1] for r, s in samples.items() if s}
+        if not latest:
+            if elapsed >= self._next:
+                self.write(f"[{format_duration(elapsed):>6}] starting ranks ({len(samples)} sampling)...")
+                self._next = elapsed + self.interval_s
+            return
+        run_t = max(s.t for s in latest.values())
+        if run_t < self._next:
+            return
+        self._next = run_t + self.interval_s
+        self.write(progress_line(latest, self.duration_s))
+
+
+def progress_line(latest: dict[int, Sample], duration_s: float) -> str:
+    run_t = max(s.t for s in latest.values())
+    parts = [
+        f"r{r} {format_bytes(s.rss_bytes)} depth {s.depth} rounds {s.rounds}"
+        + (f" [{s.state}]" if s.state != "running" else "")
+        for r, s in sorted(latest.items())
+    ]
+    return f"[{format_duration(run_t):>6} / {format_duration(duration_s)}] " + " | ".join(parts)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def summary_table(report: dict[str, Any]) -> Table:
+    cfg = report["config"]
+    title = (
+        f"{cfg['policy']}  pp={cfg['pp']} tp={cfg['tp']}  {cfg['duration_s']:g}s  "
+        f"status={report['status']}  verdict={report['verdict']}"
+    )
+    table = Table(title=title, title_justify="left")
+    for name in (
+        "rank",
+        "pp/tp",
+        "verdict",
+        "RSS end",
+        "slope MB/h [95%]",
+        "depth max/final",
+        "p50/p99/max ms",
+        "rounds/s",
+        "backlog",
+    ):
+        table.add_column(name, justify="left" if name in ("verdict",) else "right", no_wrap=True)
+    for r in report["ranks"]:
+        if r.get("samples", 0) == 0:
+            table.add_row(str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"], *["n/a"] * 6)
+            continue
+        rss, wl, lat, backlog = r["rss"], r["work_list"], r["loop_latency_ms"], r["backlog_at_stop"]
+        ci = rss["slope_ci95_mb_per_h"]
+        slope = "n/a" if ci is None else f"{rss['slope_mb_per_h']:+.0f} [{ci[0]:+.0f},{ci[1]:+.0f}]"
+        table.add_row(
+            str(r["rank"]),
+            f"{r['pp_rank']}/{r['tp_rank']}",
+            r["verdict"],
+            format_bytes(rss["end_bytes"]),
+            slope,
+            f"{wl['max']}/{wl['final']}",
+            f"{_fmt(lat['p50'], '.3f')}/{_fmt(lat['p99'], '.2f')}/{_fmt(lat['max'], '.1f')}",
+            _fmt(r["rounds_per_s"], ".0f"),
+            f"{backlog['outstanding_sends']}s {backlog['unreceived_messages']}r",
+        )
+    return table
+
+
+def verdict_lines(report: dict[str, Any]) -> list[str]:
+    lines = [f"rank {r['rank']}: {r['verdict']} - {r['verdict_reason']}" for r in report["ranks"]]
+    lines += [f"failure: rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"]]
+    return lines

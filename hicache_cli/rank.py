@@ -1,0 +1,139 @@
+"""The rank entry point that torchrun starts: build the cache, run the loop, start the probe.
+
+Invoked as `python -m hicache_cli.rank RUN_DIR` with torchrun's RANK / WORLD_SIZE /
+MASTER_ADDR / MASTER_PORT in the environment. Everything it prints goes to
+`rank-<N>.log` in the run directory; its samples go to `rank-<N>.jsonl`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+from hicache_cli.probe import STOP_SIGNALS
+
+
+def _redirect_output(log_path: Path) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    # Block stop signals in every thread (torch's included); the probe takes them with
+    # sigtimedwait, so a rank blocked in C code still writes its final line.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    run_dir = Path(argv[1])
+    rank = int(os.environ["RANK"])
+    _redirect_output(run_dir / f"rank-{rank}.log")
+
+    import torch
+    import torch.distributed as dist
+
+    from cache.hiradix_cache import CacheConfig, HiRadixCache
+    from cache.policies import PolicyOptions, make_policy
+    from cache.pp_sync import PPSync, Topology, new_groups
+    from cache.scheduler import Scheduler
+    from cache.work_list import WorkList
+    from cache.workload import Workload, workload_spec
+    from hicache_cli.config import StressConfig
+    from hicache_cli.probe import LoopStats, Probe, RankIdentity, Readings
+    from hicache_cli.sample import rank_file
+
+    config = StressConfig.load(run_dir)
+    topo = Topology(rank=rank, pp_size=config.pp, tp_size=config.tp)
+    dist.init_process_group(config.backend, rank=rank, world_size=topo.world_size, timeout=timedelta(minutes=30))
+    groups = new_groups(topo, config.backend)
+    device = torch.device(config.device)
+    work_list = WorkList()
+    sync = PPSync(topo, groups, work_list)
+    policy = make_policy(config.policy, PolicyOptions(wait_timeout_s=config.wait_timeout_s))
+    cache = HiRadixCache(
+        CacheConfig(device_pool_tokens=config.device_pool_tokens, host_pool_tokens=config.host_pool_tokens),
+        device,
+        sync,
+        policy,
+    )
+    spec = workload_spec(
+        config.workload,
+        request_rate=config.request_rate,
+        prefix_sharing=config.prefix_sharing,
+        idle_fraction=config.idle_fraction,
+    )
+    scheduler = Scheduler(cache, Workload(spec, config.seed))
+    scheduler.warm_up(config.cache_warmup_rounds)
+
+    def read() -> Readings:
+        counters = {k: float(v) for k, v in vars(cache.counters).items()}
+        counters.update(policy.counters())
+        counters["waits"] = work_list.waits
+        counters["released"] = work_list.released
+        counters["tp_all_reduces"] = sync.tp_all_reduces
+        return Readings(
+            depth=len(work_list),
+            held_bytes=work_list.held_bytes,
+            sent=sync.sent,
+            received=sync.received,
+            blocked_on=work_list.blocked_on,
+            counters=counters,
+        )
+
+    dist.barrier()  # start every rank's clock together
+    started = time.monotonic()
+    stats = LoopStats()
+    out = rank_file(run_dir, rank).open("a", encoding="utf-8")
+    probe = Probe(
+        RankIdentity(rank, topo.pp_rank, topo.tp_rank),
+        stats,
+        read,
+        out,
+        hz=config.probe_hz,
+        started=started,
+        deadline=started + config.duration_s,
+        stop_grace_s=config.stop_grace_s,
+    )
+    probe.start()
+    exit_code = 0
+    try:
+        run_loop(scheduler, stats)
+        probe.finish("done", "reached the deadline")
+    except Exception as exc:  # noqa: BLE001 - recorded in the final line, then the rank exits
+        traceback.print_exc()
+        if stats.stop_requested:
+            probe.finish("done", f"stopped at the deadline; last round ended with: {_one_line(exc)}")
+        else:
+            probe.finish("error", _one_line(exc))
+            exit_code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Outstanding Works (thousands under `reap`) make a clean process-group teardown
+    # block or crash; the backlog is recorded in the final line, so leave at once.
+    os._exit(exit_code)
+
+
+def run_loop(scheduler, stats) -> None:  # noqa: ANN001 - hot path, kept minimal
+    clock = time.perf_counter
+    run_round = scheduler.run_round
+    while not stats.stop_requested:
+        began = clock()
+        stats.round_started = began
+        run_round()
+        stats.latencies.append(clock() - began)
+        stats.rounds += 1
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

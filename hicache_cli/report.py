@@ -1,0 +1,213 @@
+"""Build the JSON report of a run from its samples, and write it atomically.
+
+The report's shape is documented in docs/report.md; bump SCHEMA_VERSION on any change
+that removes or renames a key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from hicache_cli import stats
+from hicache_cli.config import StressConfig
+from hicache_cli.histogram import LatencyHistogram
+from hicache_cli.rundir import REPORT_FILE, write_atomically
+from hicache_cli.sample import Sample
+
+SCHEMA_VERSION = 1
+SERIES_POINTS = 200
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How the run ended, as the launcher saw it."""
+
+    interrupted: bool = False
+    killed_reason: str | None = None  # the launcher stopped the ranks itself, and why
+    torchrun_exit_code: int | None = 0
+    wall_s: float = 0.0
+    extra_failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def environment(config: StressConfig) -> dict[str, Any]:
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return {
+        "torch_version": torch_version,
+        "backend": config.backend,
+        "device": config.device,
+        "host": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def build_report(config: StressConfig, samples: dict[int, list[Sample]], outcome: RunOutcome) -> dict[str, Any]:
+    warmup = config.warmup_s if config.warmup_s is not None else stats.warmup_for(config.duration_s)
+    finals = {r: s[-1] for r, s in samples.items() if s and s[-1].kind == "final"}
+    ranks = [
+        rank_summary(rank, samples.get(rank, []), samples.get(rank - config.tp, []), config, warmup)
+        for rank in range(config.world_size)
+    ]
+    failures = _failures(config, samples, finals, outcome)
+    if outcome.interrupted:
+        status = "interrupted"
+    elif failures:
+        status = "failed"
+    else:
+        status = "completed"
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": status,
+        "config": {**config.to_dict(), "warmup_s": warmup},
+        "environment": environment(config),
+        "verdict": stats.overall([r["verdict"] for r in ranks]),
+        "failures": failures,
+        "wall_s": round(outcome.wall_s, 2),
+        "ranks": ranks,
+    }
+
+
+def rank_summary(
+    rank: int, series: list[Sample], upstream: list[Sample], config: StressConfig, warmup: float
+) -> dict[str, Any]:
+    pp_rank, tp_rank = divmod(rank, config.tp)
+    if not series:
+        return {
+            "rank": rank,
+            "pp_rank": pp_rank,
+            "tp_rank": tp_rank,
+            "verdict": "INCONCLUSIVE",
+            "verdict_reason": "the rank wrote no samples",
+            "samples": 0,
+        }
+    last = series[-1]
+    cut = next((i for i, s in enumerate(series) if s.t >= warmup), len(series))
+    after = series[cut:]
+    rss_points = [(s.t, float(s.rss_bytes)) for s in after if s.rss_bytes is not None]
+    depth_points = [(s.t, float(s.depth)) for s in after]
+    rss_trend = stats.theil_sen(rss_points)
+    depth_trend = stats.theil_sen(depth_points)
+    span = after[-1].t - after[0].t if after else 0.0
+    verdict = stats.decide(
+        stats.VerdictInputs(rss=rss_trend, depth=depth_trend, final_depth=last.depth, span_s=span),
+        config.leak_threshold_mb_per_h,
+    )
+    rss_values = [s.rss_bytes for s in series if s.rss_bytes is not None]
+    latency = _latency(series, cut)
+    up_final = upstream[-1] if upstream and config.tp <= rank else None
+    return {
+        "rank": rank,
+        "pp_rank": pp_rank,
+        "tp_rank": tp_rank,
+        "pid": last.pid,
+        "verdict": verdict.verdict,
+        "verdict_reason": verdict.reason,
+        "state": last.state,
+        "stop": last.message if last.kind == "final" else "no final line: the rank ended abruptly",
+        "rss": {
+            "start_bytes": rss_values[0] if rss_values else None,
+            "end_bytes": rss_values[-1] if rss_values else None,
+            "peak_bytes": max(rss_values) if rss_values else None,
+            "slope_mb_per_h": _mb_h(rss_trend.slope) if rss_trend else None,
+            "slope_ci95_mb_per_h": [_mb_h(rss_trend.lo), _mb_h(rss_trend.hi)] if rss_trend else None,
+        },
+        "work_list": {
+            "max": max(s.depth for s in series),
+            "final": last.depth,
+            "growth_per_s": round(depth_trend.slope, 3) if depth_trend else None,
+            "held_bytes_final": last.held_bytes,
+        },
+        "loop_latency_ms": latency,
+        "rounds": last.rounds,
+        "rounds_per_s": round(last.rounds / last.t, 1) if last.t > 0 else None,
+        "messages": {"sent": last.sent, "received": last.received},
+        "backlog_at_stop": {
+            "outstanding_sends": last.depth,
+            "unreceived_messages": max(0, up_final.sent - last.received) if up_final else 0,
+        },
+        "round_age_at_stop_s": last.round_age_s,
+        "counters": last.counters,
+        "samples": len(series),
+        "series": _series(series),
+    }
+
+
+def _latency(series: list[Sample], cut: int) -> dict[str, float | None]:
+    """Loop latency after warm-up (samples from `cut` on): histogram quantiles, exact max."""
+    window = LatencyHistogram.from_json(series[-1].lat_hist)
+    if cut > 0:
+        window = window.minus(LatencyHistogram.from_json(series[cut - 1].lat_hist))
+    maxima = [s.lat_max_ms for s in series[cut:] if s.lat_max_ms is not None]
+    return {
+        "p50": _round(window.quantile_ms(0.50)),
+        "p99": _round(window.quantile_ms(0.99)),
+        "max": _round(max(maxima)) if maxima else None,
+        "rounds_measured": window.total,
+    }
+
+
+def _series(series: list[Sample]) -> dict[str, list[Any]]:
+    """A downsampled time series: parallel lists, at most SERIES_POINTS long."""
+    step = max(1, -(-len(series) // SERIES_POINTS))
+    picked = series[::step]
+    if picked[-1] is not series[-1]:
+        picked.append(series[-1])
+    return {
+        "t": [s.t for s in picked],
+        "rss_bytes": [s.rss_bytes for s in picked],
+        "depth": [s.depth for s in picked],
+        "rounds": [s.rounds for s in picked],
+        "lat_p99_ms": [_round(s.lat_p99_ms) for s in picked],
+        "round_age_s": [s.round_age_s for s in picked],
+    }
+
+
+def _failures(
+    config: StressConfig, samples: dict[int, list[Sample]], finals: dict[int, Sample], outcome: RunOutcome
+) -> list[dict[str, Any]]:
+    failures = list(outcome.extra_failures)
+    for rank in range(config.world_size):
+        final = finals.get(rank)
+        if final is not None and final.state == "error":
+            failures.append(_failure(rank, "error", final.message))
+        elif final is None and not outcome.interrupted:
+            if outcome.killed_reason is not None:
+                kind, message = "timeout", f"stopped by the launcher: {outcome.killed_reason}"
+            elif not samples.get(rank):
+                kind, message = "crash", "the rank never started its workload (see its log)"
+            else:
+                kind, message = "crash", "the rank ended without its final line (see its log)"
+            failures.append(_failure(rank, kind, message))
+    return failures
+
+
+def _failure(rank: int, kind: str, message: str | None) -> dict[str, Any]:
+    return {"rank": rank, "kind": kind, "exit_code": None, "signal": None, "message": message, "stack_file": None}
+
+
+def _mb_h(bytes_per_s: float) -> float:
+    return round(stats.per_hour_mb(bytes_per_s), 1)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def write_report(report: dict[str, Any], run_dir: Path, extra_path: Path | None = None) -> Path:
+    text = json.dumps(report, indent=2) + "\n"
+    path = run_dir / REPORT_FILE
+    write_atomically(path, text)
+    if extra_path is not None:
+        write_atomically(extra_path, text)
+    return path

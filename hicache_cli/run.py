@@ -1,0 +1,41 @@
+"""One stress run end to end: run directory, launch, report. Shared by every command that runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hicache_cli.config import StressConfig
+from hicache_cli.launcher import LaunchConfig, launch
+from hicache_cli.report import RunOutcome, build_report, write_report
+from hicache_cli.sample import Sample, read_run
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    report_path: Path
+    report: dict[str, Any]
+
+
+def execute(
+    stress: StressConfig,
+    run_dir: Path,
+    on_tick: Callable[[dict[int, list[Sample]], float], None],
+    port: int | None = None,
+    report_copy: Path | None = None,
+) -> RunResult:
+    """Launch the run in `run_dir`, wait for it, and write its report, whatever happened."""
+    stress.save(run_dir)
+    result = launch(LaunchConfig(run_dir=run_dir, stress=stress, port=port), on_tick)
+    outcome = RunOutcome(
+        interrupted=result.interrupted,
+        killed_reason=result.reason,
+        torchrun_exit_code=result.exit_code,
+        wall_s=result.wall_s,
+    )
+    report = build_report(stress, read_run(run_dir), outcome)
+    path = write_report(report, run_dir, report_copy)
+    return RunResult(run_dir, path, report)

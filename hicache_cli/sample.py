@@ -1,0 +1,89 @@
+"""The one data contract between a rank's probe, the dashboard and the report.
+
+Each rank appends one JSON object per line to `rank-<N>.jsonl` in the run directory.
+Lines have a `kind`: "sample" (periodic), or "final" (the last line a rank writes, with
+how it stopped). A reading that could not be taken is None, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float  # seconds since the rank's workload started (negative while starting)
+    wall: float  # time.time() when taken
+    rank: int
+    pp_rank: int
+    tp_rank: int
+    pid: int
+    state: str  # "starting" | "running" | "stopping" | "done" | "error"
+    rss_bytes: int | None
+    depth: int  # outstanding Works in the work list
+    held_bytes: int  # payload bytes kept alive by those Works
+    rounds: int
+    lat_p50_ms: float | None  # loop latency over the rounds since the previous sample
+    lat_p99_ms: float | None
+    lat_max_ms: float | None
+    lat_count: int  # rounds those latencies cover
+    round_age_s: float  # time since the current round began
+    sent: int  # PP-sync messages sent downstream
+    received: int  # PP-sync messages received from upstream
+    blocked_on: str | None = None  # e.g. "recv from rank 0", while blocked
+    counters: dict[str, float] = field(default_factory=dict)
+    # Cumulative loop-latency histogram since the start: {bucket: rounds}, sparse;
+    # see hicache_cli.histogram for the bucket scale.
+    lat_hist: dict[str, int] = field(default_factory=dict)
+    kind: str = "sample"
+    message: str | None = None  # final lines: how the rank stopped
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sample:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def rank_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank-{rank}.jsonl"
+
+
+class RunFollower:
+    """Reads the rank files of a run directory incrementally, as they grow.
+
+    Only complete lines are taken: a line a rank is still writing (or that a killed rank
+    left torn) waits for its newline. Lines that are not samples are skipped.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.samples: dict[int, list[Sample]] = {}
+        self._offsets: dict[Path, int] = {}
+
+    def poll(self) -> dict[int, list[Sample]]:
+        for path in sorted(self.run_dir.glob("rank-*.jsonl")):
+            rank = int(path.stem.split("-", 1)[1])
+            offset = self._offsets.get(path, 0)
+            with path.open("rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+            end = data.rfind(b"\n") + 1
+            self._offsets[path] = offset + end
+            parsed = self.samples.setdefault(rank, [])
+            for line in data[:end].splitlines():
+                try:
+                    parsed.append(Sample.from_dict(json.loads(line)))
+                except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
+                    continue
+        return self.samples
+
+
+def read_run(run_dir: Path) -> dict[int, list[Sample]]:
+    """Samples of every rank that wrote a file, by rank."""
+    return RunFollower(run_dir).poll()

@@ -1,0 +1,38 @@
+"""Parsing durations and sizes the way users type them."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from hicache_cli.errors import UsageError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str, option: str = "duration") -> float:
+    """'15s', '2m', '500ms', '1h' or plain seconds -> seconds (must be positive)."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise UsageError(f"--{option}: cannot read {text!r} as a duration (use e.g. 15s, 2m, 500ms or seconds)")
+    seconds = float(match.group(1)) * _SCALE[match.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"--{option}: must be more than zero, got {text!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    if seconds >= 120:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds:.1f}s"
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
