@@ -7,6 +7,7 @@ group, SIGTERM first, then SIGKILL. Ctrl-C stops everything the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -16,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
@@ -132,18 +135,29 @@ def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], flo
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], term_grace_s: float = 3.0) -> None:
-    """SIGTERM torchrun's whole group, then SIGKILL whatever is left."""
-    for sig, wait_s in ((signal.SIGTERM, term_grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            # torchrun is gone; make sure no rank outlived it.
-            os.killpg(proc.pid, signal.SIGKILL)
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
-            return
-        return
+    """Stop torchrun and every rank: SIGTERM first (ranks write a final line), then SIGKILL.
+
+    torchrun starts each rank in a session of its own, so signalling torchrun's group
+    does not reach them: the ranks are found as its children and killed directly.
+    """
+    try:
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        ranks = []
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # torchrun forwards it to the ranks
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=term_grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    _, alive = psutil.wait_procs(ranks, timeout=0.5)
+    for leftover in alive:
+        with contextlib.suppress(psutil.Error):
+            leftover.kill()
+    psutil.wait_procs(alive, timeout=2.0)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5.0)

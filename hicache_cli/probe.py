@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
@@ -151,12 +152,20 @@ class Probe:
         self._write(self.sample(kind="final", message=message))
 
     def _run(self) -> None:
+        try:
+            self._sample_until_stopped()
+        except Exception:  # noqa: BLE001 - a rank without its probe could hang unseen: end it
+            traceback.print_exc()
+            self.finish("error", "the probe thread failed (see the rank's log)")
+            os._exit(70)
+
+    def _sample_until_stopped(self) -> None:
         next_at = time.monotonic()
         while True:
             next_at += self.interval
-            signo = signal.sigtimedwait(STOP_SIGNALS, max(0.0, next_at - time.monotonic()))
-            if signo is not None:
-                self._stop_on_signal(signo)
+            info = signal.sigtimedwait(STOP_SIGNALS, max(0.0, next_at - time.monotonic()))
+            if info is not None:
+                self._stop_on_signal(info.si_signo)
                 return
             now = time.monotonic()
             if now >= self.deadline and not self.stats.stop_requested:

@@ -8,6 +8,7 @@ MASTER_ADDR / MASTER_PORT in the environment. Everything it prints goes to
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -16,6 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from hicache_cli.probe import STOP_SIGNALS
+
+END_SKEW_S = 0.5
 
 
 def _redirect_output(log_path: Path) -> None:
@@ -103,11 +106,13 @@ def main(argv: list[str]) -> int:
     probe.start()
     exit_code = 0
     try:
-        run_loop(scheduler, stats)
+        run_loop(scheduler, stats, time.perf_counter() + config.duration_s - (time.monotonic() - started))
         probe.finish("done", "reached the deadline")
     except Exception as exc:  # noqa: BLE001 - recorded in the final line, then the rank exits
         traceback.print_exc()
-        if stats.stop_requested:
+        # Ranks leave at their own deadline; a neighbour that left a moment earlier
+        # (the ranks' clocks start together to within milliseconds) closes the pair.
+        if stats.stop_requested or time.monotonic() >= started + config.duration_s - END_SKEW_S:
             probe.finish("done", f"stopped at the deadline; last round ended with: {_one_line(exc)}")
         else:
             probe.finish("error", _one_line(exc))
@@ -119,11 +124,14 @@ def main(argv: list[str]) -> int:
     os._exit(exit_code)
 
 
-def run_loop(scheduler, stats) -> None:  # noqa: ANN001 - hot path, kept minimal
+def run_loop(scheduler, stats, deadline: float) -> None:  # noqa: ANN001 - hot path, kept minimal
+    """Run rounds until `deadline` (a time.perf_counter() value) or until the probe says stop."""
     clock = time.perf_counter
     run_round = scheduler.run_round
     while not stats.stop_requested:
         began = clock()
+        if began >= deadline:
+            return
         stats.round_started = began
         run_round()
         stats.latencies.append(clock() - began)
@@ -131,8 +139,10 @@ def run_loop(scheduler, stats) -> None:  # noqa: ANN001 - hot path, kept minimal
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+    """First line of an error, without the C++ source location gloo prefixes it with."""
+    lines = str(exc).strip().splitlines()
+    text = re.sub(r"^\[[^\]]*\]\s*", "", lines[0]) if lines else ""
+    return f"{type(exc).__name__}: {text}"[:300]
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from cache.policies import POLICIES
 from cache.workload import PRESETS
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, UsageError
+from hicache_cli.launcher import LOOPBACK, pick_port
 from hicache_cli.progress import PlainProgress, summary_table, verdict_lines
 from hicache_cli.run import execute
 from hicache_cli.rundir import create_run_dir
@@ -131,11 +132,16 @@ def stress(
     )
     if report is not None and not report.parent.exists():
         raise UsageError(f"--report: directory {report.parent} does not exist")
+    if port is not None:
+        pick_port(LOOPBACK, port)  # a bad or busy port fails before anything is created
     directory = create_run_dir(run_dir, config.policy)
     plain = no_live or not sys.stdout.isatty()
     # Off a terminal rich assumes 80 columns and would cut the table; logs can be wide.
     console = Console(
-        highlight=False, color_system=None if plain else "auto", width=None if sys.stdout.isatty() else 160
+        markup=False,
+        highlight=False,
+        color_system=None if plain else "auto",
+        width=None if sys.stdout.isatty() else 160,
     )
     console.print(
         f"hicache stress: {config.policy}, pp={config.pp} tp={config.tp}, {config.duration_s:g}s -> {directory}"

@@ -1,0 +1,146 @@
+"""`hicache stress` end to end with real torchrun ranks over gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from hicache_cli.stats import per_hour_mb, theil_sen
+from tests.integration.helpers import REPO, Run, hicache, stress_run
+
+pytestmark = pytest.mark.slow
+
+STOP_GRACE_S = 1.5  # StressConfig.stop_grace_s
+
+
+def _rank(run: Run, rank: int) -> dict:
+    return run.report["ranks"][rank]
+
+
+def _ended_on_time(run: Run) -> None:
+    duration = run.report["config"]["duration_s"]
+    for r in run.report["ranks"]:
+        assert r["series"]["t"][-1] <= duration + STOP_GRACE_S + 1.0, f"rank {r['rank']} ran past its deadline"
+
+
+def test_reap_leaks_on_pp0_only(reap_pp2: Run) -> None:
+    assert reap_pp2.proc.returncode == 0, reap_pp2.proc.stderr
+    assert reap_pp2.report["status"] == "completed"
+    assert reap_pp2.report["verdict"] == "LEAK"
+    rank0, rank1 = _rank(reap_pp2, 0), _rank(reap_pp2, 1)
+    assert rank0["verdict"] == "LEAK"
+    assert "work list grows" in rank0["verdict_reason"]
+    assert rank0["work_list"]["final"] > 1000
+    assert rank0["work_list"]["growth_per_s"] > 100
+    depths = rank0["series"]["depth"]
+    assert depths[-1] > depths[len(depths) // 2] > 0  # still rising at the end
+    assert rank1["work_list"]["max"] == 0  # the last stage sends nothing
+
+
+def test_reap_stops_on_time_and_records_backlog(reap_pp2: Run) -> None:
+    _ended_on_time(reap_pp2)
+    rank0, rank1 = _rank(reap_pp2, 0), _rank(reap_pp2, 1)
+    assert rank0["backlog_at_stop"]["outstanding_sends"] == rank0["work_list"]["final"]
+    unreceived = rank1["backlog_at_stop"]["unreceived_messages"]
+    assert unreceived == rank0["messages"]["sent"] - rank1["messages"]["received"] > 0
+    assert "Traceback" not in reap_pp2.proc.stdout + reap_pp2.proc.stderr
+
+
+def test_reap_rss_slope_matches_rss_measured_from_outside(reap_pp2: Run) -> None:
+    rank0 = _rank(reap_pp2, 0)
+    points = reap_pp2.external.points[rank0["pid"]]
+    assert len(points) > 10
+    warmup = reap_pp2.report["config"]["warmup_s"]
+    start_wall = points[0][0]
+    outside = theil_sen([(w - start_wall, float(b)) for w, b in points if w - start_wall >= warmup + 1.0])
+    assert outside is not None
+    inside = rank0["rss"]["slope_mb_per_h"]
+    assert 0.75 < per_hour_mb(outside.slope) / inside < 1.33
+
+
+def test_drain_keeps_depth_to_one_round(drain_pp2: Run) -> None:
+    assert drain_pp2.proc.returncode == 0, drain_pp2.proc.stderr
+    assert drain_pp2.report["status"] == "completed"
+    rank0 = _rank(drain_pp2, 0)
+    assert rank0["work_list"]["max"] <= 2  # writing_check + loading_check: two sends a round
+    assert rank0["rounds"] > 100
+    assert drain_pp2.report["verdict"] != "LEAK"
+    assert rank0["counters"]["waits"] >= rank0["messages"]["sent"] - 2
+    _ended_on_time(drain_pp2)
+
+
+def test_pp4_every_stage_but_the_last_accumulates(tmp_path) -> None:
+    run = stress_run(tmp_path, "--pp", "4", "--policy", "reap", "--workload", "idle", "--duration", "6s")
+    assert run.proc.returncode == 0, run.proc.stderr
+    depths = [r["work_list"]["final"] for r in run.report["ranks"]]
+    assert all(d > 100 for d in depths[:3]), depths
+    assert depths[3] == 0
+    _ended_on_time(run)
+
+
+def test_tp2_pp2_all_reduces_within_pp0_stage(tmp_path) -> None:
+    run = stress_run(tmp_path, "--pp", "2", "--tp", "2", "--policy", "batched", "--duration", "5s")
+    assert run.proc.returncode == 0, run.proc.stderr
+    ranks = run.report["ranks"]
+    assert [(r["pp_rank"], r["tp_rank"]) for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(r["counters"]["tp_all_reduces"] > 0 for r in ranks[:2])
+    assert all(r["counters"]["tp_all_reduces"] == 0 for r in ranks[2:])
+    # batched: one message per round, each TP rank of PP0 sends to its PP1 counterpart
+    assert (
+        ranks[0]["messages"]["sent"]
+        == ranks[2]["messages"]["received"] + ranks[2]["backlog_at_stop"]["unreceived_messages"]
+    )
+    assert ranks[0]["work_list"]["max"] <= 1
+
+
+def test_ctrl_c_stops_every_rank_and_keeps_a_report(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--run-dir", str(run_dir), "--duration", "60s"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not all(
+        (run_dir / f"rank-{r}.jsonl").exists() and (run_dir / f"rank-{r}.jsonl").stat().st_size > 0 for r in (0, 1)
+    ):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "interrupted"
+    assert all(r["samples"] > 0 for r in report["ranks"])
+    pids = [r["pid"] for r in report["ranks"]]
+    time.sleep(0.5)
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--pp", "0"],
+        ["--policy", "nope"],
+        ["--duration", "-5s"],
+        ["--duration", "soon"],
+        ["--port", "70000"],
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args) -> None:
+    proc = hicache("stress", "--no-live", *args, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hicache: error:"), proc.stderr
+    assert not (tmp_path / "hicache-runs").exists() or not list((tmp_path / "hicache-runs").glob("*/rank-*"))
