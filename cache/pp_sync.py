@@ -72,6 +72,15 @@ def new_groups(topo: Topology, backend: str = "gloo") -> Groups:
     return Groups(tp=tp, pp=pp)
 
 
+class ClosedAfterTimeout(RuntimeError):
+    def __init__(self, peer: int) -> None:
+        super().__init__(
+            f"isend to rank {peer} failed: an earlier timed-out wait on a send to it closed the "
+            "gloo connection (gloo closes a pair when a wait times out)"
+        )
+        self.peer = peer
+
+
 class PPSync:
     def __init__(self, topo: Topology, groups: Groups, work_list: WorkList) -> None:
         self.topo = topo
@@ -95,7 +104,12 @@ class PPSync:
             self.received += 1
         if topo.next_rank is not None:
             data = counts.clone()
-            work = dist.isend(data, dst=topo.next_rank, group=self.groups.pp)
+            try:
+                work = dist.isend(data, dst=topo.next_rank, group=self.groups.pp)
+            except RuntimeError as exc:
+                if topo.next_rank in self.work_list.timed_out_peers:
+                    raise ClosedAfterTimeout(topo.next_rank) from exc
+                raise
             self.work_list.append(PendingSend(work, data, topo.next_rank, time.monotonic()))
             self.sent += 1
         return counts

@@ -48,6 +48,8 @@ class WorkList:
         self.released = 0  # Works dropped from the list (reaped, drained or cleared)
         # What the owning thread is blocked on, for a sampler in another thread to read.
         self.blocked_on: str | None = None
+        # Peers a wait timed out on: on gloo their connection is closed from then on.
+        self.timed_out_peers: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -90,6 +92,7 @@ class WorkList:
         except RuntimeError as exc:
             if "timed out" not in str(exc).lower():
                 raise
+            self.timed_out_peers.add(send.peer)
             raise WaitTimedOut(send.peer, time.monotonic() - started) from exc
         finally:
             self.blocked_on = None

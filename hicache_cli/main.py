@@ -26,7 +26,16 @@ def root() -> None:
     """
 
 
-app.command()(stress)
+STRESS_EXAMPLES = """Examples:
+
+  hicache stress --pp 2 --policy reap       # the leak: rank 0's list grows
+
+  hicache stress --pp 2 --policy drain      # the fix: depth <= 2
+
+  hicache stress --pp 4 --workload idle     # the incident: an idle server
+"""
+
+app.command(epilog=STRESS_EXAMPLES)(stress)
 
 
 def main(argv: list[str] | None = None) -> int:
