@@ -42,20 +42,29 @@ class _SlotPool:
         self.shape = shape
         self.kv = torch.zeros((size, shape.row_elements), dtype=shape.dtype, device=device, pin_memory=pin)
         self._free = torch.arange(size, dtype=torch.int64)
+        self._in_use = torch.zeros(size, dtype=torch.bool)
 
     @property
     def free_slots(self) -> int:
         return int(self._free.numel())
 
     def alloc(self, n: int) -> torch.Tensor:
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} slots")
         if n > self.free_slots:
             raise PoolExhausted(f"asked for {n} slots, {self.free_slots} free of {self.size}")
         taken, self._free = self._free[:n], self._free[n:]
+        self._in_use[taken] = True
         return taken
 
     def free(self, slots: torch.Tensor) -> None:
-        if slots.numel():
-            self._free = torch.cat((self._free, slots.to(torch.int64)))
+        if not slots.numel():
+            return
+        slots = slots.to(torch.int64)
+        if not bool(self._in_use[slots].all()) or slots.unique().numel() != slots.numel():
+            raise ValueError("freeing a slot that is not allocated (double free)")
+        self._in_use[slots] = False
+        self._free = torch.cat((self._free, slots))
 
 
 class DeviceKVPool(_SlotPool):

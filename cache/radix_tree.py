@@ -153,11 +153,11 @@ class RadixTree:
             node = node.parent  # type: ignore[assignment]
 
     def dec_lock_ref(self, node: TreeNode) -> None:
-        while node is not self.root:
-            if node.lock_ref <= 0:
-                raise ValueError(f"lock_ref underflow on node {node.id}")
-            node.lock_ref -= 1
-            node = node.parent  # type: ignore[assignment]
+        path = self.path_to(node)
+        if any(n.lock_ref <= 0 for n in path):  # refuse before changing anything
+            raise ValueError(f"lock_ref underflow on the path to node {node.id}")
+        for n in path:
+            n.lock_ref -= 1
 
     # -- eviction -----------------------------------------------------------
     def evictable_device_leaves(self) -> list[TreeNode]:
@@ -167,9 +167,7 @@ class RadixTree:
         while stack:
             node = stack.pop()
             stack.extend(node.children.values())
-            if node is self.root or node.evicted or node.lock_ref > 0:
-                continue
-            if all(c.evicted for c in node.children.values()):
+            if node is not self.root and _is_device_leaf(node):
                 found.append(node)
         return found
 
@@ -260,7 +258,14 @@ def _common_prefix_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 def _is_device_leaf(node: TreeNode) -> bool:
-    return not node.evicted and node.lock_ref == 0 and all(c.evicted for c in node.children.values())
+    """Evictable from the device: unlocked, on it, no child on it, and able to go cleanly
+    (backed up, so it lives on in the host, or childless, so it is deleted)."""
+    return (
+        not node.evicted
+        and node.lock_ref == 0
+        and (node.backuped or not node.children)
+        and all(c.evicted for c in node.children.values())
+    )
 
 
 def _is_host_leaf(node: TreeNode) -> bool:

@@ -68,6 +68,8 @@ class CpuCopyStream:
         self._thread.start()
 
     def submit(self, copy: Callable[[], None]) -> CompletionEvent:
+        if not self._thread.is_alive():
+            raise RuntimeError("the copy stream is closed")
         event = CpuEvent()
         self._queue.put((copy, event))
         return event

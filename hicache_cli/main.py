@@ -16,14 +16,17 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def root() -> None:
-    """Reproduce, explain and gate the HiCache PP-sync host-memory leak.
+ROOT_HELP = (
+    "Reproduce, explain and gate the HiCache PP-sync host-memory leak.\n\n"
+    "Under pipeline parallelism HiCache's PP sync isends a count every scheduler round and "
+    "keeps the Work in a list; on gloo nothing frees it unless wait() is called. "
+    "`hicache stress` runs that for real with torchrun and measures every rank."
+)
 
-    Under pipeline parallelism, HiCache's PP sync isends a count every scheduler round
-    and keeps the Work in a list; on gloo nothing frees it unless wait() is called.
-    `hicache stress` runs that for real with torchrun and measures it per rank.
-    """
+
+@app.callback(help=ROOT_HELP)
+def root() -> None:
+    """The command group; each command is its own module under hicache_cli/commands."""
 
 
 STRESS_EXAMPLES = """Examples:

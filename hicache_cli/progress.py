@@ -20,14 +20,15 @@ class PlainProgress:
         self.duration_s = duration_s
         self.interval_s = interval_s
         self.write = write
-        self._next = 0.0
+        self._next_starting = 0.0  # launch time, while no rank samples yet
+        self._next = 0.0  # run time, once they do
 
     def __call__(self, samples: dict[int, list[Sample]], elapsed: float) -> None:
         latest = {r: s[-1] for r, s in samples.items() if s}
         if not latest:
-            if elapsed >= self._next:
-                self.write(f"[{format_duration(elapsed):>6}] starting ranks ({len(samples)} sampling)...")
-                self._next = elapsed + self.interval_s
+            if elapsed >= self._next_starting:
+                self.write(f"[{format_duration(elapsed):>6}] starting ranks...")
+                self._next_starting = elapsed + self.interval_s
             return
         run_t = max(s.t for s in latest.values())
         if run_t < self._next:

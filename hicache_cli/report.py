@@ -74,6 +74,7 @@ def build_report(config: StressConfig, samples: dict[int, list[Sample]], outcome
         "verdict": stats.overall([r["verdict"] for r in ranks]),
         "failures": failures,
         "wall_s": round(outcome.wall_s, 2),
+        "torchrun_exit_code": outcome.torchrun_exit_code,
         "ranks": ranks,
     }
 
@@ -159,10 +160,7 @@ def _latency(series: list[Sample], cut: int) -> dict[str, float | None]:
 
 def _series(series: list[Sample]) -> dict[str, list[Any]]:
     """A downsampled time series: parallel lists, at most SERIES_POINTS long."""
-    step = max(1, -(-len(series) // SERIES_POINTS))
-    picked = series[::step]
-    if picked[-1] is not series[-1]:
-        picked.append(series[-1])
+    picked = stats.thin(series, SERIES_POINTS)
     return {
         "t": [s.t for s in picked],
         "rss_bytes": [s.rss_bytes for s in picked],

@@ -78,7 +78,9 @@ class RunFollower:
             parsed = self.samples.setdefault(rank, [])
             for line in data[:end].splitlines():
                 try:
-                    parsed.append(Sample.from_dict(json.loads(line)))
+                    data = json.loads(line)
+                    if isinstance(data, dict):
+                        parsed.append(Sample.from_dict(data))
                 except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
                     continue
         return self.samples

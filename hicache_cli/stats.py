@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 Z95 = 1.959964
 MAX_POINTS = 200  # Theil-Sen is O(n^2); thinning also tempers autocorrelation
@@ -22,7 +25,7 @@ class Trend:
     n: int
 
 
-def thin(points: list[tuple[float, float]], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
+def thin(points: list[T], max_points: int = MAX_POINTS) -> list[T]:
     """Evenly spaced subset of at most `max_points`, first and last kept."""
     n = len(points)
     if n <= max_points:
@@ -42,7 +45,8 @@ def theil_sen(points: list[tuple[float, float]]) -> Trend | None:
     if n < 3 or m < 3:
         return None
     c = Z95 * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
-    lo_i = max(0, int(math.floor((m - c) / 2.0)))
+    # Sen's limits are the M1-th and (M2+1)-th ordered slopes (1-based), rounded outward.
+    lo_i = max(0, int(math.floor((m - c) / 2.0)) - 1)
     hi_i = min(m - 1, int(math.ceil((m + c) / 2.0)))
     return Trend(slope=_median(slopes), lo=slopes[lo_i], hi=slopes[hi_i], n=n)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,7 @@ def config_from_options(opts: StressOptions) -> StressConfig:
             raise UsageError(f"--{name} must be between 0 and 1, got {value}")
     if not 0.1 <= opts.probe_hz <= 100:
         raise UsageError(f"--probe-hz must be between 0.1 and 100, got {opts.probe_hz}")
-    if opts.leak_threshold <= 0:
+    if not (math.isfinite(opts.leak_threshold) and opts.leak_threshold > 0):
         raise UsageError(f"--leak-threshold must be more than zero, got {opts.leak_threshold}")
     duration = parse_duration(opts.duration, "duration")
     warmup = parse_duration(opts.warmup, "warmup") if opts.warmup is not None else None

@@ -1,0 +1,113 @@
+"""Builders of synthetic rank samples, as a rank's probe would write them (hicache_cli.sample)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from hicache_cli.histogram import LatencyHistogram
+from hicache_cli.sample import Sample
+
+
+def build_sample(rank: int = 0, t: float = 1.0, tp: int = 1, **overrides: Any) -> Sample:
+    """One sample with plausible defaults; any field can be overridden."""
+    fields: dict[str, Any] = {
+        "t": t,
+        "wall": 1_700_000_000.0 + t,
+        "rank": rank,
+        "pp_rank": rank // tp,
+        "tp_rank": rank % tp,
+        "pid": 1000 + rank,
+        "state": "running",
+        "rss_bytes": 100_000_000,
+        "depth": 0,
+        "held_bytes": 0,
+        "rounds": 0,
+        "lat_p50_ms": None,
+        "lat_p99_ms": None,
+        "lat_max_ms": None,
+        "lat_count": 0,
+        "round_age_s": 0.0001,
+        "sent": 0,
+        "received": 0,
+    }
+    fields.update(overrides)
+    return Sample(**fields)
+
+
+def bounded_noise(n: int, amplitude: float, seed: int) -> list[float]:
+    """n draws of uniform noise in [-amplitude, amplitude], the same on every run."""
+    rng = random.Random(seed)
+    return [rng.uniform(-amplitude, amplitude) for _ in range(n)]
+
+
+def build_series(
+    rank: int = 0,
+    *,
+    n: int = 600,
+    hz: float = 10.0,
+    tp: int = 1,
+    rss0: float = 100e6,
+    rss_per_s: float = 0.0,
+    rss_noise: float = 0.0,
+    noise_seed: int = 1,
+    depth_per_s: float = 0.0,
+    sent_per_s: float = 0.0,
+    received_per_s: float = 0.0,
+    rounds_per_s: float = 1000.0,
+    latency_s: Callable[[float], float] = lambda t: 0.001,
+    final: bool = True,
+    final_state: str = "done",
+    message: str = "reached the deadline",
+) -> list[Sample]:
+    """A rank's samples at `hz` for n samples: linear RSS (plus bounded noise), depth and counters.
+
+    Each sample's rounds all took `latency_s(t)`; the histogram is cumulative, as the probe writes it.
+    """
+    hist = LatencyHistogram()
+    noise = bounded_noise(n, rss_noise, noise_seed)
+    out: list[Sample] = []
+    previous_rounds = 0
+    for i in range(n):
+        t = round((i + 1) / hz, 4)
+        rounds = int(rounds_per_s * t)
+        new_rounds = rounds - previous_rounds
+        previous_rounds = rounds
+        lat = latency_s(t)
+        hist.add_all([lat] * new_rounds)
+        last = i == n - 1 and final
+        out.append(
+            build_sample(
+                rank,
+                t,
+                tp,
+                state=final_state if last else "running",
+                rss_bytes=int(rss0 + rss_per_s * t + noise[i]),
+                depth=int(depth_per_s * t),
+                held_bytes=int(depth_per_s * t) * 8,
+                rounds=rounds,
+                lat_p50_ms=lat * 1000 if new_rounds else None,
+                lat_p99_ms=lat * 1000 if new_rounds else None,
+                lat_max_ms=lat * 1000 if new_rounds else None,
+                lat_count=new_rounds,
+                sent=int(sent_per_s * t),
+                received=int(received_per_s * t),
+                lat_hist=hist.to_json(),
+                kind="final" if last else "sample",
+                message=message if last else None,
+            )
+        )
+    return out
+
+
+@pytest.fixture
+def make_sample() -> Callable[..., Sample]:
+    return build_sample
+
+
+@pytest.fixture
+def make_series() -> Callable[..., list[Sample]]:
+    return build_series

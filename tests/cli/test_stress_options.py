@@ -1,0 +1,131 @@
+"""commands/stress.py: options -> StressConfig, and every bad option refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from cache.policies import POLICIES
+from cache.workload import PRESETS
+from hicache_cli.commands.stress import MAX_WORLD_SIZE, StressOptions, config_from_options
+from hicache_cli.config import StressConfig
+from hicache_cli.errors import UsageError
+
+GOOD = StressOptions(
+    pp=2, tp=1, policy="reap", duration="15s", workload="mixed", seed=0, probe_hz=10.0, wait_timeout="5s"
+)
+
+
+def options(**changes: Any) -> StressOptions:
+    return dataclasses.replace(GOOD, **changes)
+
+
+def test_good_options_build_a_config() -> None:
+    config = config_from_options(
+        options(
+            pp=4,
+            tp=2,
+            policy="bounded-drain",
+            duration="2m",
+            workload="idle",
+            seed=7,
+            probe_hz=20.0,
+            wait_timeout="250ms",
+            request_rate=0.5,
+            prefix_sharing=0.0,
+            idle_fraction=1.0,
+            warmup="30s",
+            leak_threshold=50.0,
+        )
+    )
+    assert config == StressConfig(
+        pp=4,
+        tp=2,
+        policy="bounded-drain",
+        duration_s=120.0,
+        workload="idle",
+        request_rate=0.5,
+        prefix_sharing=0.0,
+        idle_fraction=1.0,
+        seed=7,
+        probe_hz=20.0,
+        wait_timeout_s=0.25,
+        warmup_s=30.0,
+        leak_threshold_mb_per_h=50.0,
+    )
+    assert config.world_size == 8
+
+
+def test_defaults_leave_presets_and_warm_up_to_the_run() -> None:
+    config = config_from_options(GOOD)
+    assert (config.request_rate, config.prefix_sharing, config.idle_fraction, config.warmup_s) == (None,) * 4
+    assert config.duration_s == 15.0
+    assert config.wait_timeout_s == 5.0
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_every_registered_policy_is_accepted(policy: str) -> None:
+    assert config_from_options(options(policy=policy)).policy == policy
+
+
+@pytest.mark.parametrize("workload", list(PRESETS))
+def test_every_workload_preset_is_accepted(workload: str) -> None:
+    assert config_from_options(options(workload=workload)).workload == workload
+
+
+def test_the_largest_world_is_accepted() -> None:
+    assert config_from_options(options(pp=8, tp=8)).world_size == MAX_WORLD_SIZE
+
+
+@pytest.mark.parametrize(
+    ("changes", "option"),
+    [
+        ({"pp": 0}, "--pp"),
+        ({"pp": -3}, "--pp"),
+        ({"tp": -1}, "--tp"),
+        ({"tp": 0}, "--tp"),
+        ({"pp": 13, "tp": 5}, "--pp"),
+        ({"pp": 65}, "--pp"),
+        ({"policy": "nope"}, "--policy"),
+        ({"policy": "Reap"}, "--policy"),
+        ({"workload": "heavy"}, "--workload"),
+        ({"request_rate": 1.5}, "--request-rate"),
+        ({"request_rate": float("nan")}, "--request-rate"),
+        ({"prefix_sharing": -0.1}, "--prefix-sharing"),
+        ({"idle_fraction": 2.0}, "--idle-fraction"),
+        ({"duration": "abc"}, "--duration"),
+        ({"duration": "0"}, "--duration"),
+        ({"duration": "-5s"}, "--duration"),
+        ({"wait_timeout": "5x"}, "--wait-timeout"),
+        ({"warmup": "soon"}, "--warmup"),
+        ({"warmup": "15s"}, "--warmup"),
+        ({"warmup": "1m", "duration": "30s"}, "--warmup"),
+        ({"probe_hz": 0.0}, "--probe-hz"),
+        ({"probe_hz": 0.05}, "--probe-hz"),
+        ({"probe_hz": 101.0}, "--probe-hz"),
+        ({"probe_hz": float("inf")}, "--probe-hz"),
+        ({"leak_threshold": 0.0}, "--leak-threshold"),
+        ({"leak_threshold": -10.0}, "--leak-threshold"),
+    ],
+)
+def test_bad_options_are_refused_in_one_line_naming_the_option(changes: dict[str, Any], option: str) -> None:
+    with pytest.raises(UsageError) as info:
+        config_from_options(options(**changes))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(option)
+    assert info.value.exit_code == 2
+
+
+def test_an_unknown_policy_lists_the_choices() -> None:
+    with pytest.raises(UsageError) as info:
+        config_from_options(options(policy="nope"))
+    assert all(name in str(info.value) for name in POLICIES)
+
+
+def test_a_nan_leak_threshold_is_refused() -> None:
+    # Every comparison with nan is false, so every RSS trend would be INCONCLUSIVE.
+    with pytest.raises(UsageError, match="^--leak-threshold"):
+        config_from_options(options(leak_threshold=float("nan")))

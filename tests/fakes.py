@@ -1,0 +1,156 @@
+"""Test doubles for the cache model, in one place. Each says what it mimics and how it differs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import torch
+
+from cache.work_list import PendingSend, WorkList
+
+
+class FakeWork:
+    """Mimics the Work a gloo `dist.isend` returns, as the policies see it.
+
+    Like gloo (pytorch issue #30723), `is_completed()` stays False until `wait()` has been
+    called, however long ago the peer received. `wait(timeout=...)` raises gloo's
+    "Timed out waiting ..." RuntimeError while the fake is marked as not yet received;
+    `wait()` without a timeout always succeeds (the peer receives eventually).
+    `error`, when set, is raised by every wait, as a broken connection would be.
+    """
+
+    def __init__(self, received: bool = True, error: str | None = None) -> None:
+        self.received = received
+        self.error = error
+        self.waited = False
+        self.wait_calls = 0
+        self.timeouts: list[timedelta | None] = []
+        self.on_wait: Callable[[], None] | None = None  # runs inside wait(), before it returns
+
+    def is_completed(self) -> bool:
+        return self.waited
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        self.wait_calls += 1
+        self.timeouts.append(timeout)
+        if self.on_wait is not None:
+            self.on_wait()
+        if self.error is not None:
+            raise RuntimeError(self.error)
+        if timeout is not None and not self.received:
+            raise RuntimeError(
+                f"Timed out waiting {timeout.total_seconds() * 1000:.0f}ms for send operation to complete"
+            )
+        self.waited = True
+        return True
+
+
+def pending_send(work: FakeWork, peer: int = 1, elements: int = 1) -> PendingSend:
+    """A PendingSend as PPSync.agree appends it: the Work and the int32 count it sends."""
+    return PendingSend(work=work, data=torch.zeros(elements, dtype=torch.int32), peer=peer, sent_at=0.0)
+
+
+def work_list_of(*works: FakeWork, peer: int = 1) -> WorkList:
+    """A WorkList holding one single-int32 send per given Work, in order."""
+    works_list = WorkList()
+    for work in works:
+        works_list.append(pending_send(work, peer))
+    return works_list
+
+
+class FakeEvent:
+    """Mimics a copy's completion event (`torch.cuda.Event` / `CpuEvent`) whose readiness the test sets."""
+
+    def __init__(self, ready: bool = False) -> None:
+        self.ready = ready
+        self.synchronized = 0
+
+    def query(self) -> bool:
+        return self.ready
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
+        self.ready = True
+
+
+class ManualEvent:
+    """The completion event of a ManualCopyStream copy: done once the stream has run it."""
+
+    def __init__(self, stream: ManualCopyStream) -> None:
+        self.done = False
+        self._stream = stream
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        while not self.done:  # a stream finishes earlier copies first
+            self._stream.run(1)
+
+
+class ManualCopyStream:
+    """Mimics a CopyStream (CUDA side stream / CpuCopyStream) that runs copies only when told.
+
+    Copies queue up in submission order; `run(n)` runs the oldest n, and an event's
+    `synchronize()` runs every copy up to and including its own, as a real stream
+    would have by the time the wait returns. Nothing runs on another thread.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Callable[[], None], ManualEvent]] = []
+        self.closed = False
+
+    def submit(self, copy: Callable[[], None]) -> ManualEvent:
+        event = ManualEvent(self)
+        self._pending.append((copy, event))
+        return event
+
+    def run(self, n: int | None = None) -> None:
+        for _ in range(len(self._pending) if n is None else n):
+            copy, event = self._pending.pop(0)
+            copy()
+            event.done = True
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakePPSync:
+    """Mimics PPSync on a downstream stage: `agree` returns the count PP0 sent, not the local one.
+
+    Every element of the returned tensor is `told`, whatever this stage counted, so a test
+    can tell a stage to apply more acks than it has queued.
+    """
+
+    def __init__(self, told: int) -> None:
+        self.told = told
+        self.work_list = WorkList()
+        self.asked: list[list[int]] = []
+
+    def agree(self, counts: torch.Tensor) -> torch.Tensor:
+        self.asked.append(counts.tolist())
+        return torch.full_like(counts, self.told)
+
+
+class FakeIsend:
+    """Mimics `torch.distributed.isend` on PP0 for a test that patches it into cache.pp_sync.
+
+    Records each call's tensor, destination and group and returns a FakeWork, so PP sync's
+    sending side runs without a process group; `error`, when set, is raised instead, as
+    gloo does once the connection to the peer is closed.
+    """
+
+    def __init__(self, error: str | None = None) -> None:
+        self.error = error
+        self.calls: list[tuple[torch.Tensor, int, object]] = []
+
+    def __call__(self, tensor: torch.Tensor, dst: int, group: object = None) -> FakeWork:
+        if self.error is not None:
+            raise RuntimeError(self.error)
+        self.calls.append((tensor, dst, group))
+        return FakeWork()

@@ -1,0 +1,29 @@
+"""Imports flow one way: the cache model never pulls in the CLI's I/O and rendering libraries."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def modules_loaded_by(statement: str, watched: list[str]) -> list[str]:
+    """Run `statement` in a fresh interpreter; return which of `watched` it imported."""
+    probe = f"import json, sys\n{statement}\nprint(json.dumps([m for m in {watched!r} if m in sys.modules]))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_cache_model_does_not_import_the_cli_libraries() -> None:
+    loaded = modules_loaded_by("import cache.hiradix_cache, cache.scheduler", ["rich", "typer", "psutil", "torch"])
+    assert loaded == ["torch"]  # torch is the model's one heavy dependency, and the probe sees it
+
+
+def test_policy_registry_does_not_import_torch() -> None:
+    assert modules_loaded_by("import cache.policies", ["torch", "rich", "typer", "psutil"]) == []
