@@ -107,13 +107,18 @@ def rank_summary(
     rss_values = [s.rss_bytes for s in series if s.rss_bytes is not None]
     latency = _latency(series, cut)
     up_final = upstream[-1] if upstream and config.tp <= rank else None
+    unreceived = max(0, up_final.sent - last.received) if up_final else 0
+    reason = verdict.reason
+    if unreceived:
+        # gloo keeps state per pending message on the receiving side too
+        reason += f"; {unreceived} messages from rank {rank - config.tp} unreceived at the stop"
     return {
         "rank": rank,
         "pp_rank": pp_rank,
         "tp_rank": tp_rank,
         "pid": last.pid,
         "verdict": verdict.verdict,
-        "verdict_reason": verdict.reason,
+        "verdict_reason": reason,
         "state": last.state,
         "stop": last.message if last.kind == "final" else "no final line: the rank ended abruptly",
         "rss": {
@@ -135,7 +140,7 @@ def rank_summary(
         "messages": {"sent": last.sent, "received": last.received},
         "backlog_at_stop": {
             "outstanding_sends": last.depth,
-            "unreceived_messages": max(0, up_final.sent - last.received) if up_final else 0,
+            "unreceived_messages": unreceived,
         },
         "round_age_at_stop_s": last.round_age_s,
         "counters": last.counters,
