@@ -125,6 +125,7 @@ def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], flo
                 )
                 break
             time.sleep(config.poll_interval_s)
+        on_tick(follower.poll(), time.monotonic() - started)  # the final lines, once more
     except KeyboardInterrupt:
         stop_process_group(proc)
         return LaunchResult(None, True, True, "interrupted by the user", time.monotonic() - started)

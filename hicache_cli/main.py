@@ -6,7 +6,9 @@ import sys
 
 import typer
 
+from hicache_cli.commands import report
 from hicache_cli.commands.stress import stress
+from hicache_cli.commands.watch import watch
 from hicache_cli.errors import HicacheError
 
 app = typer.Typer(
@@ -39,6 +41,8 @@ STRESS_EXAMPLES = """Examples:
 """
 
 app.command(epilog=STRESS_EXAMPLES)(stress)
+app.command()(watch)
+app.add_typer(report.app, name="report")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,12 +5,23 @@ Renderers only turn data into text or rich renderables; printing is the caller's
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 
+from hicache_cli.dashboard import Dashboard, render
 from hicache_cli.sample import Sample
 from hicache_cli.units import format_bytes, format_duration
+
+
+def make_console(live: bool) -> Console:
+    """A console for command output: colours only when live; off a terminal, wide enough
+    for the tables (rich would assume 80 columns and cut them) and never markup."""
+    tty = sys.stdout.isatty()
+    return Console(markup=False, highlight=False, color_system="auto" if live else None, width=None if tty else 160)
 
 
 class PlainProgress:
@@ -51,43 +62,40 @@ def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def summary_table(report: dict[str, Any]) -> Table:
+def summary_table(report: dict[str, Any], width: int = 160) -> Table:
+    """The per-rank result table; under 110 columns RSS end and p50/max are left out."""
     cfg = report["config"]
     title = (
         f"{cfg['policy']}  pp={cfg['pp']} tp={cfg['tp']}  {cfg['duration_s']:g}s  "
         f"status={report['status']}  verdict={report['verdict']}"
     )
-    table = Table(title=title, title_justify="left")
-    for name in (
-        "rank",
-        "pp/tp",
-        "verdict",
-        "RSS end",
-        "slope MB/h [95%]",
-        "depth max/final",
-        "p50/p99/max ms",
-        "rounds/s",
-        "backlog",
-    ):
-        table.add_column(name, justify="left" if name in ("verdict",) else "right", no_wrap=True)
+    wide = width >= 110
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1), pad_edge=False)
+    if wide:
+        names = ["rank", "pp/tp", "verdict", "RSS end", "slope MB/h [95%]", "depth max/final", "p50/p99/max ms"]
+        names += ["rounds/s", "backlog"]
+    else:
+        names = ["r", "pp/tp", "verdict", "MB/h [95%]", "depth max/fin", "p99ms", "rnd/s", "backlog"]
+    for name in names:
+        table.add_column(name, justify="left" if name == "verdict" else "right", no_wrap=name != "backlog")
     for r in report["ranks"]:
         if r.get("samples", 0) == 0:
-            table.add_row(str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"], *["n/a"] * 6)
+            table.add_row(str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"], *["n/a"] * (len(names) - 3))
             continue
         rss, wl, lat, backlog = r["rss"], r["work_list"], r["loop_latency_ms"], r["backlog_at_stop"]
         ci = rss["slope_ci95_mb_per_h"]
-        slope = "n/a" if ci is None else f"{rss['slope_mb_per_h']:+.0f} [{ci[0]:+.0f},{ci[1]:+.0f}]"
-        table.add_row(
-            str(r["rank"]),
-            f"{r['pp_rank']}/{r['tp_rank']}",
-            r["verdict"],
-            format_bytes(rss["end_bytes"]),
-            slope,
-            f"{wl['max']}/{wl['final']}",
-            f"{_fmt(lat['p50'], '.3f')}/{_fmt(lat['p99'], '.2f')}/{_fmt(lat['max'], '.1f')}",
-            _fmt(r["rounds_per_s"], ".0f"),
-            f"{backlog['outstanding_sends']}s {backlog['unreceived_messages']}r",
-        )
+        cells = [str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"]]
+        if wide:
+            cells.append(format_bytes(rss["end_bytes"]))
+        cells.append("n/a" if ci is None else f"{rss['slope_mb_per_h']:+.0f} [{ci[0]:+.0f},{ci[1]:+.0f}]")
+        cells.append(f"{wl['max']}/{wl['final']}")
+        if wide:
+            cells.append(f"{_fmt(lat['p50'], '.3f')}/{_fmt(lat['p99'], '.2f')}/{_fmt(lat['max'], '.1f')}")
+        else:
+            cells.append(_fmt(lat["p99"], ".2f"))
+        cells.append(_fmt(r["rounds_per_s"], ".0f"))
+        cells.append(f"{backlog['outstanding_sends']}s {backlog['unreceived_messages']}r")
+        table.add_row(*cells)
     return table
 
 
@@ -95,3 +103,23 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     lines = [f"rank {r['rank']}: {r['verdict']} - {r['verdict_reason']}" for r in report["ranks"]]
     lines += [f"failure: rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"]]
     return lines
+
+
+class LiveView:
+    """The rich Live dashboard, refreshed by the caller's ticks; leaves its last frame on screen."""
+
+    def __init__(self, dashboard: Dashboard, console: Console) -> None:
+        self.dashboard = dashboard
+        self.console = console
+        self._live = Live(console=console, auto_refresh=False, transient=False, redirect_stdout=False)
+
+    def __enter__(self) -> LiveView:
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.stop()
+
+    def __call__(self, samples: dict[int, list[Sample]], elapsed: float) -> None:
+        model = self.dashboard.model(samples, elapsed)
+        self._live.update(render(model, self.console.width), refresh=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from hicache_cli import stats
 from hicache_cli.config import StressConfig
+from hicache_cli.errors import UsageError
 from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.rundir import REPORT_FILE, write_atomically
 from hicache_cli.sample import Sample
@@ -33,6 +34,7 @@ class RunOutcome:
     killed_reason: str | None = None  # the launcher stopped the ranks itself, and why
     torchrun_exit_code: int | None = 0
     wall_s: float = 0.0
+    launcher_cpu_s: float | None = None  # CPU the launching process used (follower, views)
     extra_failures: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -75,6 +77,7 @@ def build_report(config: StressConfig, samples: dict[int, list[Sample]], outcome
         "failures": failures,
         "wall_s": round(outcome.wall_s, 2),
         "torchrun_exit_code": outcome.torchrun_exit_code,
+        "launcher_cpu_s": None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
         "ranks": ranks,
     }
 
@@ -214,3 +217,30 @@ def write_report(report: dict[str, Any], run_dir: Path, extra_path: Path | None 
     if extra_path is not None:
         write_atomically(extra_path, text)
     return path
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """Read a report back; anything that is not a report of a known schema is a UsageError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such report") from None
+    except IsADirectoryError:
+        candidate = path / REPORT_FILE
+        if candidate.is_file():
+            return load_report(candidate)
+        raise UsageError(f"{path}: a directory without a {REPORT_FILE}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it ({exc})") from None
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as exc:
+        what = "truncated" if text.strip() and exc.pos >= len(text.rstrip()) else "not JSON"
+        raise UsageError(f"{path}: {what} ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(report, dict) or "schema_version" not in report:
+        raise UsageError(f"{path}: not a hicache report (no schema_version)")
+    if report["schema_version"] != SCHEMA_VERSION:
+        raise UsageError(
+            f"{path}: report schema version {report['schema_version']!r}; this hicache reads version {SCHEMA_VERSION}"
+        )
+    return report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,15 +27,21 @@ def execute(
     on_tick: Callable[[dict[int, list[Sample]], float], None],
     port: int | None = None,
     report_copy: Path | None = None,
+    refresh_s: float = 0.5,
 ) -> RunResult:
-    """Launch the run in `run_dir`, wait for it, and write its report, whatever happened."""
+    """Launch the run in `run_dir`, wait for it, and write its report, whatever happened.
+
+    `on_tick` gets the samples so far every `refresh_s` seconds.
+    """
     stress.save(run_dir)
-    result = launch(LaunchConfig(run_dir=run_dir, stress=stress, port=port), on_tick)
+    cpu_before = time.process_time()
+    result = launch(LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s), on_tick)
     outcome = RunOutcome(
         interrupted=result.interrupted,
         killed_reason=result.reason,
         torchrun_exit_code=result.exit_code,
         wall_s=result.wall_s,
+        launcher_cpu_s=time.process_time() - cpu_before,
     )
     report = build_report(stress, read_run(run_dir), outcome)
     path = write_report(report, run_dir, report_copy)

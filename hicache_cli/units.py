@@ -36,3 +36,15 @@ def format_bytes(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def format_bytes_short(n: float | None) -> str:
+    """At most 6 characters: 240.8M, 12K, 1.2G."""
+    if n is None:
+        return "n/a"
+    sign, n = ("-" if n < 0 else ""), abs(n)
+    for unit in ("B", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{sign}{n:.0f}{unit}" if unit in ("B", "K") or n >= 100 and unit == "G" else f"{sign}{n:.1f}{unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from cache.policies import POLICIES
 from cache.workload import PRESETS
 from hicache_cli.config import StressConfig
+from hicache_cli.dashboard import Dashboard
 from hicache_cli.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, UsageError
 from hicache_cli.launcher import LOOPBACK, pick_port
-from hicache_cli.progress import PlainProgress, summary_table, verdict_lines
+from hicache_cli.progress import LiveView, PlainProgress, make_console, summary_table, verdict_lines
 from hicache_cli.run import execute
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.units import parse_duration
@@ -111,7 +111,8 @@ def stress(
     run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
     report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
     port: int = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one)."),
-    no_live: bool = typer.Option(False, "--no-live", help="Plain progress lines instead of a live view."),
+    no_live: bool = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard."),
+    refresh: float = typer.Option(4.0, "--refresh", help="Live dashboard refreshes per second."),
 ) -> None:
     """Run a real multi-rank HiCache PP-sync workload under one drain policy and report on it."""
     config = config_from_options(
@@ -131,24 +132,24 @@ def stress(
             leak_threshold=leak_threshold,
         )
     )
+    if not 0.2 <= refresh <= 20:
+        raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
     if report is not None and not report.parent.exists():
         raise UsageError(f"--report: directory {report.parent} does not exist")
     if port is not None:
         pick_port(LOOPBACK, port)  # a bad or busy port fails before anything is created
     directory = create_run_dir(run_dir, config.policy)
-    plain = no_live or not sys.stdout.isatty()
-    # Off a terminal rich assumes 80 columns and would cut the table; logs can be wide.
-    console = Console(
-        markup=False,
-        highlight=False,
-        color_system=None if plain else "auto",
-        width=None if sys.stdout.isatty() else 160,
-    )
+    live = not no_live and sys.stdout.isatty()
+    console = make_console(live)
     console.print(
         f"hicache stress: {config.policy}, pp={config.pp} tp={config.tp}, {config.duration_s:g}s -> {directory}"
     )
-    result = execute(config, directory, PlainProgress(config.duration_s, write=console.print), port, report)
-    console.print(summary_table(result.report))
+    if live:
+        with LiveView(Dashboard(config, str(directory)), console) as view:
+            result = execute(config, directory, view, port, report, refresh_s=1.0 / refresh)
+    else:
+        result = execute(config, directory, PlainProgress(config.duration_s, write=console.print), port, report)
+    console.print(summary_table(result.report, console.width))
     for line in verdict_lines(result.report):
         console.print(line)
     console.print(f"report: {result.report_path}")

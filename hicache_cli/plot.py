@@ -1,0 +1,62 @@
+"""Plots of reports: RSS and work-list depth against time, one line per rank.
+
+matplotlib is an optional extra (`pip install 'hicache[plot]'`); it is imported only here,
+only when a plot is asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hicache_cli.errors import UsageError
+
+MIB = 1024 * 1024
+
+
+def _pyplot():  # noqa: ANN202 - the module, typed loosely on purpose
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("plotting needs matplotlib: pip install 'hicache[plot]'") from None
+    return plt
+
+
+def plot_reports(reports: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
+    """One figure: RSS (top) and depth (bottom) for every rank of every (label, report)."""
+    plt = _pyplot()
+    fig, (ax_rss, ax_depth) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    for label, report in reports:
+        for rank in report["ranks"]:
+            series = rank.get("series")
+            if not series:
+                continue
+            name = f"{label} rank {rank['rank']}" if len(reports) > 1 else f"rank {rank['rank']} (pp{rank['pp_rank']})"
+            times = series["t"]
+            rss = [None if b is None else b / MIB for b in series["rss_bytes"]]
+            ax_rss.plot(times, rss, label=f"{name}: {rank['verdict']}")
+            ax_depth.plot(times, series["depth"], label=name)
+    cfg = reports[0][1]["config"]
+    title = (
+        " vs ".join(label for label, _ in reports)
+        if len(reports) > 1
+        else (f"{cfg['policy']}, pp={cfg['pp']} tp={cfg['tp']}: {reports[0][1]['verdict']}")
+    )
+    ax_rss.set_title(title)
+    ax_rss.set_ylabel("RSS (MiB)")
+    ax_depth.set_ylabel("work-list depth (Works)")
+    ax_depth.set_xlabel("seconds since the workload started")
+    for ax in (ax_rss, ax_depth):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", loc="upper left")
+    fig.tight_layout()
+    try:
+        fig.savefig(out, dpi=110)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+    return out
