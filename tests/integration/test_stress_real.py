@@ -141,3 +141,49 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hicache: error:"), proc.stderr
     assert not (tmp_path / "hicache-runs").exists() or not list((tmp_path / "hicache-runs").glob("*/rank-*"))
+
+
+def test_live_dashboard_under_a_pseudo_terminal(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    cmd = f"{sys.executable} -m hicache_cli stress --pp 2 --policy reap --duration 4s --run-dir {run_dir}"
+    proc = subprocess.run(
+        ["script", "-qefc", cmd, "/dev/null"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="100", LINES="30", TERM="xterm-256color"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    screen = proc.stdout
+    assert "\x1b[" in screen  # drawn as a live terminal view
+    assert "verdict so far" in screen
+    for header in ("RSS", "depth", "p99ms", "rnd/s"):
+        assert header in screen
+    assert "done" in screen  # the final frame stays on screen with every rank done
+
+
+def test_plain_output_off_a_terminal_has_no_escape_codes(reap_pp2: Run) -> None:
+    out = reap_pp2.proc.stdout
+    assert "\x1b" not in out
+    assert "depth" in out and "rank 0: LEAK" in out
+
+
+def test_report_commands_on_real_reports(reap_pp2: Run, drain_pp2: Run, tmp_path) -> None:
+    show = hicache("report", "show", str(reap_pp2.run_dir), cwd=tmp_path)
+    assert show.returncode == 0, show.stderr
+    assert "LEAK" in show.stdout and "work list grows" in show.stdout
+    diff = hicache("report", "diff", str(reap_pp2.run_dir), str(drain_pp2.run_dir), cwd=tmp_path)
+    assert diff.returncode == 0, diff.stderr
+    assert "LEAK -> BOUNDED" in diff.stdout or "LEAK -> INCONCLUSIVE" in diff.stdout
+    png = tmp_path / "both.png"
+    plot = hicache("report", "plot", str(reap_pp2.run_dir), str(drain_pp2.run_dir), "-o", str(png), cwd=tmp_path)
+    assert plot.returncode == 0, plot.stderr
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_watch_a_finished_run(reap_pp2: Run, tmp_path) -> None:
+    proc = hicache("watch", str(reap_pp2.run_dir), "--no-live", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "watch ended: finished" in proc.stdout
+    assert "rank 0: LEAK" in proc.stdout
