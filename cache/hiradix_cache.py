@@ -44,6 +44,10 @@ class CacheCounters:
     host_evicted_tokens: int = 0
 
 
+DIGEST_EVERY = 1024
+_DIGEST_MOD = (1 << 61) - 1
+
+
 class PPDesyncError(RuntimeError):
     """A stage was told to apply more acks than it has: the pipeline diverged."""
 
@@ -62,6 +66,9 @@ class HiRadixCache:
         self.ongoing_write_through: dict[int, TreeNode] = {}
         self.ongoing_load_back: dict[int, TreeNode] = {}  # load id -> node locked for it
         self._load_ids = itertools.count()
+        self.event_rounds = 0  # check_hicache_events calls so far
+        self.digest = 0
+        self.checkpoints: list[tuple[int, int]] = []  # (event round, digest), every DIGEST_EVERY rounds
 
     # -- serving a request ------------------------------------------------
     def serve(self, tokens: tuple[int, ...], fill_value: float = 1.0) -> TreeNode | None:
@@ -146,7 +153,9 @@ class HiRadixCache:
     # -- the event round --------------------------------------------------
     def check_hicache_events(self) -> None:
         self.policy.at_round_start(self.work_list)
-        if self.policy.batched:
+        if self.policy.skip_sync_when_idle and not self.ongoing_write_through and not self.ongoing_load_back:
+            self._record_round(-1, -1)  # skipped: decided locally, no message
+        elif self.policy.batched:
             counts = torch.tensor(
                 [count_ready(self.controller.ack_write_queue), count_ready(self.controller.ack_load_queue)],
                 dtype=torch.int32,
@@ -154,9 +163,11 @@ class HiRadixCache:
             writes, loads = self.sync.agree(counts).tolist()
             self._apply_writes(writes)
             self._apply_loads(loads)
+            self._record_round(writes, loads)
         else:
-            self.writing_check()
-            self.loading_check()
+            writes = self.writing_check()
+            loads = self.loading_check()
+            self._record_round(writes, loads)
         self.policy.at_round_end(self.work_list)
 
     def settle_events(self) -> None:
@@ -164,11 +175,26 @@ class HiRadixCache:
         self._apply_writes(len(self.controller.ack_write_queue))
         self._apply_loads(len(self.controller.ack_load_queue))
 
-    def writing_check(self) -> None:
-        self._apply_writes(self._agree_one(count_ready(self.controller.ack_write_queue)))
+    def writing_check(self) -> int:
+        count = self._agree_one(count_ready(self.controller.ack_write_queue))
+        self._apply_writes(count)
+        return count
 
-    def loading_check(self) -> None:
-        self._apply_loads(self._agree_one(count_ready(self.controller.ack_load_queue)))
+    def loading_check(self) -> int:
+        count = self._agree_one(count_ready(self.controller.ack_load_queue))
+        self._apply_loads(count)
+        return count
+
+    def _record_round(self, writes: int, loads: int) -> None:
+        """Fold the counts this round applied into a digest, checkpointed every so often.
+
+        Every stage of a pipeline must apply the same counts in the same round; equal
+        digests at the same round on all ranks say they did (report: pp_consistency).
+        """
+        self.digest = (self.digest * 1_000_003 + (writes + 2) * 65_537 + loads + 2) % _DIGEST_MOD
+        self.event_rounds += 1
+        if self.event_rounds % DIGEST_EVERY == 0:
+            self.checkpoints.append((self.event_rounds, self.digest))
 
     def _agree_one(self, count: int) -> int:
         return int(self.sync.agree(torch.tensor([count], dtype=torch.int32)).item())

@@ -27,6 +27,8 @@ class DrainPolicy:
     name: ClassVar[str]
     # True when write and load counts travel in one message per round.
     batched: ClassVar[bool] = False
+    # True when a rank skips the whole sync in rounds it has no copy in flight.
+    skip_sync_when_idle: ClassVar[bool] = False
 
     def __init__(self, options: PolicyOptions) -> None:
         self.options = options
@@ -96,7 +98,7 @@ class Drain(DrainPolicy):
 
     def at_round_start(self, works: WorkList) -> None:
         for send in works:
-            works.wait(send)
+            works.wait(send, where=self.name)
         works.clear()
 
 
@@ -116,7 +118,7 @@ class BoundedDrain(DrainPolicy):
         deadline = time.monotonic() + self.options.wait_timeout_s
         try:
             for send in works:
-                works.wait(send, timeout_s=max(deadline - time.monotonic(), 0.001))
+                works.wait(send, timeout_s=max(deadline - time.monotonic(), 0.001), where=self.name)
         finally:
             works.clear()
 
@@ -145,7 +147,7 @@ class Adaptive(DrainPolicy):
         opts = self.options
         for _ in range(min(opts.max_reap_per_call, len(works))):
             try:
-                works.wait(works.head(), timeout_s=opts.probe_timeout_s)
+                works.wait(works.head(), timeout_s=opts.probe_timeout_s, where=self.name)
             except WaitTimedOut:
                 self.stuck_heads += 1
                 self.watermark = min(self.watermark * 2, opts.watermark_cap)
@@ -167,3 +169,17 @@ class Batched(Drain):
 
     name = "batched"
     batched = True
+
+
+@register
+class IdleSkip(Reap):
+    """Reap, but skip the sync entirely in rounds with no write or load in flight.
+
+    A reporter's quick patch on issue #28902: an idle server stops sending, so it stops
+    leaking while idle (busy rounds still leak as under `reap`). Each rank decides from
+    its own state, with nothing to keep the stages agreeing on which rounds were skipped;
+    the report's pp_consistency check shows whether they diverged.
+    """
+
+    name = "idle-skip"
+    skip_sync_when_idle = True

@@ -98,7 +98,7 @@ class PPSync:
                 dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.groups.tp)
                 self.tp_all_reduces += 1
         else:
-            self.work_list.blocked_on = f"recv from rank {topo.prev_rank}"
+            self.work_list.blocked_on = f"PP sync, waiting in recv from pp rank {topo.pp_rank - 1}"
             dist.recv(counts, src=topo.prev_rank, group=self.groups.pp)
             self.work_list.blocked_on = None
             self.received += 1
@@ -110,6 +110,6 @@ class PPSync:
                 if topo.next_rank in self.work_list.timed_out_peers:
                     raise ClosedAfterTimeout(topo.next_rank) from exc
                 raise
-            self.work_list.append(PendingSend(work, data, topo.next_rank, time.monotonic()))
+            self.work_list.append(PendingSend(work, data, topo.next_rank, time.monotonic(), topo.pp_rank + 1))
             self.sent += 1
         return counts

@@ -31,13 +31,19 @@ class PendingSend:
     data: torch.Tensor  # the cloned payload; it lives as long as the Work is kept
     peer: int  # global rank of the receiver
     sent_at: float  # time.monotonic() at isend
+    peer_pp: int = 0  # pipeline stage of the receiver
 
 
 class WaitTimedOut(RuntimeError):
-    def __init__(self, peer: int, waited_s: float) -> None:
-        super().__init__(f"isend to rank {peer} not received after {waited_s:.1f} s")
+    def __init__(self, peer: int, peer_pp: int, waited_s: float) -> None:
+        super().__init__(f"isend to rank {peer} (pp rank {peer_pp}) not received after {waited_s:.1f} s")
         self.peer = peer
+        self.peer_pp = peer_pp
         self.waited_s = waited_s
+
+
+class InjectedWaitError(RuntimeError):
+    """The raise-in-wait fault: wait() failed as a broken connection would make it."""
 
 
 class WorkList:
@@ -50,6 +56,7 @@ class WorkList:
         self.blocked_on: str | None = None
         # Peers a wait timed out on: on gloo their connection is closed from then on.
         self.timed_out_peers: set[int] = set()
+        self.fail_next_wait = False  # set by the raise-in-wait fault
 
     def __len__(self) -> int:
         return len(self._items)
@@ -75,14 +82,18 @@ class WorkList:
         self._items.clear()
         self.held_bytes = 0
 
-    def wait(self, send: PendingSend, timeout_s: float | None = None) -> None:
+    def wait(self, send: PendingSend, timeout_s: float | None = None, where: str = "wait") -> None:
         """Block until `send` completes; raise WaitTimedOut after `timeout_s` seconds.
 
         On gloo a timed-out wait also closes the connection to the peer (gloo's
         "Application timeout caused pair closure"): later sends to it fail.
+        `where` names the caller (the policy) for whoever reports a stall.
         """
         self.waits += 1
-        self.blocked_on = f"wait on isend to rank {send.peer}"
+        if self.fail_next_wait:
+            self.fail_next_wait = False
+            raise InjectedWaitError(f"injected fault: wait() on isend to rank {send.peer} raised")
+        self.blocked_on = f"{where}, waiting on isend to pp rank {send.peer_pp}"
         started = time.monotonic()
         try:
             if timeout_s is None:
@@ -93,6 +104,6 @@ class WorkList:
             if "timed out" not in str(exc).lower():
                 raise
             self.timed_out_peers.add(send.peer)
-            raise WaitTimedOut(send.peer, time.monotonic() - started) from exc
+            raise WaitTimedOut(send.peer, send.peer_pp, time.monotonic() - started) from exc
         finally:
             self.blocked_on = None

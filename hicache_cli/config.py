@@ -31,18 +31,23 @@ class StressConfig:
     warmup_s: float | None = None  # None: chosen from the duration (see stats.warmup_for)
     leak_threshold_mb_per_h: float = 100.0
     stop_grace_s: float = 1.5  # how long a rank blocked at the deadline gets to finish its round
+    stall_timeout_s: float = 5.0  # a round older than this is a stall: stacks dumped, run ended
+    faults: tuple[str, ...] = ()  # --fault specs, see cache/faults.py
 
     @property
     def world_size(self) -> int:
         return self.pp * self.tp
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "faults": list(self.faults)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StressConfig:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        if "faults" in values:
+            values["faults"] = tuple(values["faults"])
+        return cls(**values)
 
     def save(self, run_dir: Path) -> None:
         (run_dir / CONFIG_FILE).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")

@@ -24,6 +24,7 @@ from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.rundir import TORCHRUN_LOG
 from hicache_cli.sample import RunFollower, Sample
+from hicache_cli.watchdog import Stall, find_stalls
 
 LOOPBACK = "127.0.0.1"
 
@@ -46,6 +47,7 @@ class LaunchResult:
     killed: bool  # the launcher had to stop the ranks itself
     reason: str | None  # why it stopped them, when it did
     wall_s: float
+    stalls: tuple[Stall, ...] = ()  # what the watchdog found, when it ended the run
 
 
 def pick_port(host: str, requested: int | None) -> int:
@@ -109,6 +111,8 @@ def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], flo
     follower = RunFollower(config.run_dir)
     all_started = False
     reason = None
+    stalls: list[Stall] = []
+    hang_after_s = max(3.0, 20.0 / config.stress.probe_hz)
     try:
         while proc.poll() is None:
             samples = follower.poll()
@@ -117,6 +121,11 @@ def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], flo
             if not all_started and len(samples) == config.stress.world_size and all(samples.values()):
                 all_started = True  # every rank's workload has begun, give or take a poll
                 hard_deadline = min(hard_deadline, now + config.stress.duration_s + config.stop_grace_s)
+            stalls = find_stalls(samples, time.time(), config.stress.stall_timeout_s, hang_after_s)
+            if stalls:
+                request_stacks(stalls)
+                reason = "watchdog: " + "; ".join(s.message for s in stalls)
+                break
             if now >= hard_deadline:
                 reason = (
                     f"ranks still running {config.stop_grace_s:.0f} s after the duration"
@@ -131,8 +140,17 @@ def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], flo
         return LaunchResult(None, True, True, "interrupted by the user", time.monotonic() - started)
     if reason is not None:
         stop_process_group(proc)
-        return LaunchResult(None, False, True, reason, time.monotonic() - started)
+        on_tick(follower.poll(), time.monotonic() - started)
+        return LaunchResult(None, False, True, reason, time.monotonic() - started, tuple(stalls))
     return LaunchResult(proc.returncode, False, False, None, time.monotonic() - started)
+
+
+def request_stacks(stalls: list[Stall], settle_s: float = 0.5) -> None:
+    """SIGUSR1 each stuck rank: faulthandler in it dumps every thread's stack to a file."""
+    for stall in stalls:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(stall.pid, signal.SIGUSR1)
+    time.sleep(settle_s)
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], term_grace_s: float = 3.0) -> None:

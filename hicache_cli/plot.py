@@ -26,8 +26,16 @@ def _pyplot():  # noqa: ANN202 - the module, typed loosely on purpose
 
 
 def plot_reports(reports: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
-    """One figure: RSS (top) and depth (bottom) for every rank of every (label, report)."""
+    """One figure: RSS (top) and depth (bottom) for every rank of every (label, report).
+
+    A name without a suffix gets `.png`; returns the path written.
+    """
+    if not out.suffix:
+        out = out.with_suffix(".png")
     plt = _pyplot()
+    if out.suffix.lstrip(".").lower() not in plt.gcf().canvas.get_supported_filetypes():
+        plt.close("all")
+        raise UsageError(f"{out}: matplotlib cannot write {out.suffix!r} files; use .png, .svg or .pdf")
     fig, (ax_rss, ax_depth) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for label, report in reports:
         for rank in report["ranks"]:

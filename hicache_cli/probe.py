@@ -52,6 +52,7 @@ class Readings:
     received: int = 0
     blocked_on: str | None = None
     counters: dict[str, float] = field(default_factory=dict)
+    digests: dict[str, int] = field(default_factory=dict)
 
 
 def latency_summary(latencies: list[float]) -> tuple[float | None, float | None, float | None]:
@@ -132,6 +133,7 @@ class Probe:
             blocked_on=readings.blocked_on,
             counters=readings.counters,
             lat_hist=self._histogram.to_json(),
+            digests=readings.digests,
             kind=kind,
             message=message,
         )

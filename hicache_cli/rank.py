@@ -7,6 +7,7 @@ MASTER_ADDR / MASTER_PORT in the environment. Everything it prints goes to
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from hicache_cli.probe import STOP_SIGNALS
+from hicache_cli.watchdog import stack_file
 
 END_SKEW_S = 0.5
 
@@ -37,10 +39,16 @@ def main(argv: list[str]) -> int:
     run_dir = Path(argv[1])
     rank = int(os.environ["RANK"])
     _redirect_output(run_dir / f"rank-{rank}.log")
+    faulthandler.enable()  # a fatal signal leaves its stacks in the rank's log
+    # The watchdog asks a stuck rank for its stacks with SIGUSR1; faulthandler answers
+    # from C, so it works even when the loop is blocked inside gloo.
+    stacks = stack_file(run_dir, rank).open("w", encoding="utf-8")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
 
     import torch
     import torch.distributed as dist
 
+    from cache.faults import FaultPlan
     from cache.hiradix_cache import CacheConfig, HiRadixCache
     from cache.policies import PolicyOptions, make_policy
     from cache.pp_sync import PPSync, Topology, new_groups
@@ -74,12 +82,17 @@ def main(argv: list[str]) -> int:
     scheduler = Scheduler(cache, Workload(spec, config.seed))
     scheduler.warm_up(config.cache_warmup_rounds)
 
+    checkpoints_read = 0
+
     def read() -> Readings:
+        nonlocal checkpoints_read
         counters = {k: float(v) for k, v in vars(cache.counters).items()}
         counters.update(policy.counters())
         counters["waits"] = work_list.waits
         counters["released"] = work_list.released
         counters["tp_all_reduces"] = sync.tp_all_reduces
+        new = cache.checkpoints[checkpoints_read:]
+        checkpoints_read += len(new)
         return Readings(
             depth=len(work_list),
             held_bytes=work_list.held_bytes,
@@ -87,6 +100,7 @@ def main(argv: list[str]) -> int:
             received=sync.received,
             blocked_on=work_list.blocked_on,
             counters=counters,
+            digests={str(r): d for r, d in new},
         )
 
     dist.barrier()  # start every rank's clock together
@@ -104,9 +118,12 @@ def main(argv: list[str]) -> int:
         stop_grace_s=config.stop_grace_s,
     )
     probe.start()
+    plan = FaultPlan.for_rank(list(config.faults), rank, topo.world_size)
+    injector = FaultInjector(plan, work_list, stats) if plan.faults else None
     exit_code = 0
     try:
-        run_loop(scheduler, stats, time.perf_counter() + config.duration_s - (time.monotonic() - started))
+        clock_offset = time.perf_counter() - time.monotonic()
+        run_loop(scheduler, stats, started + clock_offset + config.duration_s, injector, started + clock_offset)
         probe.finish("done", "reached the deadline")
     except Exception as exc:  # noqa: BLE001 - recorded in the final line, then the rank exits
         traceback.print_exc()
@@ -124,18 +141,53 @@ def main(argv: list[str]) -> int:
     os._exit(exit_code)
 
 
-def run_loop(scheduler, stats, deadline: float) -> None:  # noqa: ANN001 - hot path, kept minimal
-    """Run rounds until `deadline` (a time.perf_counter() value) or until the probe says stop."""
+def run_loop(scheduler, stats, deadline: float, injector=None, origin: float = 0.0) -> None:  # noqa: ANN001
+    """Run rounds until `deadline` (a time.perf_counter() value) or until the probe says stop.
+
+    The hot path of the measurement: kept to what each round must do.
+    """
     clock = time.perf_counter
     run_round = scheduler.run_round
     while not stats.stop_requested:
         began = clock()
         if began >= deadline:
             return
+        if injector is not None:
+            injector(began - origin)
+            began = clock()
         stats.round_started = began
         run_round()
         stats.latencies.append(clock() - began)
         stats.rounds += 1
+
+
+class FaultInjector:
+    """Fires this rank's --fault plan from its event loop, between rounds."""
+
+    def __init__(self, plan, work_list, stats) -> None:  # noqa: ANN001
+        self.plan = plan
+        self.work_list = work_list
+        self.stats = stats
+        self.lag_s = plan.lag_s
+
+    def __call__(self, run_t: float) -> None:
+        if self.lag_s:
+            time.sleep(self.lag_s)
+        for fault in self.plan.due(run_t):
+            if fault.kind == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif fault.kind == "raise-in-wait":
+                self.work_list.fail_next_wait = True
+            else:  # stall or hang: stop receiving (and everything else) for a while
+                self._pause(fault, fault.for_s if fault.kind == "stall" else None)
+
+    def _pause(self, fault, seconds: float | None) -> None:  # noqa: ANN001
+        self.work_list.blocked_on = f"injected fault {fault}"
+        self.stats.round_started = time.perf_counter()  # the stall shows as a growing round age
+        until = None if seconds is None else time.monotonic() + seconds
+        while not self.stats.stop_requested and (until is None or time.monotonic() < until):
+            time.sleep(0.05)
+        self.work_list.blocked_on = None
 
 
 def _one_line(exc: BaseException) -> str:

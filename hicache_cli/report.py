@@ -21,8 +21,11 @@ from hicache_cli.errors import UsageError
 from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.rundir import REPORT_FILE, write_atomically
 from hicache_cli.sample import Sample
+from hicache_cli.torchrun_log import WorkerExit
+from hicache_cli.watchdog import Stall, blocked_frame, stack_file
 
 SCHEMA_VERSION = 1
+REQUIRED_KEYS = ("status", "config", "environment", "verdict", "failures", "ranks")
 SERIES_POINTS = 200
 
 
@@ -35,7 +38,8 @@ class RunOutcome:
     torchrun_exit_code: int | None = 0
     wall_s: float = 0.0
     launcher_cpu_s: float | None = None  # CPU the launching process used (follower, views)
-    extra_failures: list[dict[str, Any]] = field(default_factory=list)
+    stalls: tuple[Stall, ...] = ()  # what the watchdog found
+    worker_exits: dict[int, WorkerExit] = field(default_factory=dict)  # from torchrun's log
 
 
 def environment(config: StressConfig) -> dict[str, Any]:
@@ -54,14 +58,16 @@ def environment(config: StressConfig) -> dict[str, Any]:
     }
 
 
-def build_report(config: StressConfig, samples: dict[int, list[Sample]], outcome: RunOutcome) -> dict[str, Any]:
+def build_report(
+    config: StressConfig, samples: dict[int, list[Sample]], outcome: RunOutcome, run_dir: Path | None = None
+) -> dict[str, Any]:
     warmup = config.warmup_s if config.warmup_s is not None else stats.warmup_for(config.duration_s)
     finals = {r: s[-1] for r, s in samples.items() if s and s[-1].kind == "final"}
     ranks = [
         rank_summary(rank, samples.get(rank, []), samples.get(rank - config.tp, []), config, warmup)
         for rank in range(config.world_size)
     ]
-    failures = _failures(config, samples, finals, outcome)
+    failures = _failures(config, samples, finals, outcome, run_dir)
     if outcome.interrupted:
         status = "interrupted"
     elif failures:
@@ -75,6 +81,7 @@ def build_report(config: StressConfig, samples: dict[int, list[Sample]], outcome
         "environment": environment(config),
         "verdict": stats.overall([r["verdict"] for r in ranks]),
         "failures": failures,
+        "root_cause": failures[0]["rank"] if failures else None,
         "wall_s": round(outcome.wall_s, 2),
         "torchrun_exit_code": outcome.torchrun_exit_code,
         "launcher_cpu_s": None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
@@ -158,10 +165,13 @@ def _latency(series: list[Sample], cut: int) -> dict[str, float | None]:
     if cut > 0:
         window = window.minus(LatencyHistogram.from_json(series[cut - 1].lat_hist))
     maxima = [s.lat_max_ms for s in series[cut:] if s.lat_max_ms is not None]
+    worst = max(maxima) if maxima else None
+    # A bucket's upper edge can lie above every round in it; no quantile exceeds the max.
+    p50, p99 = window.quantile_ms(0.50), window.quantile_ms(0.99)
     return {
-        "p50": _round(window.quantile_ms(0.50)),
-        "p99": _round(window.quantile_ms(0.99)),
-        "max": _round(max(maxima)) if maxima else None,
+        "p50": _round(min(p50, worst) if p50 is not None and worst is not None else p50),
+        "p99": _round(min(p99, worst) if p99 is not None and worst is not None else p99),
+        "max": _round(worst),
         "rounds_measured": window.total,
     }
 
@@ -180,26 +190,80 @@ def _series(series: list[Sample]) -> dict[str, list[Any]]:
 
 
 def _failures(
-    config: StressConfig, samples: dict[int, list[Sample]], finals: dict[int, Sample], outcome: RunOutcome
+    config: StressConfig,
+    samples: dict[int, list[Sample]],
+    finals: dict[int, Sample],
+    outcome: RunOutcome,
+    run_dir: Path | None,
 ) -> list[dict[str, Any]]:
-    failures = list(outcome.extra_failures)
+    """One entry per rank that failed, earliest first (the first is the root cause)."""
+    stalls = {s.rank: s for s in outcome.stalls}
+    failures = []
     for rank in range(config.world_size):
-        final = finals.get(rank)
-        if final is not None and final.state == "error":
-            failures.append(_failure(rank, "error", final.message))
+        final, series = finals.get(rank), samples.get(rank, [])
+        exit_ = outcome.worker_exits.get(rank)
+        code = exit_.exit_code if exit_ else None
+        sig = exit_.signal if exit_ else None
+        last_t = series[-1].t if series else 0.0
+        if rank in stalls:
+            stall = stalls[rank]
+            stack = stack_file(run_dir, rank) if run_dir is not None else None
+            dump = stack.read_text(encoding="utf-8", errors="replace") if stack and stack.is_file() else ""
+            frame = blocked_frame(dump)
+            message = stall.message + (f"; stack top: {frame}" if frame else "")
+            failure = _failure(rank, stall.kind, message, stall.since_t, None, None, stack.name if dump else None)
+            if stall.waiting_on_pp is not None:
+                failure["waiting_on_pp"] = stall.waiting_on_pp
+            failures.append(failure)
+        elif final is not None and final.state == "error":
+            failures.append(_failure(rank, "error", final.message, final.t, code, sig))
         elif final is None and not outcome.interrupted:
-            if outcome.killed_reason is not None:
+            if sig is not None:
+                kind, message = "crash", f"killed by {sig} (exit code {code}); last sample at {last_t:.1f} s"
+            elif code is not None:
+                kind, message = (
+                    "crash",
+                    f"exited with code {code} without its final line; last sample at {last_t:.1f} s",
+                )
+            elif outcome.killed_reason is not None:
                 kind, message = "timeout", f"stopped by the launcher: {outcome.killed_reason}"
-            elif not samples.get(rank):
+            elif not series:
                 kind, message = "crash", "the rank never started its workload (see its log)"
             else:
                 kind, message = "crash", "the rank ended without its final line (see its log)"
-            failures.append(_failure(rank, kind, message))
-    return failures
+            failures.append(_failure(rank, kind, message, last_t, code, sig))
+    return _root_cause_first(failures, config.tp)
 
 
-def _failure(rank: int, kind: str, message: str | None) -> dict[str, Any]:
-    return {"rank": rank, "kind": kind, "exit_code": None, "signal": None, "message": message, "stack_file": None}
+def _root_cause_first(failures: list[dict[str, Any]], tp: int) -> list[dict[str, Any]]:
+    """Earliest first, except that a rank blocked on a stage that itself failed comes after
+    it: the one it waits for is the cause (`consequence_of` names it)."""
+    failed_stages = {f["rank"] // tp: f["rank"] for f in failures}
+    for f in failures:
+        stage = f.pop("waiting_on_pp", None)
+        if stage is not None and stage in failed_stages and failed_stages[stage] != f["rank"]:
+            f["consequence_of"] = failed_stages[stage]
+    return sorted(failures, key=lambda f: ("consequence_of" in f, f["at_s"]))
+
+
+def _failure(
+    rank: int,
+    kind: str,
+    message: str | None,
+    at_s: float,
+    exit_code: int | None = None,
+    sig: str | None = None,
+    stack: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "rank": rank,
+        "kind": kind,
+        "exit_code": exit_code,
+        "signal": sig,
+        "message": message,
+        "stack_file": stack,
+        "at_s": round(at_s, 3),
+    }
 
 
 def _mb_h(bytes_per_s: float) -> float:
@@ -235,10 +299,14 @@ def load_report(path: Path) -> dict[str, Any]:
     try:
         report = json.loads(text)
     except json.JSONDecodeError as exc:
-        what = "truncated" if text.strip() and exc.pos >= len(text.rstrip()) else "not JSON"
-        raise UsageError(f"{path}: {what} ({exc.msg} at line {exc.lineno})") from None
+        body = text.strip()
+        cut = body.startswith("{") and (not body.endswith("}") or exc.pos >= len(text.rstrip()))
+        raise UsageError(f"{path}: {'truncated' if cut else 'not JSON'} ({exc.msg}, line {exc.lineno})") from None
     if not isinstance(report, dict) or "schema_version" not in report:
         raise UsageError(f"{path}: not a hicache report (no schema_version)")
+    missing = [key for key in REQUIRED_KEYS if key not in report]
+    if missing and report["schema_version"] == SCHEMA_VERSION:
+        raise UsageError(f"{path}: not a complete hicache report (missing {', '.join(missing)})")
     if report["schema_version"] != SCHEMA_VERSION:
         raise UsageError(
             f"{path}: report schema version {report['schema_version']!r}; this hicache reads version {SCHEMA_VERSION}"

@@ -11,7 +11,9 @@ from typing import Any
 from hicache_cli.config import StressConfig
 from hicache_cli.launcher import LaunchConfig, launch
 from hicache_cli.report import RunOutcome, build_report, write_report
+from hicache_cli.rundir import TORCHRUN_LOG
 from hicache_cli.sample import Sample, read_run
+from hicache_cli.torchrun_log import worker_exits
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,28 @@ def execute(
     result = launch(LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s), on_tick)
     outcome = RunOutcome(
         interrupted=result.interrupted,
-        killed_reason=result.reason,
+        killed_reason=None if result.stalls else result.reason,
         torchrun_exit_code=result.exit_code,
         wall_s=result.wall_s,
         launcher_cpu_s=time.process_time() - cpu_before,
+        stalls=result.stalls,
+        worker_exits=worker_exits(_read_text(run_dir / TORCHRUN_LOG)),
     )
-    report = build_report(stress, read_run(run_dir), outcome)
+    _drop_empty_stack_files(run_dir)
+    report = build_report(stress, read_run(run_dir), outcome, run_dir)
     path = write_report(report, run_dir, report_copy)
     return RunResult(run_dir, path, report)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _drop_empty_stack_files(run_dir: Path) -> None:
+    """Every rank opens a stack file for the watchdog; only the ones written to matter."""
+    for path in run_dir.glob("rank-*.stacks.txt"):
+        if path.stat().st_size == 0:
+            path.unlink()

@@ -38,6 +38,8 @@ class Sample:
     # Cumulative loop-latency histogram since the start: {bucket: rounds}, sparse;
     # see hicache_cli.histogram for the bucket scale.
     lat_hist: dict[str, int] = field(default_factory=dict)
+    # PP consistency: {event round: digest of the counts applied up to it}, new ones only
+    digests: dict[str, int] = field(default_factory=dict)
     kind: str = "sample"
     message: str | None = None  # final lines: how the rank stopped
 

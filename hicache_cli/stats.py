@@ -30,6 +30,8 @@ def thin(points: list[T], max_points: int = MAX_POINTS) -> list[T]:
     n = len(points)
     if n <= max_points:
         return list(points)
+    if max_points == 1:
+        return [points[-1]]
     step = (n - 1) / (max_points - 1)
     return [points[round(i * step)] for i in range(max_points)]
 

@@ -48,7 +48,8 @@ class FakeWork:
 
 def pending_send(work: FakeWork, peer: int = 1, elements: int = 1) -> PendingSend:
     """A PendingSend as PPSync.agree appends it: the Work and the int32 count it sends."""
-    return PendingSend(work=work, data=torch.zeros(elements, dtype=torch.int32), peer=peer, sent_at=0.0)
+    data = torch.zeros(elements, dtype=torch.int32)
+    return PendingSend(work=work, data=data, peer=peer, sent_at=0.0, peer_pp=peer)
 
 
 def work_list_of(*works: FakeWork, peer: int = 1) -> WorkList:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from cache.faults import FaultSpecError, parse_fault
 from cache.policies import POLICIES
 from cache.workload import PRESETS
 from hicache_cli.config import StressConfig
@@ -38,6 +39,8 @@ class StressOptions:
     idle_fraction: float | None = None
     warmup: str | None = None
     leak_threshold: float = 100.0
+    stall_timeout: str = "5s"
+    faults: tuple[str, ...] = ()
 
 
 def config_from_options(opts: StressOptions) -> StressConfig:
@@ -63,6 +66,11 @@ def config_from_options(opts: StressOptions) -> StressConfig:
     if not (math.isfinite(opts.leak_threshold) and opts.leak_threshold > 0):
         raise UsageError(f"--leak-threshold must be more than zero, got {opts.leak_threshold}")
     duration = parse_duration(opts.duration, "duration")
+    for spec in opts.faults:
+        try:
+            parse_fault(spec, opts.pp * opts.tp)
+        except FaultSpecError as exc:
+            raise UsageError(f"--fault: {exc}") from None
     warmup = parse_duration(opts.warmup, "warmup") if opts.warmup is not None else None
     if warmup is not None and warmup >= duration:
         raise UsageError(f"--warmup ({warmup:g}s) must be shorter than --duration ({duration:g}s)")
@@ -80,6 +88,8 @@ def config_from_options(opts: StressOptions) -> StressConfig:
         wait_timeout_s=parse_duration(opts.wait_timeout, "wait-timeout"),
         warmup_s=warmup,
         leak_threshold_mb_per_h=opts.leak_threshold,
+        stall_timeout_s=parse_duration(opts.stall_timeout, "stall-timeout"),
+        faults=tuple(opts.faults),
     )
 
 
@@ -108,6 +118,15 @@ def stress(
     leak_threshold: float = typer.Option(
         100.0, "--leak-threshold", help="RSS slope in MB/h above which RSS counts as growing."
     ),
+    fault: list[str] = typer.Option(
+        [],
+        "--fault",
+        help="Inject a fault (repeatable): lag:RANK:MS, stall:RANK:AT:FOR, hang:RANK:AT, "
+        "kill:RANK:AT, raise-in-wait:RANK:AT. See docs/faults.md.",
+    ),
+    stall_timeout: str = typer.Option(
+        "5s", "--stall-timeout", help="A rank whose round runs longer is stalled: stacks dumped, run ended."
+    ),
     run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
     report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
     port: int = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one)."),
@@ -130,6 +149,8 @@ def stress(
             idle_fraction=idle_fraction,
             warmup=warmup,
             leak_threshold=leak_threshold,
+            stall_timeout=stall_timeout,
+            faults=tuple(fault),
         )
     )
     if not 0.2 <= refresh <= 20:

@@ -25,8 +25,8 @@ def fresh(n: int, received: bool = True) -> list[FakeWork]:
 
 
 # -- registry -------------------------------------------------------------------
-def test_registry_lists_exactly_the_five_policies() -> None:
-    assert list(POLICIES) == ["reap", "drain", "bounded-drain", "adaptive", "batched"]
+def test_registry_lists_exactly_the_six_policies() -> None:
+    assert list(POLICIES) == ["reap", "drain", "bounded-drain", "adaptive", "batched", "idle-skip"]
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
@@ -47,6 +47,7 @@ def test_only_batched_sends_both_counts_in_one_message() -> None:
         "bounded-drain": False,
         "adaptive": False,
         "batched": True,
+        "idle-skip": False,
     }
 
 

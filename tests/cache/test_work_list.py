@@ -94,7 +94,7 @@ def test_blocked_on_names_the_peer_during_a_wait_and_clears_after() -> None:
     with pytest.raises(RuntimeError):
         works.wait(list(works)[1])
     assert works.blocked_on is None
-    assert during == ["wait on isend to rank 3", "wait on isend to rank 4"]
+    assert during == ["wait, waiting on isend to pp rank 3", "wait, waiting on isend to pp rank 4"]
 
 
 def test_only_a_timed_out_wait_marks_its_peer_as_closed() -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.config import StressConfig
 from hicache_cli.histogram import LatencyHistogram
+from hicache_cli.report import RunOutcome, build_report
 from hicache_cli.sample import Sample
 
 
@@ -111,3 +113,45 @@ def make_sample() -> Callable[..., Sample]:
 @pytest.fixture
 def make_series() -> Callable[..., list[Sample]]:
     return build_series
+
+
+PP2_LEAK_RSS_PER_S = 50_000.0  # bytes per second: 180 MB/h
+
+
+def build_pp2_run(
+    *, leaking: bool = True, n: int = 600, final: bool = True, rounds_per_s: float = 1000.0
+) -> dict[int, list[Sample]]:
+    """Both stages of a pp=2 run at 10 Hz for n samples (60 s by default), without noise.
+
+    Leaking (`reap`): stage 0 keeps every send, so its depth grows 1000 Works/s and its RSS
+    PP2_LEAK_RSS_PER_S; stage 1 only receives and stays flat. Bounded (`drain`): both flat, depth 0.
+    """
+    sends = rounds_per_s
+    return {
+        0: build_series(
+            0,
+            n=n,
+            rss_per_s=PP2_LEAK_RSS_PER_S if leaking else 0.0,
+            depth_per_s=sends if leaking else 0.0,
+            sent_per_s=sends,
+            rounds_per_s=rounds_per_s,
+            final=final,
+        ),
+        1: build_series(1, n=n, received_per_s=sends, rounds_per_s=rounds_per_s, final=final),
+    }
+
+
+def build_pp2_report(*, leaking: bool = True, **run_options: Any) -> dict[str, Any]:
+    """The report of build_pp2_run's run: policy `reap` when leaking, `drain` when not; 60 s."""
+    config = StressConfig(pp=2, policy="reap" if leaking else "drain", duration_s=60.0)
+    return build_report(config, build_pp2_run(leaking=leaking, **run_options), RunOutcome(wall_s=61.5))
+
+
+@pytest.fixture
+def make_pp2_run() -> Callable[..., dict[int, list[Sample]]]:
+    return build_pp2_run
+
+
+@pytest.fixture
+def make_pp2_report() -> Callable[..., dict[str, Any]]:
+    return build_pp2_report

@@ -128,7 +128,7 @@ def test_verdict_lines(report: dict[str, Any]) -> None:
     assert lines[0].startswith("rank 0: LEAK - work list grows")
     assert lines[1].startswith("rank 1: BOUNDED - RSS")
     assert lines[2] == "rank 2: INCONCLUSIVE - the rank wrote no samples"
-    assert lines[3:] == [
-        "failure: rank 1 crash: the rank ended without its final line (see its log)",
+    assert lines[3:] == [  # earliest first: the root cause leads
         "failure: rank 2 crash: the rank never started its workload (see its log)",
+        "failure: rank 1 crash: the rank ended without its final line (see its log)",
     ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -201,16 +200,7 @@ def test_a_rank_that_stopped_on_an_error_failed(make_series: MakeSeries) -> None
     assert report["status"] == "failed"
     failure = report["failures"][0]
     assert (failure["rank"], failure["kind"], failure["message"]) == (1, "error", "RuntimeError: peer went away")
-    assert set(failure) == {"rank", "kind", "exit_code", "signal", "message", "stack_file"}
-
-
-def test_the_launchers_failures_are_kept(make_series: MakeSeries) -> None:
-    extra: dict[str, Any] = {"rank": None, "kind": "launch", "message": "torchrun exited 1"}
-    report = build_report(
-        CONFIG, {0: make_series(0), 1: make_series(1)}, RunOutcome(extra_failures=[extra], torchrun_exit_code=1)
-    )
-    assert report["failures"] == [extra]
-    assert report["status"] == "failed"
+    assert set(failure) == {"rank", "kind", "exit_code", "signal", "message", "stack_file", "at_s"}
 
 
 def test_a_short_run_is_inconclusive(make_series: MakeSeries) -> None:

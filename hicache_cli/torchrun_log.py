@@ -1,0 +1,40 @@
+"""What torchrun says about its workers when they fail: rank, exit code, signal.
+
+torchrun prints a failure summary (ChildFailedError) with, per failed rank, lines like
+`rank      : 2 (local_rank: 2)` and `exitcode  : -9 (pid: 1234)`; a negative exit code is
+the signal that ended the process. Reading it is the only way to learn a SIGKILLed
+rank's fate: it is torchrun's child, not ours, and it wrote nothing itself.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+
+_ENTRY = re.compile(r"rank\s*:\s*(?P<rank>\d+)\s*\(local_rank[^)]*\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    rank: int
+    exit_code: int
+    signal: str | None  # e.g. "SIGKILL" when the exit code was -9
+
+
+def signal_name(exit_code: int) -> str | None:
+    if exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+def worker_exits(log_text: str) -> dict[int, WorkerExit]:
+    """Exit codes by rank from torchrun's failure summary; empty when there is none."""
+    exits = {}
+    for m in _ENTRY.finditer(log_text):
+        code = int(m["code"])
+        exits[int(m["rank"])] = WorkerExit(int(m["rank"]), code, signal_name(code))
+    return exits
