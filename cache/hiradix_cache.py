@@ -9,6 +9,7 @@ policy's round-start hook, `writing_check`, `loading_check`, the round-end hook.
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -68,7 +69,9 @@ class HiRadixCache:
         self._load_ids = itertools.count()
         self.event_rounds = 0  # check_hicache_events calls so far
         self.digest = 0
-        self.checkpoints: list[tuple[int, int]] = []  # (event round, digest), every DIGEST_EVERY rounds
+        # (event round, digest) every DIGEST_EVERY rounds, until a reader takes them: bounded,
+        # because a list of every checkpoint would itself grow with rounds, like a leak.
+        self.checkpoints: deque[tuple[int, int]] = deque(maxlen=1024)
 
     # -- serving a request ------------------------------------------------
     def serve(self, tokens: tuple[int, ...], fill_value: float = 1.0) -> TreeNode | None:

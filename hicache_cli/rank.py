@@ -17,7 +17,7 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from hicache_cli.probe import STOP_SIGNALS
+from hicache_cli.probe import RING_MASK, STOP_SIGNALS
 from hicache_cli.watchdog import stack_file
 
 END_SKEW_S = 0.5
@@ -82,17 +82,15 @@ def main(argv: list[str]) -> int:
     scheduler = Scheduler(cache, Workload(spec, config.seed))
     scheduler.warm_up(config.cache_warmup_rounds)
 
-    checkpoints_read = 0
-
     def read() -> Readings:
-        nonlocal checkpoints_read
         counters = {k: float(v) for k, v in vars(cache.counters).items()}
         counters.update(policy.counters())
         counters["waits"] = work_list.waits
         counters["released"] = work_list.released
         counters["tp_all_reduces"] = sync.tp_all_reduces
-        new = cache.checkpoints[checkpoints_read:]
-        checkpoints_read += len(new)
+        new = []
+        while cache.checkpoints:  # the loop appends on the right; only we take from the left
+            new.append(cache.checkpoints.popleft())
         return Readings(
             depth=len(work_list),
             held_bytes=work_list.held_bytes,
@@ -148,6 +146,8 @@ def run_loop(scheduler, stats, deadline: float, injector=None, origin: float = 0
     """
     clock = time.perf_counter
     run_round = scheduler.run_round
+    ring = stats.latency_ring
+    rounds = stats.rounds
     while not stats.stop_requested:
         began = clock()
         if began >= deadline:
@@ -157,8 +157,9 @@ def run_loop(scheduler, stats, deadline: float, injector=None, origin: float = 0
             began = clock()
         stats.round_started = began
         run_round()
-        stats.latencies.append(clock() - began)
-        stats.rounds += 1
+        ring[rounds & RING_MASK] = clock() - began  # LoopStats.record, inlined
+        rounds += 1
+        stats.rounds = rounds
 
 
 class FaultInjector:
@@ -194,6 +195,7 @@ def _one_line(exc: BaseException) -> str:
     """First line of an error, without the C++ source location gloo prefixes it with."""
     lines = str(exc).strip().splitlines()
     text = re.sub(r"^\[[^\]]*\]\s*", "", lines[0]) if lines else ""
+    text = text.split(". This is typically caused by")[0]  # gloo's boilerplate advice
     return f"{type(exc).__name__}: {text}"[:300]
 
 

@@ -82,10 +82,31 @@ def build_report(
         "verdict": stats.overall([r["verdict"] for r in ranks]),
         "failures": failures,
         "root_cause": failures[0]["rank"] if failures else None,
+        "pp_consistency": pp_consistency(samples),
         "wall_s": round(outcome.wall_s, 2),
         "torchrun_exit_code": outcome.torchrun_exit_code,
         "launcher_cpu_s": None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
         "ranks": ranks,
+    }
+
+
+def pp_consistency(samples: dict[int, list[Sample]]) -> dict[str, Any]:
+    """Did every rank apply the same counts in the same rounds? Compares the digests
+    ranks checkpoint every 1024 event rounds, at the rounds two or more ranks reached."""
+    by_round: dict[int, dict[int, int]] = {}
+    for rank, series in samples.items():
+        for sample in series:
+            for round_, digest in sample.digests.items():
+                by_round.setdefault(int(round_), {})[rank] = digest
+    shared = sorted(r for r, digests in by_round.items() if len(digests) > 1)
+    first = next((r for r in shared if len(set(by_round[r].values())) > 1), None)
+    return {
+        "checked_rounds": len(shared),
+        "last_checked_round": shared[-1] if shared else None,
+        "consistent": first is None,
+        "first_divergence": None
+        if first is None
+        else {"round": first, "digests": {str(k): v for k, v in sorted(by_round[first].items())}},
     }
 
 
@@ -236,14 +257,23 @@ def _failures(
 
 
 def _root_cause_first(failures: list[dict[str, Any]], tp: int) -> list[dict[str, Any]]:
-    """Earliest first, except that a rank blocked on a stage that itself failed comes after
-    it: the one it waits for is the cause (`consequence_of` names it)."""
+    """Earliest first, except for consequences, which follow with `consequence_of` naming
+    their cause: a rank blocked on a stage that itself failed, or a rank whose connection
+    broke after another rank had already failed for another reason."""
     failed_stages = {f["rank"] // tp: f["rank"] for f in failures}
+    gone = sorted((f for f in failures if not _is_connection_error(f["message"])), key=lambda f: f["at_s"])
     for f in failures:
         stage = f.pop("waiting_on_pp", None)
         if stage is not None and stage in failed_stages and failed_stages[stage] != f["rank"]:
             f["consequence_of"] = failed_stages[stage]
+        elif f["kind"] == "error" and gone and gone[0]["at_s"] <= f["at_s"] and _is_connection_error(f["message"]):
+            f["consequence_of"] = gone[0]["rank"]
     return sorted(failures, key=lambda f: ("consequence_of" in f, f["at_s"]))
+
+
+def _is_connection_error(message: str | None) -> bool:
+    text = (message or "").lower()
+    return any(word in text for word in ("connection", "closed by peer", "pair closure", "reset by peer"))
 
 
 def _failure(

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from hicache_cli.histogram import LatencyHistogram, bucket_of
-from hicache_cli.probe import LoopStats, Probe, RankIdentity, Readings, latency_summary
+from hicache_cli.probe import RING, LoopStats, Probe, RankIdentity, Readings, latency_summary
 from hicache_cli.sample import Sample
 
 
@@ -62,9 +62,11 @@ def reader() -> CountingReader:
 
 
 def test_sample_reports_readings_and_loop_stats(reader: CountingReader) -> None:
-    stats = LoopStats(rounds=7, latencies=[0.001, 0.002, 0.010])
+    stats = LoopStats(rounds=4)
     out = io.StringIO()
-    probe = make_probe(stats, reader, out)
+    probe = make_probe(stats, reader, out)  # the probe counts rounds from here on
+    for seconds in (0.001, 0.002, 0.010):
+        stats.record(seconds)
 
     sample = probe.sample()
 
@@ -81,15 +83,18 @@ def test_sample_reports_readings_and_loop_stats(reader: CountingReader) -> None:
     assert sample.round_age_s >= 0.0
     assert isinstance(sample.rss_bytes, int) and sample.rss_bytes > 0
     assert reader.calls == 1
-    assert stats.latencies == []  # taken, so the next sample covers only newer rounds
+    assert probe.sample().lat_count == 0  # taken, so the next sample covers only newer rounds
     assert out.getvalue() == ""  # taking a sample writes nothing
 
 
 def test_the_latency_histogram_is_cumulative(reader: CountingReader) -> None:
-    stats = LoopStats(latencies=[0.001] * 4)
+    stats = LoopStats()
     probe = make_probe(stats, reader, io.StringIO())
+    for _ in range(4):
+        stats.record(0.001)
     first = probe.sample()
-    stats.latencies = [0.05] * 2
+    for _ in range(2):
+        stats.record(0.05)
     second = probe.sample()
     third = probe.sample()  # no rounds finished since
 
@@ -122,3 +127,16 @@ def test_finish_writes_one_final_line_once(reader: CountingReader) -> None:
     assert (final.kind, final.state, final.message) == ("final", "done", "reached the deadline")
     assert final.rounds == 9
     assert final.depth == 42
+
+
+def test_more_rounds_than_the_ring_holds_are_counted_and_the_newest_kept(reader: CountingReader) -> None:
+    stats = LoopStats()
+    probe = make_probe(stats, reader, io.StringIO())
+    for _ in range(RING):
+        stats.record(0.001)
+    for _ in range(100):
+        stats.record(0.5)  # the newest rounds overwrite the oldest
+    sample = probe.sample()
+    assert sample.lat_count == RING + 100
+    assert sample.lat_max_ms == pytest.approx(500.0)
+    assert LatencyHistogram.from_json(sample.lat_hist).total == RING  # what the ring held
