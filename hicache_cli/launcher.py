@@ -93,8 +93,29 @@ def rank_environment(host: str) -> dict[str, str]:
     return env
 
 
+class GuardedView:
+    """Calls the view's tick; if its output goes away (a closed pipe, a full disk) the run
+    goes on without it: measuring matters more than showing."""
+
+    def __init__(self, on_tick: Callable[[dict[int, list[Sample]], float], None]) -> None:
+        self.on_tick: Callable[[dict[int, list[Sample]], float], None] | None = on_tick
+        self.error: OSError | None = None
+
+    def __call__(self, samples: dict[int, list[Sample]], elapsed: float) -> None:
+        if self.on_tick is None:
+            return
+        try:
+            self.on_tick(samples, elapsed)
+        except OSError as exc:
+            self.on_tick, self.error = None, exc
+
+
 def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], float], None]) -> LaunchResult:
-    """Run torchrun to completion; call `on_tick(samples_by_rank, elapsed)` while it runs."""
+    """Run torchrun to completion; call `on_tick(samples_by_rank, elapsed)` while it runs.
+
+    Whatever happens here (the end, the watchdog, the hard deadline, Ctrl-C, an error of
+    our own), no rank outlives this function.
+    """
     port = pick_port(config.host, config.port)
     started = time.monotonic()
     log = (config.run_dir / TORCHRUN_LOG).open("ab")
@@ -107,42 +128,47 @@ def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], flo
         start_new_session=True,  # Ctrl-C reaches us, not the ranks; we stop them
     )
     log.close()
-    hard_deadline = started + config.startup_timeout_s + config.stress.duration_s + config.stop_grace_s
-    follower = RunFollower(config.run_dir)
-    all_started = False
-    reason = None
-    stalls: list[Stall] = []
-    hang_after_s = max(3.0, 20.0 / config.stress.probe_hz)
+    follower, view = RunFollower(config.run_dir), GuardedView(on_tick)
     try:
-        while proc.poll() is None:
-            samples = follower.poll()
-            now = time.monotonic()
-            on_tick(samples, now - started)
-            if not all_started and len(samples) == config.stress.world_size and all(samples.values()):
-                all_started = True  # every rank's workload has begun, give or take a poll
-                hard_deadline = min(hard_deadline, now + config.stress.duration_s + config.stop_grace_s)
-            stalls = find_stalls(samples, time.time(), config.stress.stall_timeout_s, hang_after_s)
-            if stalls:
-                request_stacks(stalls)
-                reason = "watchdog: " + "; ".join(s.message for s in stalls)
-                break
-            if now >= hard_deadline:
-                reason = (
-                    f"ranks still running {config.stop_grace_s:.0f} s after the duration"
-                    if all_started
-                    else f"not every rank started within {config.startup_timeout_s:.0f} s"
-                )
-                break
-            time.sleep(config.poll_interval_s)
-        on_tick(follower.poll(), time.monotonic() - started)  # the final lines, once more
+        reason, stalls = _supervise(proc, config, follower, view, started)
     except KeyboardInterrupt:
         stop_process_group(proc)
+        view(follower.poll(), time.monotonic() - started)
         return LaunchResult(None, True, True, "interrupted by the user", time.monotonic() - started)
+    except BaseException:
+        stop_process_group(proc)
+        raise
     if reason is not None:
         stop_process_group(proc)
-        on_tick(follower.poll(), time.monotonic() - started)
-        return LaunchResult(None, False, True, reason, time.monotonic() - started, tuple(stalls))
-    return LaunchResult(proc.returncode, False, False, None, time.monotonic() - started)
+    view(follower.poll(), time.monotonic() - started)  # the final lines, once more
+    code = proc.returncode if reason is None else None
+    return LaunchResult(code, False, reason is not None, reason, time.monotonic() - started, tuple(stalls))
+
+
+def _supervise(
+    proc: subprocess.Popen[bytes], config: LaunchConfig, follower: RunFollower, view: GuardedView, started: float
+) -> tuple[str | None, list[Stall]]:
+    """Follow the run until torchrun exits; returns why the launcher must stop it, if it must."""
+    hard_deadline = started + config.startup_timeout_s + config.stress.duration_s + config.stop_grace_s
+    hang_after_s = max(3.0, 20.0 / config.stress.probe_hz)
+    all_started = False
+    while proc.poll() is None:
+        samples = follower.poll()
+        now = time.monotonic()
+        view(samples, now - started)
+        if not all_started and len(samples) == config.stress.world_size and all(samples.values()):
+            all_started = True  # every rank's workload has begun, give or take a poll
+            hard_deadline = min(hard_deadline, now + config.stress.duration_s + config.stop_grace_s)
+        stalls = find_stalls(samples, time.time(), config.stress.stall_timeout_s, hang_after_s)
+        if stalls:
+            request_stacks(stalls)
+            return "watchdog: " + "; ".join(s.message for s in stalls), stalls
+        if now >= hard_deadline:
+            if all_started:
+                return f"ranks still running {config.stop_grace_s:.0f} s after the duration", []
+            return f"not every rank started within {config.startup_timeout_s:.0f} s", []
+        time.sleep(config.poll_interval_s)
+    return None, []
 
 
 def request_stacks(stalls: list[Stall], settle_s: float = 0.5) -> None:

@@ -5,6 +5,7 @@ Renderers only turn data into text or rich renderables; printing is the caller's
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -17,11 +18,21 @@ from hicache_cli.sample import Sample
 from hicache_cli.units import format_bytes, format_duration
 
 
+class RunConsole(Console):
+    """A console whose reader may go away (`hicache stress | head`): the run goes on."""
+
+    def on_broken_pipe(self) -> None:
+        # rich exits here; a run must still finish and write its report, so go quiet.
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def make_console(live: bool) -> Console:
     """A console for command output: colours only when live; off a terminal, wide enough
     for the tables (rich would assume 80 columns and cut them) and never markup."""
     tty = sys.stdout.isatty()
-    return Console(markup=False, highlight=False, color_system="auto" if live else None, width=None if tty else 160)
+    return RunConsole(markup=False, highlight=False, color_system="auto" if live else None, width=None if tty else 160)
 
 
 class PlainProgress:

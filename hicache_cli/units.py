@@ -14,6 +14,8 @@ _SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 def parse_duration(text: str, option: str = "duration") -> float:
     """'15s', '2m', '500ms', '1h' or plain seconds -> seconds (must be positive)."""
     match = _DURATION.match(str(text))
+    if not match and str(text).strip().startswith("-"):
+        raise UsageError(f"--{option}: must be more than zero, got {text!r}")
     if not match:
         raise UsageError(f"--{option}: cannot read {text!r} as a duration (use e.g. 15s, 2m, 500ms or seconds)")
     seconds = float(match.group(1)) * _SCALE[match.group(2)]
