@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hicache_cli import stats
+from hicache_cli.assess import assess_rank
 from hicache_cli.config import StressConfig
 from hicache_cli.sample import Sample
 from hicache_cli.units import format_bytes, format_bytes_short, format_duration
@@ -138,18 +139,9 @@ class Dashboard:
         cached = self._trends.get(rank)
         if cached is not None and last_t - cached[0] < 1.0 and series[-1].kind != "final":
             return cached[1], cached[2]
-        after = [s for s in series if s.t >= self.warmup]
-        rss = stats.theil_sen(
-            stats.thin([(s.t, float(s.rss_bytes)) for s in after if s.rss_bytes is not None], LIVE_TREND_POINTS)
-        )
-        depth = stats.theil_sen(stats.thin([(s.t, float(s.depth)) for s in after], LIVE_TREND_POINTS))
-        span = after[-1].t - after[0].t if after else 0.0
-        decided = stats.decide(
-            stats.VerdictInputs(rss=rss, depth=depth, final_depth=series[-1].depth, span_s=span),
-            self.config.leak_threshold_mb_per_h,
-        )
-        trend = stats.per_hour_mb(rss.slope) if rss else None
-        verdict = decided.verdict if after else None
+        assessment = assess_rank(series, self.warmup, self.config.leak_threshold_mb_per_h, LIVE_TREND_POINTS)
+        trend = stats.per_hour_mb(assessment.rss.slope) if assessment.rss else None
+        verdict = assessment.verdict.verdict if assessment.cut < len(series) else None
         self._trends[rank] = (last_t, trend, verdict)
         return trend, verdict
 
@@ -252,9 +244,7 @@ def _layout(layout: str, threshold: float) -> list[Column]:
         Column("RSS", 10 if wide else 6, lambda r: "-" if r.rss_bytes is None else size(r.rss_bytes)),
     ]
     if wide:
-        cols.append(
-            Column("Δwarm", 10, lambda r: "-" if r.rss_change_bytes is None else format_bytes(r.rss_change_bytes))
-        )
+        cols.append(Column("Δwarm", 10, _rss_change))
     cols.append(Column("MB/h", 7, lambda r: _num(r.trend_mb_per_h, "+.0f"), _trend_style(threshold)))
     if medium:
         cols.append(Column("", spark_w, lambda r: sparkline(r.rss_spark, spark_w), lambda _r: "cyan", left=True))

@@ -22,6 +22,7 @@ import psutil
 
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.probe import EARLY_STOP
 from hicache_cli.rundir import TORCHRUN_LOG
 from hicache_cli.sample import RunFollower, Sample
 from hicache_cli.watchdog import Stall, find_stalls
@@ -48,6 +49,7 @@ class LaunchResult:
     reason: str | None  # why it stopped them, when it did
     wall_s: float
     stalls: tuple[Stall, ...] = ()  # what the watchdog found, when it ended the run
+    stopped_early: str | None = None  # why the run was ended before its duration, if it was
 
 
 def pick_port(host: str, requested: int | None) -> int:
@@ -110,9 +112,18 @@ class GuardedView:
             self.on_tick, self.error = None, exc
 
 
-def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], float], None]) -> LaunchResult:
+EarlyStop = Callable[[dict[int, list[Sample]]], str | None]
+
+
+def launch(
+    config: LaunchConfig,
+    on_tick: Callable[[dict[int, list[Sample]], float], None],
+    early_stop: EarlyStop | None = None,
+) -> LaunchResult:
     """Run torchrun to completion; call `on_tick(samples_by_rank, elapsed)` while it runs.
 
+    `early_stop(samples)` may return a reason to end the run before its duration: every
+    rank is then asked (SIGUSR2) to stop as at its deadline, and the run completes.
     Whatever happens here (the end, the watchdog, the hard deadline, Ctrl-C, an error of
     our own), no rank outlives this function.
     """
@@ -130,7 +141,7 @@ def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], flo
     log.close()
     follower, view = RunFollower(config.run_dir), GuardedView(on_tick)
     try:
-        reason, stalls = _supervise(proc, config, follower, view, started)
+        reason, stalls, stopped_early = _supervise(proc, config, follower, view, started, early_stop)
     except KeyboardInterrupt:
         stop_process_group(proc)
         view(follower.poll(), time.monotonic() - started)
@@ -142,16 +153,24 @@ def launch(config: LaunchConfig, on_tick: Callable[[dict[int, list[Sample]], flo
         stop_process_group(proc)
     view(follower.poll(), time.monotonic() - started)  # the final lines, once more
     code = proc.returncode if reason is None else None
-    return LaunchResult(code, False, reason is not None, reason, time.monotonic() - started, tuple(stalls))
+    wall = time.monotonic() - started
+    return LaunchResult(code, False, reason is not None, reason, wall, tuple(stalls), stopped_early)
 
 
 def _supervise(
-    proc: subprocess.Popen[bytes], config: LaunchConfig, follower: RunFollower, view: GuardedView, started: float
-) -> tuple[str | None, list[Stall]]:
-    """Follow the run until torchrun exits; returns why the launcher must stop it, if it must."""
+    proc: subprocess.Popen[bytes],
+    config: LaunchConfig,
+    follower: RunFollower,
+    view: GuardedView,
+    started: float,
+    early_stop: EarlyStop | None,
+) -> tuple[str | None, list[Stall], str | None]:
+    """Follow the run until torchrun exits. Returns why the launcher must stop it (if it
+    must), what the watchdog found, and why the run was ended early (if it was)."""
     hard_deadline = started + config.startup_timeout_s + config.stress.duration_s + config.stop_grace_s
     hang_after_s = max(3.0, 20.0 / config.stress.probe_hz)
     all_started = False
+    stopped_early = None
     while proc.poll() is None:
         samples = follower.poll()
         now = time.monotonic()
@@ -162,13 +181,25 @@ def _supervise(
         stalls = find_stalls(samples, time.time(), config.stress.stall_timeout_s, hang_after_s)
         if stalls:
             request_stacks(stalls)
-            return "watchdog: " + "; ".join(s.message for s in stalls), stalls
+            return "watchdog: " + "; ".join(s.message for s in stalls), stalls, stopped_early
         if now >= hard_deadline:
             if all_started:
-                return f"ranks still running {config.stop_grace_s:.0f} s after the duration", []
-            return f"not every rank started within {config.startup_timeout_s:.0f} s", []
+                return f"ranks still running {config.stop_grace_s:.0f} s after the duration", [], stopped_early
+            return f"not every rank started within {config.startup_timeout_s:.0f} s", [], stopped_early
+        if early_stop is not None and all_started and stopped_early is None:
+            stopped_early = early_stop(samples)
+            if stopped_early is not None:
+                _signal_ranks(samples, EARLY_STOP)
+                hard_deadline = min(hard_deadline, now + config.stop_grace_s)
         time.sleep(config.poll_interval_s)
-    return None, []
+    return None, [], stopped_early
+
+
+def _signal_ranks(samples: dict[int, list[Sample]], signo: int) -> None:
+    for series in samples.values():
+        if series:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(series[0].pid, signo)
 
 
 def request_stacks(stalls: list[Stall], settle_s: float = 0.5) -> None:

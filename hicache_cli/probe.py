@@ -23,7 +23,10 @@ import psutil
 from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.sample import Sample
 
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+# SIGTERM/SIGINT: stop now (interrupted). SIGUSR2: the launcher ends the run early, as if
+# the deadline had come (the verdict is settled).
+EARLY_STOP = signal.SIGUSR2
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, EARLY_STOP}
 
 
 RING = 1 << 14  # round latencies kept between samples: all of them below 160k rounds/s at 10 Hz
@@ -109,6 +112,7 @@ class Probe:
         self._lock = threading.Lock()
         self._closed = False
         self.state = "running"
+        self.stop_reason = "reached the deadline"
         self._thread = threading.Thread(target=self._run, name="hicache-probe", daemon=True)
 
     def start(self) -> None:
@@ -193,7 +197,10 @@ class Probe:
         while True:
             next_at += self.interval
             info = signal.sigtimedwait(STOP_SIGNALS, max(0.0, next_at - time.monotonic()))
-            if info is not None:
+            if info is not None and info.si_signo == EARLY_STOP:
+                self.deadline = min(self.deadline, time.monotonic())
+                self.stop_reason = "stopped early: the verdict was settled"
+            elif info is not None:
                 self._stop_on_signal(info.si_signo)
                 return
             now = time.monotonic()
@@ -212,7 +219,7 @@ class Probe:
         """The loop did not finish its last round in time: record where it is and leave."""
         blocked = self.read().blocked_on or "its event round"
         age = time.perf_counter() - self.stats.round_started
-        self.finish("done", f"stopped at the deadline while blocked in {blocked} for {age:.1f} s")
+        self.finish("done", f"{self.stop_reason}; was blocked in {blocked} for {age:.1f} s")
         os._exit(0)
 
     def _stop_on_signal(self, signo: int) -> None:

@@ -122,12 +122,12 @@ def main(argv: list[str]) -> int:
     try:
         clock_offset = time.perf_counter() - time.monotonic()
         run_loop(scheduler, stats, started + clock_offset + config.duration_s, injector, started + clock_offset)
-        probe.finish("done", "reached the deadline")
+        probe.finish("done", probe.stop_reason)
     except Exception as exc:  # noqa: BLE001 - recorded in the final line, then the rank exits
         traceback.print_exc()
         # Ranks leave at their own deadline; a neighbour that left a moment earlier
         # (the ranks' clocks start together to within milliseconds) closes the pair.
-        if stats.stop_requested or time.monotonic() >= started + config.duration_s - END_SKEW_S:
+        if stats.stop_requested or time.monotonic() >= probe.deadline - END_SKEW_S:
             probe.finish("done", f"stopped at the deadline; last round ended with: {_one_line(exc)}")
         else:
             probe.finish("error", _one_line(exc))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli import stats
+from hicache_cli.assess import assess_rank
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.histogram import LatencyHistogram
@@ -39,6 +40,7 @@ class RunOutcome:
     wall_s: float = 0.0
     launcher_cpu_s: float | None = None  # CPU the launching process used (follower, views)
     stalls: tuple[Stall, ...] = ()  # what the watchdog found
+    stopped_early: str | None = None  # why the launcher ended the run before its duration
     worker_exits: dict[int, WorkerExit] = field(default_factory=dict)  # from torchrun's log
 
 
@@ -82,6 +84,8 @@ def build_report(
         "verdict": stats.overall([r["verdict"] for r in ranks]),
         "failures": failures,
         "root_cause": failures[0]["rank"] if failures else None,
+        "stopped_early": outcome.stopped_early,
+        "run_s": round(max((s[-1].t for s in samples.values() if s), default=0.0), 3),
         "pp_consistency": pp_consistency(samples),
         "wall_s": round(outcome.wall_s, 2),
         "torchrun_exit_code": outcome.torchrun_exit_code,
@@ -124,17 +128,8 @@ def rank_summary(
             "samples": 0,
         }
     last = series[-1]
-    cut = next((i for i, s in enumerate(series) if s.t >= warmup), len(series))
-    after = series[cut:]
-    rss_points = [(s.t, float(s.rss_bytes)) for s in after if s.rss_bytes is not None]
-    depth_points = [(s.t, float(s.depth)) for s in after]
-    rss_trend = stats.theil_sen(rss_points)
-    depth_trend = stats.theil_sen(depth_points)
-    span = after[-1].t - after[0].t if after else 0.0
-    verdict = stats.decide(
-        stats.VerdictInputs(rss=rss_trend, depth=depth_trend, final_depth=last.depth, span_s=span),
-        config.leak_threshold_mb_per_h,
-    )
+    assessment = assess_rank(series, warmup, config.leak_threshold_mb_per_h)
+    verdict, rss_trend, depth_trend, cut = assessment.verdict, assessment.rss, assessment.depth, assessment.cut
     rss_values = [s.rss_bytes for s in series if s.rss_bytes is not None]
     latency = _latency(series, cut)
     up_final = upstream[-1] if upstream and config.tp <= rank else None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.config import StressConfig
-from hicache_cli.launcher import LaunchConfig, launch
+from hicache_cli.launcher import EarlyStop, LaunchConfig, launch
 from hicache_cli.report import RunOutcome, build_report, write_report
 from hicache_cli.rundir import TORCHRUN_LOG
 from hicache_cli.sample import Sample, read_run
@@ -30,6 +30,7 @@ def execute(
     port: int | None = None,
     report_copy: Path | None = None,
     refresh_s: float = 0.5,
+    early_stop: EarlyStop | None = None,
 ) -> RunResult:
     """Launch the run in `run_dir`, wait for it, and write its report, whatever happened.
 
@@ -37,7 +38,8 @@ def execute(
     """
     stress.save(run_dir)
     cpu_before = time.process_time()
-    result = launch(LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s), on_tick)
+    launch_config = LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s)
+    result = launch(launch_config, on_tick, early_stop)
     outcome = RunOutcome(
         interrupted=result.interrupted,
         killed_reason=None if result.stalls else result.reason,
@@ -45,6 +47,7 @@ def execute(
         wall_s=result.wall_s,
         launcher_cpu_s=time.process_time() - cpu_before,
         stalls=result.stalls,
+        stopped_early=result.stopped_early,
         worker_exits=worker_exits(_read_text(run_dir / TORCHRUN_LOG)),
     )
     _drop_empty_stack_files(run_dir)

@@ -155,3 +155,29 @@ class FakeIsend:
             raise RuntimeError(self.error)
         self.calls.append((tensor, dst, group))
         return FakeWork()
+
+
+class RecordingWorkList:
+    """Mimics the two WorkList attributes FaultInjector touches: `blocked_on` and `fail_next_wait`.
+
+    Every value assigned to `blocked_on` is kept in `blocked_history`, in order, as a sampler
+    reading it from another thread would see them in turn; `on_blocked`, when set, runs on
+    each assignment (in the assigning thread). Unlike WorkList it holds no sends and cannot wait.
+    """
+
+    def __init__(self) -> None:
+        self.fail_next_wait = False
+        self.blocked_history: list[str | None] = []
+        self.on_blocked: Callable[[str | None], None] | None = None
+        self._blocked_on: str | None = None
+
+    @property
+    def blocked_on(self) -> str | None:
+        return self._blocked_on
+
+    @blocked_on.setter
+    def blocked_on(self, value: str | None) -> None:
+        self._blocked_on = value
+        self.blocked_history.append(value)
+        if self.on_blocked is not None:
+            self.on_blocked(value)

@@ -155,3 +155,43 @@ def make_pp2_run() -> Callable[..., dict[int, list[Sample]]]:
 @pytest.fixture
 def make_pp2_report() -> Callable[..., dict[str, Any]]:
     return build_pp2_report
+
+
+# What faulthandler writes to rank-N.stacks.txt when the watchdog sends SIGUSR1 to a rank
+# whose loop is blocked in drain's wait(): the probe thread, the copy-stream thread, and the
+# main thread (the one that took the signal) with run_loop among its frames.
+PROBE_THREAD_STACK = """\
+Thread 0x00007f3a9bfff640 (most recent call first):
+  File "/work/main/hicache_cli/probe.py", line 199 in _sample_until_stopped
+  File "/work/main/hicache_cli/probe.py", line 190 in _run
+  File "/usr/lib/python3.11/threading.py", line 975 in run
+  File "/usr/lib/python3.11/threading.py", line 1038 in _bootstrap_inner
+  File "/usr/lib/python3.11/threading.py", line 995 in _bootstrap
+"""
+COPY_STREAM_THREAD_STACK = """\
+Thread 0x00007f3aa4bff640 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/usr/lib/python3.11/queue.py", line 171 in get
+  File "/work/main/cache/streams.py", line 78 in _run
+  File "/usr/lib/python3.11/threading.py", line 975 in run
+  File "/usr/lib/python3.11/threading.py", line 1038 in _bootstrap_inner
+  File "/usr/lib/python3.11/threading.py", line 995 in _bootstrap
+"""
+MAIN_THREAD_STACK = """\
+Current thread 0x00007f3ab1e4b740 (most recent call first):
+  File "/work/main/cache/work_list.py", line 100 in wait
+  File "/work/main/cache/policies.py", line 95 in at_round_start
+  File "/work/main/cache/hiradix_cache.py", line 164 in check_hicache_events
+  File "/work/main/cache/scheduler.py", line 25 in run_round
+  File "/work/main/hicache_cli/rank.py", line 163 in run_loop
+  File "/work/main/hicache_cli/rank.py", line 125 in main
+  File "/work/main/hicache_cli/rank.py", line 203 in <module>
+  File "<frozen runpy>", line 88 in _run_code
+  File "<frozen runpy>", line 198 in _run_module_as_main
+"""
+
+
+@pytest.fixture
+def stack_dump() -> str:
+    """A rank's stack dump, as faulthandler writes it, with the loop blocked in drain's wait()."""
+    return "\n".join((PROBE_THREAD_STACK, COPY_STREAM_THREAD_STACK, MAIN_THREAD_STACK))
