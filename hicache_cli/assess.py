@@ -26,11 +26,9 @@ def assess_rank(
 ) -> Assessment:
     cut = next((i for i, s in enumerate(series) if s.t >= warmup_s), len(series))
     after = series[cut:]
-    rss = stats.theil_sen(stats.thin([(s.t, float(s.rss_bytes)) for s in after if s.rss_bytes is not None], max_points))
+    rss_points = [(s.t, float(s.rss_bytes)) for s in after if s.rss_bytes is not None]
+    rss = stats.theil_sen(stats.thin(rss_points, max_points))
     depth = stats.theil_sen(stats.thin([(s.t, float(s.depth)) for s in after], max_points))
     span = after[-1].t - after[0].t if after else 0.0
-    final_depth = series[-1].depth if series else 0
-    verdict = stats.decide(
-        stats.VerdictInputs(rss=rss, depth=depth, final_depth=final_depth, span_s=span), threshold_mb_per_h
-    )
-    return Assessment(verdict, rss, depth, span, cut)
+    inputs = stats.VerdictInputs(rss=rss, depth=depth, final_depth=series[-1].depth if series else 0, span_s=span)
+    return Assessment(stats.decide(inputs, threshold_mb_per_h), rss, depth, span, cut)
