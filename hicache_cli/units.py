@@ -50,3 +50,22 @@ def format_bytes_short(n: float | None) -> str:
             return f"{sign}{n:.0f}{unit}" if unit in ("B", "K") or n >= 100 and unit == "G" else f"{sign}{n:.1f}{unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:(k|m|g)?b?\s*/\s*(s|min|m|h))?\s*$", re.IGNORECASE)
+_BYTES = {None: 1e6, "k": 1e3, "m": 1e6, "g": 1e9}  # a bare number is MB
+_PER_HOUR = {"s": 3600.0, "min": 60.0, "m": 60.0, "h": 1.0, None: 1.0}
+
+
+def parse_rate_mb_per_h(text: str, option: str) -> float:
+    """'200MB/h', '1.5GB/h', '100KB/s', '200' (MB/h) -> MB (10^6 bytes) per hour, positive."""
+    match = _RATE.match(str(text))
+    if not match:
+        raise UsageError(f"--{option}: cannot read {text!r} as a rate (use e.g. 200MB/h, 1GB/h, 50KB/s)")
+    value = float(match.group(1))
+    unit = (match.group(2) or "").lower() or None
+    per = (match.group(3) or "").lower() or None
+    mb_per_h = value * _BYTES[unit] / 1e6 * _PER_HOUR[per]
+    if mb_per_h <= 0:
+        raise UsageError(f"--{option}: must be more than zero, got {text!r}")
+    return mb_per_h

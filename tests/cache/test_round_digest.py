@@ -83,9 +83,7 @@ def test_equal_count_sequences_give_equal_digests(make_cache: MakeCache) -> None
         ROUNDS[:-1],  # one round fewer
     ],
 )
-def test_different_count_sequences_give_different_digests(
-    make_cache: MakeCache, other: list[tuple[int, int]]
-) -> None:
+def test_different_count_sequences_give_different_digests(make_cache: MakeCache, other: list[tuple[int, int]]) -> None:
     assert digest_of(make_cache(), ROUNDS) != digest_of(make_cache(), other)
 
 
@@ -107,9 +105,7 @@ def test_the_digest_is_checkpointed_every_digest_every_rounds(make_cache: MakeCa
     assert list(cache.checkpoints) == expected
 
 
-def test_checkpoints_are_bounded_when_nobody_takes_them(
-    make_cache: MakeCache, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_checkpoints_are_bounded_when_nobody_takes_them(make_cache: MakeCache, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hiradix_cache, "DIGEST_EVERY", 1)  # a checkpoint every round
     cache = make_cache()
     bound = cache.checkpoints.maxlen

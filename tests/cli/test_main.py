@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cache.policies import POLICIES
-from hicache_cli.commands import stress as stress_command
+from hicache_cli.commands import common as run_commands
 from hicache_cli.main import main
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -22,7 +22,7 @@ def no_launch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the command tried to launch ranks")
 
-    monkeypatch.setattr(stress_command, "execute", refuse)
+    monkeypatch.setattr(run_commands, "execute", refuse)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "200")  # help text is wrapped to the terminal
 

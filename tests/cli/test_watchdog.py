@@ -74,9 +74,7 @@ def test_a_stall_says_which_stage_it_waits_on_when_it_knows(
 def test_a_rank_that_stopped_sampling_is_a_hang(make_sample: MakeSample) -> None:
     last = make_sample(1, t=4.0, pid=77, round_age_s=0.001, blocked_on="drain, waiting on isend to pp rank 2")
     stalls = stalls_at({1: [make_sample(1, t=3.9), last]}, now_wall=last.wall + 10.0)
-    assert stalls == [
-        Stall(1, 77, "hang", "rank 1 stopped sampling 10.0 s ago (process unresponsive)", since_t=4.0)
-    ]
+    assert stalls == [Stall(1, 77, "hang", "rank 1 stopped sampling 10.0 s ago (process unresponsive)", since_t=4.0)]
 
 
 def test_a_short_silence_with_a_young_round_is_nothing(make_sample: MakeSample) -> None:
@@ -88,9 +86,7 @@ def test_a_short_silence_with_a_young_round_is_nothing(make_sample: MakeSample) 
     ("kind", "state"),
     [("final", "done"), ("final", "error"), ("final", "interrupted"), ("sample", "stopping"), ("sample", "starting")],
 )
-def test_finished_stopping_or_starting_ranks_are_never_reported(
-    make_sample: MakeSample, kind: str, state: str
-) -> None:
+def test_finished_stopping_or_starting_ranks_are_never_reported(make_sample: MakeSample, kind: str, state: str) -> None:
     last = make_sample(0, t=10.0, state=state, kind=kind, round_age_s=60.0, blocked_on="drain, waiting on isend")
     assert stalls_at({0: [last]}, now_wall=last.wall + 600.0) == []
 

@@ -36,7 +36,9 @@ def test_bounded_drain_names_the_stuck_peer(tmp_path) -> None:
 
 
 def test_drain_with_a_hung_receiver_is_caught_by_the_watchdog(tmp_path) -> None:
-    run = stress_run(tmp_path, "--policy", "drain", "--fault", "hang:1:2s", "--stall-timeout", "2s", "--duration", "20s")
+    run = stress_run(
+        tmp_path, "--policy", "drain", "--fault", "hang:1:2s", "--stall-timeout", "2s", "--duration", "20s"
+    )
     assert run.proc.returncode == EXIT_RUN_FAILED
     assert run.report["root_cause"] == 1
     hung, blocked = _failure(run, 1), _failure(run, 0)

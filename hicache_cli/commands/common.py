@@ -1,0 +1,156 @@
+"""What the commands that run workloads share: their options, checking them, and running
+one workload with a progress view."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from cache.faults import FaultSpecError, parse_fault
+from cache.policies import POLICIES
+from cache.workload import PRESETS
+from hicache_cli.config import StressConfig
+from hicache_cli.dashboard import Dashboard
+from hicache_cli.errors import UsageError
+from hicache_cli.launcher import LOOPBACK, EarlyStop, pick_port
+from hicache_cli.progress import LiveView, PlainProgress
+from hicache_cli.run import RunResult, execute
+from hicache_cli.units import parse_duration
+
+MAX_WORLD_SIZE = 64
+
+
+@dataclass(frozen=True)
+class StressOptions:
+    pp: int
+    tp: int
+    policy: str
+    duration: str
+    workload: str
+    seed: int
+    probe_hz: float
+    wait_timeout: str
+    request_rate: float | None = None
+    prefix_sharing: float | None = None
+    idle_fraction: float | None = None
+    warmup: str | None = None
+    leak_threshold: float = 100.0
+    stall_timeout: str = "5s"
+    faults: tuple[str, ...] = ()
+
+
+def config_from_options(opts: StressOptions) -> StressConfig:
+    """Check every option and build the run's config; bad input raises UsageError."""
+    for name, value in (("pp", opts.pp), ("tp", opts.tp)):
+        if value < 1:
+            raise UsageError(f"--{name} must be at least 1, got {value}")
+    if opts.pp * opts.tp > MAX_WORLD_SIZE:
+        raise UsageError(f"--pp x --tp = {opts.pp * opts.tp} ranks; at most {MAX_WORLD_SIZE} are supported")
+    if opts.policy not in POLICIES:
+        raise UsageError(f"--policy: unknown policy {opts.policy!r}; choose one of: {', '.join(POLICIES)}")
+    if opts.workload not in PRESETS:
+        raise UsageError(f"--workload: unknown workload {opts.workload!r}; choose one of: {', '.join(PRESETS)}")
+    for name, value in (
+        ("request-rate", opts.request_rate),
+        ("prefix-sharing", opts.prefix_sharing),
+        ("idle-fraction", opts.idle_fraction),
+    ):
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise UsageError(f"--{name} must be between 0 and 1, got {value}")
+    if not 0.1 <= opts.probe_hz <= 100:
+        raise UsageError(f"--probe-hz must be between 0.1 and 100, got {opts.probe_hz}")
+    if not (math.isfinite(opts.leak_threshold) and opts.leak_threshold > 0):
+        raise UsageError(f"--leak-threshold must be more than zero, got {opts.leak_threshold}")
+    duration = parse_duration(opts.duration, "duration")
+    for spec in opts.faults:
+        try:
+            parse_fault(spec, opts.pp * opts.tp)
+        except FaultSpecError as exc:
+            raise UsageError(f"--fault: {exc}") from None
+    warmup = parse_duration(opts.warmup, "warmup") if opts.warmup is not None else None
+    if warmup is not None and warmup >= duration:
+        raise UsageError(f"--warmup ({warmup:g}s) must be shorter than --duration ({duration:g}s)")
+    return StressConfig(
+        pp=opts.pp,
+        tp=opts.tp,
+        policy=opts.policy,
+        duration_s=duration,
+        workload=opts.workload,
+        request_rate=opts.request_rate,
+        prefix_sharing=opts.prefix_sharing,
+        idle_fraction=opts.idle_fraction,
+        seed=opts.seed,
+        probe_hz=opts.probe_hz,
+        wait_timeout_s=parse_duration(opts.wait_timeout, "wait-timeout"),
+        warmup_s=warmup,
+        leak_threshold_mb_per_h=opts.leak_threshold,
+        stall_timeout_s=parse_duration(opts.stall_timeout, "stall-timeout"),
+        faults=tuple(opts.faults),
+    )
+
+
+def check_run_options(refresh: float, report: Path | None, port: int | None) -> None:
+    """Options about running rather than the workload; a bad or busy port fails here,
+    before anything is created."""
+    if not 0.2 <= refresh <= 20:
+        raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
+    if report is not None and not report.parent.exists():
+        raise UsageError(f"--report: directory {report.parent} does not exist")
+    if port is not None:
+        pick_port(LOOPBACK, port)
+
+
+def wants_live(no_live: bool) -> bool:
+    return not no_live and sys.stdout.isatty()
+
+
+def run_with_progress(
+    config: StressConfig,
+    directory: Path,
+    console: Console,
+    live: bool,
+    refresh: float = 4.0,
+    port: int | None = None,
+    report_copy: Path | None = None,
+    early_stop: EarlyStop | None = None,
+) -> RunResult:
+    """One workload, shown live on a terminal or as plain lines otherwise."""
+    if live:
+        with LiveView(Dashboard(config, str(directory)), console) as view:
+            return execute(config, directory, view, port, report_copy, 1.0 / refresh, early_stop)
+    view = PlainProgress(config.duration_s, write=console.print)
+    return execute(config, directory, view, port, report_copy, early_stop=early_stop)
+
+
+POLICY_HELP = "Drain policy: " + ", ".join(POLICIES) + ". See docs/policies.md."
+
+# Options shared by stress, check and compare-policies (typer reads these, never changes them).
+PP = typer.Option(2, "--pp", help="Pipeline-parallel stages (ranks per pipeline).")
+TP = typer.Option(1, "--tp", help="Tensor-parallel ranks per stage; world size is pp x tp.")
+WORKLOAD = typer.Option(
+    "mixed", "--workload", help="Preset: " + ", ".join(PRESETS) + " (idle = the incident's idle server)."
+)
+REQUEST_RATE = typer.Option(None, "--request-rate", help="Chance a busy round admits a request (0-1).")
+PREFIX_SHARING = typer.Option(None, "--prefix-sharing", help="Share of requests with a shared prefix (0-1).")
+IDLE_FRACTION = typer.Option(None, "--idle-fraction", help="Share of rounds with nothing to do (0-1).")
+SEED = typer.Option(0, "--seed", help="Workload seed; every rank uses the same.")
+PROBE_HZ = typer.Option(10.0, "--probe-hz", help="Samples per second per rank.")
+WAIT_TIMEOUT = typer.Option("5s", "--wait-timeout", help="bounded-drain: longest a round's drain may wait.")
+WARMUP = typer.Option(None, "--warmup", help="Start of the run left out of trends (default: a fifth, 1-10 s).")
+FAULT = typer.Option(
+    [],
+    "--fault",
+    help="Inject a fault (repeatable): lag:RANK:MS, stall:RANK:AT:FOR, hang:RANK:AT, kill:RANK:AT, "
+    "raise-in-wait:RANK:AT. See docs/faults.md.",
+)
+STALL_TIMEOUT = typer.Option(
+    "5s", "--stall-timeout", help="A rank whose round runs longer is stalled: stacks dumped, run ended."
+)
+PORT = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one).")
+NO_LIVE = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard.")
+REFRESH = typer.Option(4.0, "--refresh", help="Live dashboard refreshes per second.")

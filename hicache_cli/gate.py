@@ -1,0 +1,79 @@
+"""The CI gate's judgement: assertions per rank from a report and thresholds, and the exit code.
+
+Pure: a report dict in, results out. `hicache check` prints them and writes JUnit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hicache_cli.errors import EXIT_FINDING, EXIT_OK, EXIT_RUN_FAILED
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_rss_slope_mb_per_h: float = 200.0
+    max_depth: int | None = None
+    max_p99_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Assertion:
+    rank: int | None  # None: about the run as a whole
+    name: str
+    passed: bool | None  # None: could not be decided
+    message: str
+
+
+def evaluate(report: dict[str, Any], limits: Thresholds) -> list[Assertion]:
+    results = []
+    if report["status"] != "completed":
+        causes = "; ".join(f"rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"][:3])
+        results.append(Assertion(None, "run", None, f"the run {report['status']}" + (f": {causes}" if causes else "")))
+    for r in report["ranks"]:
+        rank = r["rank"]
+        decided = {"BOUNDED": True, "LEAK": False}.get(r["verdict"])
+        results.append(Assertion(rank, "bounded", decided, f"rank {rank} {r['verdict']}: {r['verdict_reason']}"))
+        if r.get("samples", 0) == 0:
+            continue
+        results.append(_slope(rank, r["rss"], limits.max_rss_slope_mb_per_h))
+        if limits.max_depth is not None:
+            peak = r["work_list"]["max"]
+            over = peak - limits.max_depth
+            text = f"work list reached {peak}" + (f", {over} over the limit {limits.max_depth}" if over > 0 else "")
+            results.append(Assertion(rank, "max-depth", over <= 0, f"rank {rank} {text}"))
+        if limits.max_p99_ms is not None:
+            p99 = r["loop_latency_ms"]["p99"]
+            if p99 is None:
+                results.append(Assertion(rank, "max-p99", None, f"rank {rank} finished no round after warm-up"))
+            else:
+                over = p99 - limits.max_p99_ms
+                text = f"loop p99 {p99:.2f} ms" + (
+                    f", {over:.2f} ms over the limit {limits.max_p99_ms:g}" if over > 0 else ""
+                )
+                results.append(Assertion(rank, "max-p99", over <= 0, f"rank {rank} {text}"))
+    return results
+
+
+def _slope(rank: int, rss: dict[str, Any], limit: float) -> Assertion:
+    ci = rss.get("slope_ci95_mb_per_h")
+    if ci is None:
+        return Assertion(rank, "rss-slope", None, f"rank {rank}: too little data for an RSS trend")
+    slope, (lo, hi) = rss["slope_mb_per_h"], ci
+    text = f"rank {rank} RSS slope {slope:+.0f} MB/h [95% {lo:+.0f}, {hi:+.0f}]"
+    if lo > limit:
+        return Assertion(rank, "rss-slope", False, f"{text} exceeds {limit:g} MB/h by {slope - limit:.0f} MB/h")
+    if hi <= limit:
+        return Assertion(rank, "rss-slope", True, f"{text} is within {limit:g} MB/h")
+    return Assertion(rank, "rss-slope", None, f"{text} straddles {limit:g} MB/h")
+
+
+def exit_code(results: list[Assertion]) -> int:
+    """1 when anything failed; else 3 when something (the run itself, a verdict) could not be
+    decided; else 0."""
+    if any(a.passed is False for a in results):
+        return EXIT_FINDING
+    if any(a.passed is None for a in results):
+        return EXIT_RUN_FAILED
+    return EXIT_OK
