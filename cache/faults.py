@@ -53,7 +53,7 @@ def parse_fault(spec: str, world_size: int) -> Fault:
     if len(parts) != 2 + _ARITY[kind]:
         shapes = {"lag": "lag:RANK:MS", "stall": "stall:RANK:AT:FOR"}
         raise FaultSpecError(f"fault {spec!r}: expected {shapes.get(kind, kind + ':RANK:AT')}")
-    if not parts[1].isdigit():
+    if not (parts[1].isascii() and parts[1].isdigit()):
         raise FaultSpecError(f"fault {spec!r}: rank {parts[1]!r} is not a number")
     rank = int(parts[1])
     if rank >= world_size:

@@ -254,15 +254,21 @@ def _failures(
 def _root_cause_first(failures: list[dict[str, Any]], tp: int) -> list[dict[str, Any]]:
     """Earliest first, except for consequences, which follow with `consequence_of` naming
     their cause: a rank blocked on a stage that itself failed, or a rank whose connection
-    broke after another rank had already failed for another reason."""
+    broke after another rank had already failed for a reason of its own."""
     failed_stages = {f["rank"] // tp: f["rank"] for f in failures}
-    gone = sorted((f for f in failures if not _is_connection_error(f["message"])), key=lambda f: f["at_s"])
     for f in failures:
         stage = f.pop("waiting_on_pp", None)
         if stage is not None and stage in failed_stages and failed_stages[stage] != f["rank"]:
             f["consequence_of"] = failed_stages[stage]
-        elif f["kind"] == "error" and gone and gone[0]["at_s"] <= f["at_s"] and _is_connection_error(f["message"]):
-            f["consequence_of"] = gone[0]["rank"]
+    causes = sorted(
+        (f for f in failures if "consequence_of" not in f and not _is_connection_error(f["message"])),
+        key=lambda f: f["at_s"],
+    )
+    for f in failures:
+        if "consequence_of" in f or not causes or causes[0] is f:
+            continue
+        if f["kind"] == "error" and causes[0]["at_s"] <= f["at_s"] and _is_connection_error(f["message"]):
+            f["consequence_of"] = causes[0]["rank"]
     return sorted(failures, key=lambda f: ("consequence_of" in f, f["at_s"]))
 
 

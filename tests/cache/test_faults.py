@@ -92,12 +92,6 @@ def test_fault_spec_error_is_a_value_error() -> None:
         parse_fault("boom:0:1s", world_size=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="BUG: cache/faults.py:56 checks the rank with str.isdigit(), which accepts digits int() "
-    "cannot read ('²'); int() then raises a bare ValueError instead of FaultSpecError",
-)
 def test_a_rank_that_only_looks_like_a_digit_is_refused_as_a_spec_error() -> None:
     with pytest.raises(FaultSpecError, match="is not a number"):
         parse_fault("kill:²:4s", world_size=4)

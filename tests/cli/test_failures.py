@@ -222,12 +222,6 @@ def test_an_error_that_is_not_about_the_connection_is_no_consequence(make_series
     assert failures_of(report) == [(1, "crash", None), (0, "error", None)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: hicache_cli/report.py _root_cause_first counts a failure that is itself a consequence "
-    "(a stall waiting on the erroring stage) as the earlier failure a connection error follows, so two "
-    "failures become consequences of each other and root_cause names a consequence",
-)
 def test_the_root_cause_is_never_itself_a_consequence(make_series: MakeSeries) -> None:
     # rank 0 waits on rank 1, which is not receiving; once rank 0 is gone rank 1's pair closes
     samples = {

@@ -60,12 +60,6 @@ def test_fault_ranks_count_every_rank_of_pp_times_tp() -> None:
     assert config_from_options(options(pp=2, tp=2, faults=("kill:3:4s",))).faults == ("kill:3:4s",)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="BUG: cache/faults.py:56 lets '²' past isdigit(); int() raises a bare ValueError, which "
-    "config_from_options (commands/stress.py, except FaultSpecError) does not turn into a UsageError",
-)
 def test_a_rank_that_only_looks_like_a_digit_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--fault"):
         config_from_options(options(faults=("kill:²:4s",)))
