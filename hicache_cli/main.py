@@ -7,6 +7,8 @@ import sys
 import typer
 
 from hicache_cli.commands import report
+from hicache_cli.commands.check import check
+from hicache_cli.commands.compare import compare_policies
 from hicache_cli.commands.stress import stress
 from hicache_cli.commands.watch import watch
 from hicache_cli.errors import HicacheError
@@ -42,6 +44,8 @@ STRESS_EXAMPLES = """Examples:
 
 app.command(epilog=STRESS_EXAMPLES)(stress)
 app.command()(watch)
+app.command()(check)
+app.command(name="compare-policies")(compare_policies)
 app.add_typer(report.app, name="report")
 
 

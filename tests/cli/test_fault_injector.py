@@ -126,8 +126,8 @@ def test_a_stall_pauses_the_loop_naming_the_fault_then_clears_it(monkeypatch: py
 
 def test_a_stall_ends_at_once_when_the_rank_is_asked_to_stop() -> None:
     work_list, stats = RecordingWorkList(), LoopStats(stop_requested=True)
-    injector("stall:1:0:1m", work_list=work_list, stats=stats)(0.0)  # would otherwise pause a minute
-    assert work_list.blocked_history == ["injected fault stall:1:0:1m", None]
+    injector("stall:1:0:2s", work_list=work_list, stats=stats)(0.0)  # would otherwise pause 2 s
+    assert work_list.blocked_history == ["injected fault stall:1:0:2s", None]
 
 
 def test_a_hang_lasts_until_the_rank_is_asked_to_stop() -> None:
