@@ -54,7 +54,7 @@ def summarize(report: dict[str, Any]) -> PolicyRow:
     )
 
 
-# column -> (attribute, lower is better); only completed runs compete for "best"
+# column -> (attribute, lower is better)
 BEST = {
     "slope": ("slope_mb_per_h", True),
     "peak": ("peak_depth", True),
@@ -67,10 +67,13 @@ BEST = {
 
 
 def best_of(rows: list[PolicyRow]) -> dict[str, str]:
-    """Column -> the policy with the best value in it (ties: the first)."""
+    """Column -> the policy with the best value in it (ties: the first). Only policies that
+    completed BOUNDED compete, when there are any: a leaking policy's speed is no prize."""
+    completed = [r for r in rows if r.status == "completed"]
+    contenders = [r for r in completed if r.verdict == "BOUNDED"] or completed
     best = {}
     for column, (attr, lower) in BEST.items():
-        candidates = [r for r in rows if r.status == "completed" and getattr(r, attr) is not None]
+        candidates = [r for r in contenders if getattr(r, attr) is not None]
         if candidates:
             pick = min if lower else max
             best[column] = pick(candidates, key=lambda r: getattr(r, attr)).policy
@@ -137,7 +140,11 @@ def markdown_table(rows: list[PolicyRow], title: str) -> str:
         lines.append(
             "| " + " | ".join(f"**{v}**" if best.get(k) == row.policy else v for k, v in values.items()) + " |"
         )
-    lines += ["", "Bold: the best value in its column. Latency and rounds/s are PP0's loop; RSS is the steepest rank."]
+    lines += [
+        "",
+        "Bold: the best value in its column among the policies that stayed bounded. "
+        "Latency and rounds/s are PP0's loop; RSS is the steepest rank.",
+    ]
     return "\n".join(lines) + "\n"
 
 
