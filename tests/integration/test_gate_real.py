@@ -1,0 +1,49 @@
+"""The CI gate and the policy comparison with real ranks."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.integration.helpers import hicache
+
+pytestmark = pytest.mark.slow
+
+
+def test_check_fails_reap_fast_with_junit(tmp_path) -> None:
+    junit = tmp_path / "reap.xml"
+    args = ("check", "--policy", "reap", "--pp", "2", "--max-duration", "60s", "--no-live")
+    proc = hicache(*args, "--junit", str(junit), "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "hicache check FAIL" in proc.stdout and "LEAK settled after" in proc.stdout
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert int(suite.get("failures")) >= 2
+    failed = [c for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert {c.get("name") for c in failed} >= {"bounded", "rss-slope"}
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["stopped_early"] and report["run_s"] < 30  # stopped long before 60 s
+
+
+def test_check_passes_drain(tmp_path) -> None:
+    args = ("check", "--policy", "drain", "--pp", "2", "--duration", "12s", "--max-depth", "2", "--no-live")
+    proc = hicache(*args, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "hicache check PASS" in proc.stdout
+
+
+def test_compare_two_policies(tmp_path) -> None:
+    bundle, md = tmp_path / "bundle.json", tmp_path / "table.md"
+    args = ("compare-policies", "--policies", "reap,batched", "--pp", "2", "--duration", "5s", "--no-live")
+    proc = hicache(
+        *args, "--output", str(bundle), "--markdown", str(md), "--run-dir", str(tmp_path / "c"), cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(bundle.read_text())
+    assert [p["policy"] for p in data["policies"]] == ["reap", "batched"]
+    assert data["policies"][0]["verdict"] == "LEAK"
+    assert data["policies"][1]["summary"]["peak_depth"] <= 1
+    assert data["policies"][1]["report"]["ranks"][0]["messages"]["sent"] > 0
+    assert "| reap | LEAK |" in md.read_text()
+    assert (tmp_path / "c" / "compare.json").is_file()
