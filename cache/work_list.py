@@ -57,9 +57,11 @@ class WorkList:
         # Peers a wait timed out on: on gloo their connection is closed from then on.
         self.timed_out_peers: set[int] = set()
         self.fail_next_wait = False  # set by the raise-in-wait fault
+        self.keep_every = 0  # the keep fault: every K-th released Work is kept, never freed
+        self._kept: list[PendingSend] = []
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._items) + len(self._kept)
 
     def __iter__(self):
         return iter(tuple(self._items))
@@ -73,14 +75,19 @@ class WorkList:
 
     def popleft(self) -> PendingSend:
         send = self._items.popleft()
-        self.held_bytes -= send.data.numel() * send.data.element_size()
-        self.released += 1
+        self._release(send)
         return send
 
     def clear(self) -> None:
-        self.released += len(self._items)
-        self._items.clear()
-        self.held_bytes = 0
+        while self._items:
+            self._release(self._items.popleft())
+
+    def _release(self, send: PendingSend) -> None:
+        self.released += 1
+        if self.keep_every and self.released % self.keep_every == 0:
+            self._kept.append(send)  # an injected leak: still counted in depth and held bytes
+        else:
+            self.held_bytes -= send.data.numel() * send.data.element_size()
 
     def wait(self, send: PendingSend, timeout_s: float | None = None, where: str = "wait") -> None:
         """Block until `send` completes; raise WaitTimedOut after `timeout_s` seconds.

@@ -28,7 +28,7 @@ class StressConfig:
     device_pool_tokens: int = 4096
     host_pool_tokens: int = 16384
     cache_warmup_rounds: int = 10000  # rounds run before the clock starts (Scheduler.warm_up)
-    warmup_s: float | None = None  # None: chosen from the duration (see stats.warmup_for)
+    warmup_s: float | None = None  # None: per rank, where its RSS transient ends (assess.resolve_warmup)
     leak_threshold_mb_per_h: float = 100.0
     stop_grace_s: float = 1.5  # how long a rank blocked at the deadline gets to finish its round
     stall_timeout_s: float = 5.0  # a round older than this is a stall: stacks dumped, run ended

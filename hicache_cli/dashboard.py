@@ -94,8 +94,8 @@ class Dashboard:
     def __init__(self, config: StressConfig, run_dir: str) -> None:
         self.config = config
         self.run_dir = run_dir
-        self.warmup = config.warmup_s if config.warmup_s is not None else stats.warmup_for(config.duration_s)
-        self._trends: dict[int, tuple[float, float | None, str | None]] = {}  # rank -> (t, MB/h, verdict)
+        # rank -> (t, MB/h, verdict, warm-up), recomputed at most once a second of run time
+        self._trends: dict[int, tuple[float, float | None, str | None, float]] = {}
 
     def model(self, samples: dict[int, list[Sample]], launch_elapsed: float) -> DashboardModel:
         rows = [self._row(rank, samples.get(rank, [])) for rank in range(self.config.world_size)]
@@ -110,8 +110,8 @@ class Dashboard:
         if not series:
             return RankRow(rank, pp_rank, tp_rank, "starting", None, None, None, [], 0, [], *[None] * 6, None)
         last = series[-1]
-        trend, verdict = self._trend(rank, series)
-        base = next((s.rss_bytes for s in series if s.t >= self.warmup and s.rss_bytes is not None), None)
+        trend, verdict, warmup = self._trend(rank, series)
+        base = next((s.rss_bytes for s in series if s.t >= warmup and s.rss_bytes is not None), None)
         recent = [s for s in series[-20:] if s.kind == "sample"] or [last]
         span = recent[-1].t - recent[0].t
         return RankRow(
@@ -134,16 +134,17 @@ class Dashboard:
             verdict=verdict,
         )
 
-    def _trend(self, rank: int, series: list[Sample]) -> tuple[float | None, str | None]:
+    def _trend(self, rank: int, series: list[Sample]) -> tuple[float | None, str | None, float]:
         last_t = series[-1].t
         cached = self._trends.get(rank)
         if cached is not None and last_t - cached[0] < 1.0 and series[-1].kind != "final":
-            return cached[1], cached[2]
-        assessment = assess_rank(series, self.warmup, self.config.leak_threshold_mb_per_h, LIVE_TREND_POINTS)
+            return cached[1], cached[2], cached[3]
+        config = self.config
+        assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h, LIVE_TREND_POINTS)
         trend = stats.per_hour_mb(assessment.rss.slope) if assessment.rss else None
         verdict = assessment.verdict.verdict if assessment.cut < len(series) else None
-        self._trends[rank] = (last_t, trend, verdict)
-        return trend, verdict
+        self._trends[rank] = (last_t, trend, verdict, assessment.warmup_s)
+        return trend, verdict, assessment.warmup_s
 
 
 # -- rendering --------------------------------------------------------------------

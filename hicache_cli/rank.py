@@ -117,7 +117,8 @@ def main(argv: list[str]) -> int:
     )
     probe.start()
     plan = FaultPlan.for_rank(list(config.faults), rank, topo.world_size)
-    injector = FaultInjector(plan, work_list, stats) if plan.faults else None
+    work_list.keep_every = plan.keep_every
+    injector = FaultInjector(plan, work_list, stats) if plan.timed or plan.lag_s else None
     exit_code = 0
     try:
         clock_offset = time.perf_counter() - time.monotonic()

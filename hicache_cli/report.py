@@ -7,6 +7,7 @@ that removes or renames a key.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
@@ -41,6 +42,7 @@ class RunOutcome:
     launcher_cpu_s: float | None = None  # CPU the launching process used (follower, views)
     stalls: tuple[Stall, ...] = ()  # what the watchdog found
     stopped_early: str | None = None  # why the launcher ended the run before its duration
+    launched_wall: float | None = None  # time.time() when torchrun was started
     worker_exits: dict[int, WorkerExit] = field(default_factory=dict)  # from torchrun's log
 
 
@@ -63,10 +65,9 @@ def environment(config: StressConfig) -> dict[str, Any]:
 def build_report(
     config: StressConfig, samples: dict[int, list[Sample]], outcome: RunOutcome, run_dir: Path | None = None
 ) -> dict[str, Any]:
-    warmup = config.warmup_s if config.warmup_s is not None else stats.warmup_for(config.duration_s)
     finals = {r: s[-1] for r, s in samples.items() if s and s[-1].kind == "final"}
     ranks = [
-        rank_summary(rank, samples.get(rank, []), samples.get(rank - config.tp, []), config, warmup)
+        rank_summary(rank, samples.get(rank, []), samples.get(rank - config.tp, []), config)
         for rank in range(config.world_size)
     ]
     failures = _failures(config, samples, finals, outcome, run_dir)
@@ -79,7 +80,7 @@ def build_report(
     return {
         "schema_version": SCHEMA_VERSION,
         "status": status,
-        "config": {**config.to_dict(), "warmup_s": warmup},
+        "config": config.to_dict(),
         "environment": environment(config),
         "verdict": stats.overall([r["verdict"] for r in ranks]),
         "failures": failures,
@@ -88,6 +89,7 @@ def build_report(
         "run_s": round(max((s[-1].t for s in samples.values() if s), default=0.0), 3),
         "pp_consistency": pp_consistency(samples),
         "wall_s": round(outcome.wall_s, 2),
+        "startup_s": _startup_s(samples, outcome.launched_wall),
         "torchrun_exit_code": outcome.torchrun_exit_code,
         "launcher_cpu_s": None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
         "ranks": ranks,
@@ -114,9 +116,7 @@ def pp_consistency(samples: dict[int, list[Sample]]) -> dict[str, Any]:
     }
 
 
-def rank_summary(
-    rank: int, series: list[Sample], upstream: list[Sample], config: StressConfig, warmup: float
-) -> dict[str, Any]:
+def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config: StressConfig) -> dict[str, Any]:
     pp_rank, tp_rank = divmod(rank, config.tp)
     if not series:
         return {
@@ -128,7 +128,7 @@ def rank_summary(
             "samples": 0,
         }
     last = series[-1]
-    assessment = assess_rank(series, warmup, config.leak_threshold_mb_per_h)
+    assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h)
     verdict, rss_trend, depth_trend, cut = assessment.verdict, assessment.rss, assessment.depth, assessment.cut
     rss_values = [s.rss_bytes for s in series if s.rss_bytes is not None]
     latency = _latency(series, cut)
@@ -147,18 +147,25 @@ def rank_summary(
         "verdict_reason": reason,
         "state": last.state,
         "stop": last.message if last.kind == "final" else "no final line: the rank ended abruptly",
+        "warmup_s": round(assessment.warmup_s, 2),
         "rss": {
             "start_bytes": rss_values[0] if rss_values else None,
             "end_bytes": rss_values[-1] if rss_values else None,
             "peak_bytes": max(rss_values) if rss_values else None,
             "slope_mb_per_h": _mb_h(rss_trend.slope) if rss_trend else None,
             "slope_ci95_mb_per_h": [_mb_h(rss_trend.lo), _mb_h(rss_trend.hi)] if rss_trend else None,
+            "detection_floor_mb_per_h": _mb_h(rss_trend.floor)
+            if rss_trend and math.isfinite(rss_trend.floor)
+            else None,
+            "trend_p_value": round(rss_trend.p_value, 6) if rss_trend else None,
+            "autocorrelation": round(rss_trend.autocorrelation, 3) if rss_trend else None,
         },
         "work_list": {
             "max": max(s.depth for s in series),
             "final": last.depth,
             "growth_per_s": round(depth_trend.slope, 3) if depth_trend else None,
             "held_bytes_final": last.held_bytes,
+            "bytes_per_work": round(assessment.bytes_per_work) if assessment.bytes_per_work is not None else None,
         },
         "loop_latency_ms": latency,
         "rounds": last.rounds,
@@ -295,6 +302,18 @@ def _failure(
         "stack_file": stack,
         "at_s": round(at_s, 3),
     }
+
+
+def _startup_s(samples: dict[int, list[Sample]], launched_wall: float | None) -> float | None:
+    """Launch to the first sample of any rank (torch import, rendezvous, cache warm-up)."""
+    firsts = [s[0].wall for s in samples.values() if s]
+    if launched_wall is None or not firsts:
+        return None
+    return round(min(firsts) - launched_wall, 2)
+
+
+def _floor(trend: stats.Trend | None) -> float | None:
+    return _mb_h(trend.floor) if trend is not None and math.isfinite(trend.floor) else None
 
 
 def _mb_h(bytes_per_s: float) -> float:

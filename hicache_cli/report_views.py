@@ -28,7 +28,8 @@ def report_summary(report: dict[str, Any], width: int = 160) -> RenderableType:
     head = [
         Text(f"hicache report (schema {report['schema_version']}): {run_line(report)}"),
         Text(
-            f"workload {cfg['workload']}, seed {cfg['seed']}, warm-up {cfg['warmup_s']:g}s, "
+            f"workload {cfg['workload']}, seed {cfg['seed']}, "
+            f"warm-up {'auto' if cfg.get('warmup_s') is None else format(cfg['warmup_s'], 'g') + 's'}, "
             f"threshold {cfg['leak_threshold_mb_per_h']:g} MB/h"
         ),
         Text(

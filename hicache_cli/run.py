@@ -38,6 +38,7 @@ def execute(
     """
     stress.save(run_dir)
     cpu_before = time.process_time()
+    launched_wall = time.time()
     launch_config = LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s)
     result = launch(launch_config, on_tick, early_stop)
     outcome = RunOutcome(
@@ -48,6 +49,7 @@ def execute(
         launcher_cpu_s=time.process_time() - cpu_before,
         stalls=result.stalls,
         stopped_early=result.stopped_early,
+        launched_wall=launched_wall,
         worker_exits=worker_exits(_read_text(run_dir / TORCHRUN_LOG)),
     )
     _drop_empty_stack_files(run_dir)

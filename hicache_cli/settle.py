@@ -18,9 +18,8 @@ CONFIRMATIONS = 3  # consecutive checks, one a second, that must agree
 
 
 class Settler:
-    def __init__(self, config: StressConfig, warmup_s: float) -> None:
+    def __init__(self, config: StressConfig) -> None:
         self.config = config
-        self.warmup_s = warmup_s
         self._last_check_t = float("-inf")
         self._streak = (None, 0)  # (verdict, how many checks in a row)
 
@@ -42,7 +41,7 @@ class Settler:
     def current(self, series: list[list[Sample]]) -> tuple[str | None, float]:
         """The verdict that could settle now, and the data span it rests on."""
         threshold = self.config.leak_threshold_mb_per_h
-        assessed = [assess_rank(s, self.warmup_s, threshold) for s in series]
+        assessed = [assess_rank(s, self.config.warmup_s, threshold) for s in series]
         overall = stats.overall([a.verdict.verdict for a in assessed])
         if overall == "LEAK":
             span = max(a.span_s for a in assessed if a.verdict.verdict == "LEAK")

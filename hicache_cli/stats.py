@@ -17,12 +17,21 @@ MAX_POINTS = 200  # Theil-Sen is O(n^2); thinning also tempers autocorrelation
 
 @dataclass(frozen=True)
 class Trend:
-    """A Theil-Sen slope (units per second) and its 95% confidence interval."""
+    """A Theil-Sen slope (units per second) with its 95% interval, widened for
+    autocorrelation, plus the Mann-Kendall trend test and the run's detection floor."""
 
     slope: float
     lo: float
     hi: float
     n: int
+    autocorrelation: float = 0.0  # lag-1, of the residuals around the trend
+    n_effective: float = 0.0  # n shrunk by the autocorrelation
+    mk_z: float = 0.0  # Mann-Kendall Z, with the variance inflated for autocorrelation
+    p_value: float = 1.0  # two-sided, for "there is a trend"
+    floor: float = 0.0  # smallest slope this data could have detected (80% power, 5% level)
+
+
+Z80 = 0.841621  # one-sided z for 80% power
 
 
 def thin(points: list[T], max_points: int = MAX_POINTS) -> list[T]:
@@ -36,21 +45,86 @@ def thin(points: list[T], max_points: int = MAX_POINTS) -> list[T]:
     return [points[round(i * step)] for i in range(max_points)]
 
 
-def theil_sen(points: list[tuple[float, float]]) -> Trend | None:
+def theil_sen(points: list[tuple[float, float]], quantum: float = 0.0) -> Trend | None:
     """Median of pairwise slopes, with Sen's (1968) distribution-free 95% interval.
 
-    None when fewer than 3 points with distinct times.
+    Samples taken 100 ms apart are not independent: the residuals around the trend are
+    autocorrelated, which makes the textbook interval too narrow. The variance of
+    Kendall's S is inflated by (1 + r1) / (1 - r1), r1 the lag-1 autocorrelation of the
+    residuals (Yue and Wang's correction for AR(1) noise), and both the interval and the
+    Mann-Kendall test use it. `quantum` is the resolution of the readings (4096 for RSS,
+    a page) and bounds the noise from below. None when fewer than 3 distinct times.
     """
     pts = thin(points)
     slopes = sorted((y2 - y1) / (t2 - t1) for i, (t1, y1) in enumerate(pts) for (t2, y2) in pts[i + 1 :] if t2 != t1)
     n, m = len(pts), len(slopes)
     if n < 3 or m < 3:
         return None
-    c = Z95 * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    slope = _median(slopes)
+    intercept = _median(sorted(y - slope * t for t, y in pts))
+    residuals = [y - (intercept + slope * t) for t, y in pts]
+    r1 = min(max(lag1_autocorrelation(residuals), 0.0), 0.95)
+    inflation = (1.0 + r1) / (1.0 - r1)
+    var_s = n * (n - 1) * (2 * n + 5) / 18.0 * inflation
+    c = Z95 * math.sqrt(var_s)
     # Sen's limits are the M1-th and (M2+1)-th ordered slopes (1-based), rounded outward.
     lo_i = max(0, int(math.floor((m - c) / 2.0)) - 1)
     hi_i = min(m - 1, int(math.ceil((m + c) / 2.0)))
-    return Trend(slope=_median(slopes), lo=slopes[lo_i], hi=slopes[hi_i], n=n)
+    s_stat = sum(_sign(y2 - y1) for i, (_, y1) in enumerate(pts) for (_, y2) in pts[i + 1 :])
+    z = (s_stat - _sign(s_stat)) / math.sqrt(var_s) if s_stat else 0.0
+    n_eff = max(2.0, n / inflation)
+    span = pts[-1][0] - pts[0][0]
+    noise = max(1.4826 * _median(sorted(abs(r) for r in residuals)), quantum / math.sqrt(12.0))
+    floor = (Z95 + Z80) * noise * math.sqrt(12.0 / n_eff) / span if span > 0 else math.inf
+    return Trend(slope, slopes[lo_i], slopes[hi_i], n, r1, n_eff, z, _two_sided_p(z), floor)
+
+
+def lag1_autocorrelation(values: list[float]) -> float:
+    n = len(values)
+    if n < 3:
+        return 0.0
+    mean = sum(values) / n
+    dev = [v - mean for v in values]
+    denom = sum(d * d for d in dev)
+    if denom == 0:
+        return 0.0
+    return sum(dev[i] * dev[i + 1] for i in range(n - 1)) / denom
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def _two_sided_p(z: float) -> float:
+    return math.erfc(abs(z) / math.sqrt(2.0))
+
+
+def plateau_start(points: list[tuple[float, float]], min_s: float, max_s: float, floor: float) -> float:
+    """Where the start-up transient ends: the first 1 s window from `min_s` on whose slope
+    is within twice the long-run slope (that of the second half), or of `floor` units/s if
+    that is larger. A steady leak has no transient and gets `min_s`; a process whose RSS
+    grows fast, then flattens, gets the time it flattened. Never past `max_s`."""
+    if len(points) < 8:
+        return min_s
+    tail = theil_sen(points[len(points) // 2 :])
+    allowed = 2.0 * max(tail.slope if tail else 0.0, floor)
+    start = min_s
+    while start < max_s:
+        slope = _ols_slope([(t, y) for t, y in points if start <= t < start + 1.0])
+        if slope is not None and slope <= allowed:
+            return start
+        start += 0.5
+    return max_s
+
+
+def _ols_slope(points: list[tuple[float, float]]) -> float | None:
+    n = len(points)
+    if n < 3:
+        return None
+    mt = sum(t for t, _ in points) / n
+    my = sum(y for _, y in points) / n
+    stt = sum((t - mt) ** 2 for t, _ in points)
+    return None if stt == 0 else sum((t - mt) * (y - my) for t, y in points) / stt
 
 
 def _median(ordered: list[float]) -> float:
@@ -64,11 +138,6 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def warmup_for(duration_s: float) -> float:
-    """Default warm-up excluded from trends: a fifth of the run, between 1 and 10 s."""
-    return min(10.0, max(1.0, duration_s / 5.0))
 
 
 @dataclass(frozen=True)
@@ -117,6 +186,12 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
     threshold = leak_threshold_mb_per_h
     if per_hour_mb(rss.lo) > threshold:
         return Verdict("LEAK", f"{rss_text} is above {threshold:.0f} MB/h; work list not growing")
+    if per_hour_mb(rss.floor) >= threshold:
+        return Verdict(
+            "INCONCLUSIVE",
+            f"{rss_text}, but this run could only have detected a leak above {per_hour_mb(rss.floor):.0f} MB/h "
+            f"(threshold {threshold:.0f}): run longer",
+        )
     if per_hour_mb(rss.hi) < threshold:
         return Verdict(
             "BOUNDED", f"{rss_text} is below {threshold:.0f} MB/h; work list bounded (final {inputs.final_depth})"

@@ -74,14 +74,13 @@ def main() -> int:
         stop.set()
         watcher.join()
         report = json.loads((run_dir / "report.json").read_text())
-    warmup = report["config"]["warmup_s"]
-    print(f"policy={args.policy} pp={args.pp} duration={args.duration} warm-up={warmup:g}s")
+    print(f"policy={args.policy} pp={args.pp} duration={args.duration}")
     print("rank  report MB/h  outside MB/h  ratio")
     for rank in report["ranks"]:
         pid = rank["pid"]
         start_wall = external.points[pid][0][0] if external.points.get(pid) else 0.0
         # The outside watcher starts a little before the rank's clock: skip one more second.
-        outside = external.slope_mb_per_h(pid, start_wall, warmup + 1.0)
+        outside = external.slope_mb_per_h(pid, start_wall, rank["warmup_s"] + 1.0)
         inside = rank["rss"]["slope_mb_per_h"]
         ratio = f"{inside / outside:.3f}" if outside else "n/a"
         print(f"{rank['rank']:>4}  {inside:>11.1f}  {outside if outside is None else round(outside, 1)!s:>12}  {ratio}")

@@ -87,7 +87,7 @@ def check(
     console = make_console(live)
     mode = f"until settled, at most {max_duration}" if max_duration else format_duration(config.duration_s)
     console.print(f"hicache check: {config.policy}, pp={config.pp} tp={config.tp}, {mode}; run directory {directory}")
-    settler = Settler(config, config.warmup_s or 0.0) if max_duration else None
+    settler = Settler(config) if max_duration else None
     result = common.run_with_progress(
         config, directory, console, live, port=port, report_copy=report, early_stop=settler
     )

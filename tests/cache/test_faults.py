@@ -44,7 +44,7 @@ def test_a_good_spec_is_read_into_a_fault(
 
 
 def test_every_kind_has_a_spec_that_parses() -> None:
-    specs = {"lag": "lag:0:5", "stall": "stall:0:1s:1s"}
+    specs = {"lag": "lag:0:5", "stall": "stall:0:1s:1s", "keep": "keep:0:100"}
     for kind in KINDS:
         assert parse_fault(specs.get(kind, f"{kind}:0:1s"), world_size=1).kind == kind
 
@@ -205,3 +205,13 @@ def test_wait_timed_out_names_the_global_rank_and_the_pp_rank() -> None:
         works.wait(works.head(), timeout_s=0.001)
     assert (info.value.peer, info.value.peer_pp) == (5, 2)
     assert works.timed_out_peers == {5}
+
+
+def test_keep_parses_its_period_and_refuses_a_bad_one() -> None:
+    assert parse_fault("keep:1:100", world_size=2).every == 100
+    for bad in ("keep:1:0", "keep:1:x", "keep:1:1.5"):
+        with pytest.raises(FaultSpecError):
+            parse_fault(bad, world_size=2)
+    plan = FaultPlan.for_rank(["keep:0:100", "hang:0:1s"], 0, 1)
+    assert plan.keep_every == 100
+    assert [f.kind for f in plan.timed] == ["hang"]

@@ -108,3 +108,12 @@ def test_only_a_timed_out_wait_marks_its_peer_as_closed() -> None:
     with pytest.raises(RuntimeError):
         works.wait(sends[1], timeout_s=0.001)
     assert works.timed_out_peers == {2}
+
+
+def test_keep_every_holds_every_kth_released_work_forever() -> None:
+    works = work_list_of(*(FakeWork() for _ in range(10)))
+    works.keep_every = 3
+    works.clear()
+    assert works.released == 10
+    assert len(works) == 3  # the 3rd, 6th and 9th stay: an injected leak
+    assert works.held_bytes == 3 * 4

@@ -119,17 +119,6 @@ def test_thin_keeps_first_and_last_and_caps_length(n: int) -> None:
     assert [t for t, _ in thinned] == sorted({t for t, _ in thinned})  # in order, no repeats
 
 
-# warmup_for
-
-
-@pytest.mark.parametrize(
-    ("duration", "warmup"),
-    [(1.0, 1.0), (5.0, 1.0), (15.0, 3.0), (30.0, 6.0), (50.0, 10.0), (3600.0, 10.0)],
-)
-def test_warmup_is_a_fifth_of_the_run_between_1_and_10_s(duration: float, warmup: float) -> None:
-    assert stats.warmup_for(duration) == pytest.approx(warmup)
-
-
 # decide
 
 
