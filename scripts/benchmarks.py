@@ -1,0 +1,236 @@
+"""The performance and verdict-quality benchmarks. Each prints ratios measured in one run.
+
+    .venv/bin/python scripts/benchmarks.py all --out bench.json
+    .venv/bin/python scripts/benchmarks.py time-to-verdict
+    .venv/bin/python scripts/benchmarks.py false-alarms --runs 20
+
+Sections: time-to-verdict, false-alarms, sensitivity, probe-cost, startup, scale, ceiling.
+Every run is the real CLI with real ranks; results go to docs/performance.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS = {"leak_s": 10.0, "bounded_s": 30.0, "probe_cost": 0.03}
+
+
+def hicache(*args: str, tmp: Path) -> tuple[int, dict[str, Any] | None, float]:
+    """Run the CLI; returns (exit code, report or None, wall seconds)."""
+    run_dir = tmp / f"run-{time.monotonic_ns()}"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "hicache_cli", *args, "--no-live", "--run-dir", str(run_dir)],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.monotonic() - started
+    report_path = run_dir / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    return proc.returncode, report, wall
+
+
+def time_to_verdict(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for pp in ("2", "4"):
+        for policy, limit in (("reap", "60s"), ("drain", "90s")):
+            code, rep, wall = hicache("check", "--policy", policy, "--pp", pp, "--max-duration", limit, tmp=tmp)
+            run_s = rep["run_s"] if rep else None
+            rows.append({"pp": pp, "policy": policy, "exit": code, "run_s": run_s, "wall_s": round(wall, 1)})
+            target = TARGETS["leak_s"] if policy == "reap" else TARGETS["bounded_s"]
+            print(
+                f"pp={pp} {policy:<6} exit {code}  settled after {run_s} s of workload (target {target:g} s: "
+                f"ratio {run_s / target:.2f})  wall {wall:.1f} s"
+            )
+    return {"rows": rows}
+
+
+def false_alarms(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    verdicts = []
+    for i in range(args.runs):
+        _, rep, _ = hicache(
+            "stress", "--policy", "drain", "--pp", "2", "--duration", args.duration, "--seed", str(i), tmp=tmp
+        )
+        verdicts.append(rep["verdict"] if rep else "NO REPORT")
+        print(f"drain run {i + 1}/{args.runs}: {verdicts[-1]}")
+    leaks = verdicts.count("LEAK")
+    print(
+        f"false alarms: {leaks} LEAK in {args.runs} drain runs ({leaks / args.runs:.0%}); "
+        f"BOUNDED {verdicts.count('BOUNDED')}, INCONCLUSIVE {verdicts.count('INCONCLUSIVE')}"
+    )
+    return {"runs": args.runs, "duration": args.duration, "verdicts": verdicts, "leaks": leaks}
+
+
+def sensitivity(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for k in (10, 30, 100, 300, 1000, 10000):
+        _, rep, _ = hicache(
+            "stress",
+            "--policy",
+            "drain",
+            "--pp",
+            "2",
+            "--duration",
+            args.sens_duration,
+            "--fault",
+            f"keep:0:{k}",
+            tmp=tmp,
+        )
+        rank0 = rep["ranks"][0]
+        rows.append(
+            {
+                "k": k,
+                "verdict": rank0["verdict"],
+                "kept_per_s": round(rank0["work_list"]["final"] / rep["run_s"], 2),
+                "rss_mb_per_h": rank0["rss"]["slope_mb_per_h"],
+                "floor_mb_per_h": rank0["rss"]["detection_floor_mb_per_h"],
+                "reason": rank0["verdict_reason"],
+            }
+        )
+        print(
+            f"keep every {k:>5}th Work: {rows[-1]['kept_per_s']} Works/s kept -> rank 0 {rank0['verdict']}: "
+            f"{rank0['verdict_reason'][:110]}"
+        )
+    return {"duration": args.sens_duration, "rows": rows}
+
+
+def probe_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    rates: dict[str, list[float]] = {"10": [], "1": []}
+    for _ in range(2):  # alternate, so that drift in the machine's load hits both
+        for hz in ("10", "1"):
+            _, rep, _ = hicache(
+                "stress", "--policy", "drain", "--pp", "2", "--duration", "10s", "--probe-hz", hz, tmp=tmp
+            )
+            rates[hz].append(rep["ranks"][0]["rounds_per_s"])
+    r10, r1 = sum(rates["10"]) / 2, sum(rates["1"]) / 2
+    print(
+        f"drain rounds/s: {r10:.0f} at 10 Hz, {r1:.0f} at 1 Hz -> 10 Hz/1 Hz = {r10 / r1:.3f} "
+        f"({(1 - r10 / r1):+.1%} lower; target at most {TARGETS['probe_cost']:.0%})"
+    )
+    return {"rounds_per_s": rates, "ratio": r10 / r1}
+
+
+def startup(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for pp in ("2", "4"):
+        _, rep, wall = hicache("stress", "--policy", "drain", "--pp", pp, "--duration", "3s", tmp=tmp)
+        rows.append({"pp": pp, "startup_s": rep["startup_s"], "wall_s": round(wall, 1)})
+        print(f"pp={pp}: launch to first sample {rep['startup_s']} s; a 3 s run takes {wall:.1f} s in all")
+    return {"rows": rows}
+
+
+def scale(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    code, rep, wall = hicache("stress", "--policy", "drain", "--pp", "8", "--tp", "2", "--duration", "10s", tmp=tmp)
+    ranks = rep["ranks"] if rep else []
+    print(
+        f"pp=8 x tp=2: exit {code}, status {rep and rep['status']}, {len(ranks)} ranks reported, "
+        f"rounds/s {ranks[0]['rounds_per_s'] if ranks else None}, "
+        f"startup {rep and rep['startup_s']} s, wall {wall:.1f} s"
+    )
+    return {
+        "exit": code,
+        "status": rep and rep["status"],
+        "ranks": len(ranks),
+        "wall_s": round(wall, 1),
+        "startup_s": rep and rep["startup_s"],
+        "rounds_per_s": ranks[0]["rounds_per_s"] if ranks else None,
+    }
+
+
+PINGPONG = """
+import os, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.zeros(1, dtype=torch.int32)
+dist.barrier()
+n, end = 0, time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    if rank == 0:
+        dist.isend(t.clone(), dst=1).wait()  # what drain does per message
+    else:
+        dist.recv(t, src=0)
+    n += 1
+if rank == 0:
+    print(n / float(sys.argv[1]), flush=True)
+os._exit(0)
+"""
+
+
+def ceiling(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    script = tmp / "pingpong.py"
+    script.write_text(PINGPONG)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=2",
+            "--master-addr=127.0.0.1",
+            "--master-port=29655",
+            str(script),
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ, GLOO_SOCKET_IFNAME="lo"),
+    )
+    msgs_per_s = float(proc.stdout.strip().splitlines()[-1])
+    out = {"pingpong_msgs_per_s": msgs_per_s}
+    for policy, per_round in (("drain", 2), ("batched", 1)):
+        _, rep, _ = hicache(
+            "stress", "--policy", policy, "--pp", "2", "--workload", "idle", "--duration", "10s", tmp=tmp
+        )
+        rps = rep["ranks"][0]["rounds_per_s"]
+        out[policy] = rps
+        print(
+            f"{policy}: {rps:.0f} rounds/s x {per_round} messages = {rps * per_round / msgs_per_s:.2f} of the "
+            f"raw gloo isend+wait/recv rate ({msgs_per_s:.0f} messages/s)"
+        )
+    return out
+
+
+SECTIONS = {
+    "time-to-verdict": time_to_verdict,
+    "false-alarms": false_alarms,
+    "sensitivity": sensitivity,
+    "probe-cost": probe_cost,
+    "startup": startup,
+    "scale": scale,
+    "ceiling": ceiling,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("section", choices=[*SECTIONS, "all"])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--duration", default="15s")
+    parser.add_argument("--sens-duration", default="30s")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    chosen = list(SECTIONS) if args.section == "all" else [args.section]
+    results = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in chosen:
+            print(f"== {name}")
+            results[name] = SECTIONS[name](Path(tmp), args)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
