@@ -59,10 +59,12 @@ BEST = {
     "slope": ("slope_mb_per_h", True),
     "peak": ("peak_depth", True),
     "final": ("final_depth", True),
+    "p50": ("p50_ms", True),
     "p99": ("p99_ms", True),
     "max": ("max_ms", True),
     "rps": ("rounds_per_s", False),
     "sent": ("messages_sent", True),
+    "stalls": ("stalls", True),
 }
 
 

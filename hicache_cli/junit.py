@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
 from hicache_cli.gate import Assertion
+
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _xml_text(text: str) -> str:
+    """XML 1.0 has no place for most control characters (a rank's error may carry colour codes)."""
+    return _NOT_XML.sub("?", text)
 
 
 def junit_xml(results: list[Assertion], report: dict[str, Any], wall_s: float) -> str:
@@ -30,12 +38,13 @@ def junit_xml(results: list[Assertion], report: dict[str, Any], wall_s: float) -
     for a in results:
         where = "run" if a.rank is None else f"rank{a.rank}"
         case = ET.SubElement(suite, "testcase", classname=f"hicache.{policy}.{where}", name=a.name, time="0")
+        message = _xml_text(a.message)
         if a.passed is False:
-            ET.SubElement(case, "failure", message=a.message, type=a.name).text = a.message
+            ET.SubElement(case, "failure", message=message, type=a.name).text = message
         elif a.passed is None:
-            ET.SubElement(case, "error", message=a.message, type="undecided").text = a.message
+            ET.SubElement(case, "error", message=message, type="undecided").text = message
         else:
-            ET.SubElement(case, "system-out").text = a.message
+            ET.SubElement(case, "system-out").text = message
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 

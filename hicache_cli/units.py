@@ -52,8 +52,8 @@ def format_bytes_short(n: float | None) -> str:
     raise AssertionError("unreachable")
 
 
-_RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:(k|m|g)?b?\s*/\s*(s|min|m|h))?\s*$", re.IGNORECASE)
-_BYTES = {None: 1e6, "k": 1e3, "m": 1e6, "g": 1e9}  # a bare number is MB
+_RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:(k|m|g)?(b)\s*/\s*(s|min|m|h))?\s*$", re.IGNORECASE)
+_BYTES = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
 _PER_HOUR = {"s": 3600.0, "min": 60.0, "m": 60.0, "h": 1.0, None: 1.0}
 
 
@@ -63,9 +63,12 @@ def parse_rate_mb_per_h(text: str, option: str) -> float:
     if not match:
         raise UsageError(f"--{option}: cannot read {text!r} as a rate (use e.g. 200MB/h, 1GB/h, 50KB/s)")
     value = float(match.group(1))
-    unit = (match.group(2) or "").lower() or None
-    per = (match.group(3) or "").lower() or None
-    mb_per_h = value * _BYTES[unit] / 1e6 * _PER_HOUR[per]
+    if match.group(3) is None:  # a bare number is MB/h
+        mb_per_h = value
+    else:
+        mb_per_h = value * _BYTES[(match.group(2) or "").lower()] / 1e6 * _PER_HOUR[match.group(4).lower()]
+    if not math.isfinite(mb_per_h):
+        raise UsageError(f"--{option}: {text!r} is too large")
     if mb_per_h <= 0:
         raise UsageError(f"--{option}: must be more than zero, got {text!r}")
     return mb_per_h

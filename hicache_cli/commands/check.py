@@ -20,7 +20,7 @@ from hicache_cli.junit import github_annotations, junit_xml
 from hicache_cli.progress import make_console, summary_table
 from hicache_cli.rundir import create_run_dir, write_atomically
 from hicache_cli.settle import Settler
-from hicache_cli.units import format_duration, parse_rate_mb_per_h
+from hicache_cli.units import format_duration, parse_duration, parse_rate_mb_per_h
 
 CHECK_WARMUP = "3s"  # the cache warm-up already ran; a short trend warm-up settles sooner
 
@@ -53,6 +53,10 @@ def check(
     """The CI gate: exit 0 when RSS stays bounded and within every threshold, 1 when not."""
     if duration is not None and max_duration is not None:
         raise UsageError("give --duration or --max-duration, not both")
+    if max_duration is not None:
+        longest = parse_duration(max_duration, "max-duration")
+        if warmup is not None and parse_duration(warmup, "warmup") >= longest:
+            raise UsageError(f"--warmup ({warmup}) must be shorter than --max-duration ({max_duration})")
     limits = Thresholds(
         max_rss_slope_mb_per_h=parse_rate_mb_per_h(max_rss_slope, "max-rss-slope"),
         max_depth=max_depth,

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hicache_cli.commands import common as run_commands
 from hicache_cli.config import StressConfig
 from hicache_cli.histogram import LatencyHistogram
-from hicache_cli.report import RunOutcome, build_report
+from hicache_cli.report import RunOutcome, build_report, write_report
+from hicache_cli.run import RunResult
 from hicache_cli.sample import Sample
 
 
@@ -195,3 +198,55 @@ Current thread 0x00007f3ab1e4b740 (most recent call first):
 def stack_dump() -> str:
     """A rank's stack dump, as faulthandler writes it, with the loop blocked in drain's wait()."""
     return "\n".join((PROBE_THREAD_STACK, COPY_STREAM_THREAD_STACK, MAIN_THREAD_STACK))
+
+
+class FakeExecute:
+    """Stands in for hicache_cli.run.execute, the one call through which a command launches ranks.
+
+    Nothing is launched. Each call records what the command passed and "runs" build_pp2_run's
+    two stages for the configured duration at 10 Hz: leaking for `reap`, bounded for every
+    other policy. Like the launcher it hands the samples to the view and asks `early_stop`
+    (here after every sample, where the launcher polls twice a second) and ends the run where
+    it gives a reason; like execute it builds the report and writes it into the run directory
+    and the copy. Set `final = False` for a run whose ranks crashed, `interrupted = True` for
+    one stopped by Ctrl-C.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.final = True
+        self.interrupted = False
+
+    def __call__(
+        self,
+        config: StressConfig,
+        run_dir: Path,
+        on_tick: Callable[[dict[int, list[Sample]], float], None],
+        port: int | None = None,
+        report_copy: Path | None = None,
+        refresh_s: float = 0.5,
+        early_stop: Callable[[dict[int, list[Sample]]], str | None] | None = None,
+    ) -> RunResult:
+        self.calls.append({"config": config, "run_dir": run_dir, "report_copy": report_copy, "early_stop": early_stop})
+        leaking = config.policy == "reap"
+        n, stopped = round(config.duration_s * 10), None
+        if early_stop is not None:
+            whole = build_pp2_run(leaking=leaking, n=n)
+            for k in range(1, n + 1):
+                stopped = early_stop({rank: series[:k] for rank, series in whole.items()})
+                if stopped is not None:
+                    n = k  # every rank stops as at its deadline, with its final line
+                    break
+        samples = build_pp2_run(leaking=leaking, n=n, final=self.final)
+        on_tick(samples, n / 10 + 1.0)
+        outcome = RunOutcome(interrupted=self.interrupted, wall_s=n / 10 + 1.5, stopped_early=stopped)
+        report = build_report(config, samples, outcome, run_dir)
+        return RunResult(run_dir, write_report(report, run_dir, report_copy), report)
+
+
+@pytest.fixture
+def fake_execute(monkeypatch: pytest.MonkeyPatch) -> FakeExecute:
+    """Commands run against FakeExecute instead of real ranks."""
+    fake = FakeExecute()
+    monkeypatch.setattr(run_commands, "execute", fake)
+    return fake

@@ -151,7 +151,7 @@ def test_ties_go_to_the_first(policy_report: Callable[..., dict[str, Any]]) -> N
 
 def test_columns_without_a_value_have_no_best() -> None:
     row = PolicyRow("drain", "completed", "BOUNDED", None, None, 0, 0, None, None, None, None, 10, 0, 0)
-    assert best_of([row]) == {"peak": "drain", "final": "drain", "sent": "drain"}
+    assert best_of([row]) == {"peak": "drain", "final": "drain", "sent": "drain", "stalls": "drain"}
 
 
 # the rendered table and the Markdown
@@ -180,7 +180,7 @@ def test_compare_table_shows_every_policy_and_stars_the_best(drain_and_reap: lis
     for header in HEADERS.values():
         assert header in text
     rows = row_lines(text, ["drain", "reap"])
-    assert rows["drain"].count("*") == 7  # the best of every column that has one
+    assert rows["drain"].count("*") == 9  # the best of every column that has one
     assert "*" not in rows["reap"]
     assert "BOUNDED" in rows["drain"]
     assert "LEAK" in rows["reap"]
@@ -200,7 +200,7 @@ def test_markdown_table(drain_and_reap: list[dict[str, Any]]) -> None:
     assert all(ln.count("|") == len(HEADERS) + 1 for ln in table)
     drain, reap = row_lines(text, ["drain", "reap"]).values()
     assert drain.startswith("| drain | BOUNDED | ")
-    assert drain.count("**") == 2 * 7
+    assert drain.count("**") == 2 * 9
     assert "| **1000** |" in drain  # rounds/s, the best among the bounded
     assert reap.startswith("| reap | LEAK | ")
     assert "**" not in reap

@@ -28,7 +28,8 @@ MakeSeries = Callable[..., list[Sample]]
 Run = dict[int, list[Sample]]
 MakePP2Run = Callable[..., Run]
 
-CONFIG = StressConfig(pp=2, duration_s=60.0)  # warm-up: 10 s
+CONFIG = StressConfig(pp=2, duration_s=60.0)  # warm-up: auto, per rank
+FIXED_WARMUP = StressConfig(pp=2, duration_s=60.0, warmup_s=10.0)
 LEAK_MB_PER_H = 180.0  # conftest's PP2_LEAK_RSS_PER_S
 
 
@@ -128,7 +129,8 @@ def test_model_of_a_leaking_and_a_bounded_rank(make_pp2_run: MakePP2Run) -> None
     assert (leak.verdict, bounded.verdict) == ("LEAK", "BOUNDED")
 
     last = run[0][-1]
-    base = next(s for s in run[0] if s.t >= 10.0)  # the first sample after the warm-up
+    # Auto warm-up: a steady leak has no start-up transient, so its warm-up is the 1 s minimum.
+    base = next(s for s in run[0] if s.t >= 1.0)  # the first sample after the warm-up
     assert leak.depth == last.depth == 60_000
     assert leak.rss_bytes == last.rss_bytes
     assert leak.rss_change_bytes == last.rss_bytes - base.rss_bytes
@@ -147,10 +149,16 @@ def test_model_of_a_leaking_and_a_bounded_rank(make_pp2_run: MakePP2Run) -> None
     assert leak.rss_spark[-1] == last.rss_bytes
     assert set(bounded.depth_spark) == {0.0}
 
+    # A warm-up the user gave is the same for every rank: the change counts from 10 s.
+    fixed = Dashboard(FIXED_WARMUP, "runs/x").model(run, launch_elapsed=63.0).rows[0]
+    base = next(s for s in run[0] if s.t >= 10.0)
+    assert fixed.rss_change_bytes == last.rss_bytes - base.rss_bytes
+    assert fixed.trend_mb_per_h == pytest.approx(LEAK_MB_PER_H, rel=1e-3)
+
 
 def test_the_verdict_is_inconclusive_until_there_is_data_after_the_warm_up(make_pp2_run: MakePP2Run) -> None:
     run = make_pp2_run(final=False)
-    dashboard = Dashboard(CONFIG, "runs/x")
+    dashboard = Dashboard(FIXED_WARMUP, "runs/x")  # the 10 s the user gave, for every rank
 
     inside_warmup = dashboard.model(upto(run, 5.0), 6.0)
     assert inside_warmup.verdict == "INCONCLUSIVE"
@@ -313,8 +321,8 @@ def test_an_interrupted_rank_shows_its_whole_state(
 def test_live_view_leaves_its_last_frame(make_pp2_run: MakePP2Run) -> None:
     run = make_pp2_run(final=True)
     console = Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None)
-    with LiveView(Dashboard(CONFIG, "runs/x"), console) as view:
-        view(upto(run, 5.0), 6.0)
+    with LiveView(Dashboard(FIXED_WARMUP, "runs/x"), console) as view:
+        view(upto(run, 5.0), 6.0)  # inside the 10 s warm-up: no verdict yet
         view(run, 61.0)
     out = console.file.getvalue()
 

@@ -119,10 +119,6 @@ def test_markup_in_messages_is_escaped() -> None:
     assert failure.get("message") == message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: control characters in a message (an ANSI colour code in a rank's error) make the XML unparseable",
-)
 def test_control_characters_in_a_message_still_give_well_formed_xml() -> None:
     message = "the run failed: rank 1 error: \x1b[31mRuntimeError\x1b[0m: peer went away"
     report = {"config": {"policy": "reap"}, "verdict": "INCONCLUSIVE"}

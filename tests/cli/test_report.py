@@ -17,7 +17,8 @@ MakeSeries = Callable[..., list[Sample]]
 
 LEAK_RSS_PER_S = 50_000.0  # bytes per second
 LEAK_MB_PER_H = LEAK_RSS_PER_S * 3600 / 1e6  # 180 MB/h
-CONFIG = StressConfig(pp=2, duration_s=60.0)  # warm-up: a fifth of 60 s, capped at 10 s
+CONFIG = StressConfig(pp=2, duration_s=60.0)  # warm-up: auto, where each rank's RSS transient ends
+FIXED_WARMUP = StressConfig(pp=2, duration_s=60.0, warmup_s=10.0)
 
 
 def slow_during_warmup(t: float) -> float:
@@ -50,7 +51,7 @@ def test_report_of_a_leaking_and_a_bounded_rank(leaking_and_bounded: dict[int, l
     assert report["failures"] == []
     assert report["verdict"] == "LEAK"
     assert report["wall_s"] == 61.23
-    assert report["config"]["warmup_s"] == 10.0
+    assert report["config"]["warmup_s"] is None  # as the user gave it: auto
     assert report["config"]["pp"] == 2
     assert report["environment"]["backend"] == "gloo"
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
@@ -60,6 +61,8 @@ def test_report_of_a_leaking_and_a_bounded_rank(leaking_and_bounded: dict[int, l
     assert "work list" in leak["verdict_reason"]
     assert bounded["verdict"] == "BOUNDED"
     assert (leak["pp_rank"], leak["tp_rank"], bounded["pp_rank"], bounded["tp_rank"]) == (0, 0, 1, 0)
+    # Neither RSS has a start-up transient (a steady line, a flat one): both warm-ups are the 1 s minimum.
+    assert (leak["warmup_s"], bounded["warmup_s"]) == (1.0, 1.0)
 
     rss = leak["rss"]
     assert rss["slope_mb_per_h"] == pytest.approx(LEAK_MB_PER_H, rel=0.03)
@@ -69,15 +72,26 @@ def test_report_of_a_leaking_and_a_bounded_rank(leaking_and_bounded: dict[int, l
     assert rss["start_bytes"] == samples[0][0].rss_bytes
     assert rss["end_bytes"] == samples[0][-1].rss_bytes
     assert rss["peak_bytes"] == max(s.rss_bytes for s in samples[0] if s.rss_bytes is not None)
+    assert rss["trend_p_value"] < 0.01
+    assert 0.0 <= rss["autocorrelation"] < 0.5  # independent noise draws
+    assert 0.0 < rss["detection_floor_mb_per_h"] < CONFIG.leak_threshold_mb_per_h
     lo, hi = bounded["rss"]["slope_ci95_mb_per_h"]
     assert lo <= 0.0 <= hi
+    assert 0.0 < bounded["rss"]["detection_floor_mb_per_h"] < CONFIG.leak_threshold_mb_per_h  # so BOUNDED can hold
 
     last = samples[0][-1]
     assert leak["work_list"]["max"] == max(s.depth for s in samples[0])
     assert leak["work_list"]["final"] == last.depth
     assert leak["work_list"]["growth_per_s"] == pytest.approx(1000.0, rel=1e-3)
     assert leak["work_list"]["held_bytes_final"] == last.held_bytes
-    assert bounded["work_list"] == {"max": 0, "final": 0, "growth_per_s": 0.0, "held_bytes_final": 0}
+    assert leak["work_list"]["bytes_per_work"] == pytest.approx(LEAK_RSS_PER_S / 1000, rel=0.03)
+    assert bounded["work_list"] == {
+        "max": 0,
+        "final": 0,
+        "growth_per_s": 0.0,
+        "held_bytes_final": 0,
+        "bytes_per_work": None,
+    }
 
     assert leak["rounds"] == last.rounds
     assert leak["rounds_per_s"] == pytest.approx(last.rounds / last.t, abs=0.1)
@@ -101,13 +115,19 @@ def test_rss_slope_is_reported_in_mb_per_hour(make_series: MakeSeries) -> None:
 
 def test_loop_latency_leaves_out_the_warm_up(leaking_and_bounded: dict[int, list[Sample]]) -> None:
     series = leaking_and_bounded[0]
-    latency = build_report(CONFIG, leaking_and_bounded, RunOutcome())["ranks"][0]["loop_latency_ms"]
+    latency = build_report(FIXED_WARMUP, leaking_and_bounded, RunOutcome())["ranks"][0]["loop_latency_ms"]
     # Every round after the 10 s warm-up took 1 ms; the 20 ms rounds before it do not count.
     assert 1.0 <= latency["p50"] <= 1.13
     assert 1.0 <= latency["p99"] <= 1.13
     assert latency["max"] == pytest.approx(1.0)
     cut = next(i for i, s in enumerate(series) if s.t >= 10.0)
     assert latency["rounds_measured"] == series[-1].rounds - series[cut - 1].rounds
+
+    # Auto warm-up follows RSS, which has no transient here: the window starts at the rank's own warm-up.
+    rank = build_report(CONFIG, leaking_and_bounded, RunOutcome())["ranks"][0]
+    cut = next(i for i, s in enumerate(series) if s.t >= rank["warmup_s"])
+    assert rank["loop_latency_ms"]["rounds_measured"] == series[-1].rounds - series[cut - 1].rounds
+    assert rank["loop_latency_ms"]["max"] == pytest.approx(20.0)  # slow rounds from before 10 s now count
 
 
 def test_series_is_downsampled_keeping_both_ends(leaking_and_bounded: dict[int, list[Sample]]) -> None:
@@ -227,7 +247,11 @@ def test_missing_rss_readings_give_no_rss_trend(make_series: MakeSeries) -> None
         "peak_bytes": None,
         "slope_mb_per_h": None,
         "slope_ci95_mb_per_h": None,
+        "detection_floor_mb_per_h": None,
+        "trend_p_value": None,
+        "autocorrelation": None,
     }
+    assert rank["warmup_s"] == 1.0  # no RSS to find a transient in: the minimum
     assert rank["verdict"] == "INCONCLUSIVE"
 
 

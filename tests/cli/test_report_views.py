@@ -69,12 +69,15 @@ def test_report_summary(leaking: Report, width: int) -> None:
     assert "hicache report (schema 1): reap pp=2 tp=1 60s, completed, LEAK" in text
     assert "status=completed" in text
     assert "verdict=LEAK" in text
-    assert "workload mixed, seed 0, warm-up 10s, threshold 100 MB/h" in text
+    assert "workload mixed, seed 0, warm-up auto, threshold 100 MB/h" in text  # no warm-up given: per rank
     assert "wall 61.5s" in text
     for rank in leaking["ranks"]:
         line = f"rank {rank['rank']}: {rank['verdict']} - {rank['verdict_reason']}"
         assert words(line) in words(text)
     assert "failure" not in text
+
+    fixed = {**leaking, "config": {**leaking["config"], "warmup_s": 10.0}}  # a warm-up the user gave
+    assert "workload mixed, seed 0, warm-up 10s, threshold 100 MB/h" in render(report_summary(fixed, width), width)
 
 
 def test_report_summary_lists_the_failures(make_series: MakeSeries) -> None:

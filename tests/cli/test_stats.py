@@ -66,7 +66,16 @@ def test_the_95_percent_interval_is_calibrated() -> None:
 def test_flat_series_has_zero_slope_and_an_interval_holding_zero() -> None:
     flat = [(i * 0.1, 1e8) for i in range(50)]
     trend = stats.theil_sen(flat)
-    assert trend == Trend(slope=0.0, lo=0.0, hi=0.0, n=50)
+    # No residuals: no autocorrelation (n_effective is n), no trend (Z 0, p 1), and without a
+    # reading quantum nothing bounds the noise from below, so the floor is 0.
+    assert trend == Trend(
+        slope=0.0, lo=0.0, hi=0.0, n=50, autocorrelation=0.0, n_effective=50.0, mk_z=0.0, p_value=1.0, floor=0.0
+    )
+    # With readings in 4096-byte pages, the quantum's noise (4096 / sqrt(12)) sets the floor.
+    paged = stats.theil_sen(flat, quantum=4096)
+    assert paged is not None
+    assert (paged.slope, paged.lo, paged.hi, paged.p_value) == (0.0, 0.0, 0.0, 1.0)
+    assert paged.floor == pytest.approx((stats.Z95 + stats.Z80) * 4096 / 50**0.5 / 4.9)
 
     noisy = [(i * 0.1, 1e8 + e) for i, e in enumerate(bounded_noise(200, 1000.0, seed=1))]
     trend = stats.theil_sen(noisy)
