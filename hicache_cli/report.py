@@ -154,9 +154,7 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
             "peak_bytes": max(rss_values) if rss_values else None,
             "slope_mb_per_h": _mb_h(rss_trend.slope) if rss_trend else None,
             "slope_ci95_mb_per_h": [_mb_h(rss_trend.lo), _mb_h(rss_trend.hi)] if rss_trend else None,
-            "detection_floor_mb_per_h": _mb_h(rss_trend.floor)
-            if rss_trend and math.isfinite(rss_trend.floor)
-            else None,
+            "detection_floor_mb_per_h": _floor(rss_trend),
             "trend_p_value": round(rss_trend.p_value, 6) if rss_trend else None,
             "autocorrelation": round(rss_trend.autocorrelation, 3) if rss_trend else None,
         },

@@ -12,8 +12,8 @@ from hicache_cli.assess import assess_rank
 from hicache_cli.config import StressConfig
 from hicache_cli.sample import Sample
 
-MIN_LEAK_S = 3.0  # post-warm-up data before a LEAK may settle
-MIN_BOUNDED_S = 20.0  # ... before BOUNDED may
+MIN_LEAK_S = 3.0  # post-warm-up data before a LEAK seen in the work list may settle
+MIN_BOUNDED_S = 20.0  # ... before BOUNDED, or a LEAK seen in RSS alone, may
 CONFIRMATIONS = 3  # consecutive checks, one a second, that must agree
 
 
@@ -44,8 +44,12 @@ class Settler:
         assessed = [assess_rank(s, self.config.warmup_s, threshold) for s in series]
         overall = stats.overall([a.verdict.verdict for a in assessed])
         if overall == "LEAK":
-            span = max(a.span_s for a in assessed if a.verdict.verdict == "LEAK")
-            return ("LEAK", span) if span >= MIN_LEAK_S else (None, span)
+            # a growing work list is this leak's cause, and unmistakable within seconds; RSS
+            # alone could still be a start-up climb, so it needs as long as boundedness
+            leaking = [a for a in assessed if a.verdict.verdict == "LEAK"]
+            need = MIN_LEAK_S if any(a.verdict.basis == "work-list" for a in leaking) else MIN_BOUNDED_S
+            span = max(a.span_s for a in leaking)
+            return ("LEAK", span) if span >= need else (None, span)
         if overall == "BOUNDED":
             span = min(a.span_s for a in assessed)
             return ("BOUNDED", span) if span >= MIN_BOUNDED_S else (None, span)

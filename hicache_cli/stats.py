@@ -101,17 +101,19 @@ def _two_sided_p(z: float) -> float:
 
 def plateau_start(points: list[tuple[float, float]], min_s: float, max_s: float, floor: float) -> float:
     """Where the start-up transient ends: the first 1 s window from `min_s` on whose slope
-    is within twice the long-run slope (that of the second half), or of `floor` units/s if
-    that is larger. A steady leak has no transient and gets `min_s`; a process whose RSS
-    grows fast, then flattens, gets the time it flattened. Never past `max_s`."""
+    is within twice the long-run slope (that of the second half) of it, or twice `floor`
+    units/s if that is larger: a climb or a drop well off the long run is a transient. A steady
+    leak has none and gets `min_s`; a process whose RSS jumps, then settles, gets the time
+    it settled. Never past `max_s`."""
     if len(points) < 8:
         return min_s
     tail = theil_sen(points[len(points) // 2 :])
-    allowed = 2.0 * max(tail.slope if tail else 0.0, floor)
+    long_run = tail.slope if tail else 0.0
+    allowed = 2.0 * max(abs(long_run), floor)  # a climb or a drop this far off the long run is transient
     start = min_s
     while start < max_s:
         slope = _ols_slope([(t, y) for t, y in points if start <= t < start + 1.0])
-        if slope is not None and slope <= allowed:
+        if slope is not None and abs(slope - long_run) <= allowed:
             return start
         start += 0.5
     return max_s
@@ -152,6 +154,7 @@ class VerdictInputs:
 class Verdict:
     verdict: str  # "LEAK" | "BOUNDED" | "INCONCLUSIVE"
     reason: str
+    basis: str = "rss"  # "work-list" (the causal signal), "rss", or "data" (too little of it)
 
 
 MB = 1_000_000.0
@@ -176,12 +179,13 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
     """
     rss, depth = inputs.rss, inputs.depth
     if rss is None or depth is None or inputs.span_s < MIN_SPAN_S or rss.n < MIN_POINTS:
-        return Verdict("INCONCLUSIVE", f"too little data after warm-up ({inputs.span_s:.1f} s)")
+        return Verdict("INCONCLUSIVE", f"too little data after warm-up ({inputs.span_s:.1f} s)", "data")
     rss_text = f"RSS {per_hour_mb(rss.slope):+.0f} MB/h [95% {per_hour_mb(rss.lo):+.0f}, {per_hour_mb(rss.hi):+.0f}]"
     if depth.lo > DEPTH_GROWTH_FLOOR and inputs.final_depth > DEPTH_LONG:
         return Verdict(
             "LEAK",
             f"work list grows {depth.slope:.0f} Works/s (final {inputs.final_depth}); {rss_text}",
+            "work-list",
         )
     threshold = leak_threshold_mb_per_h
     if per_hour_mb(rss.lo) > threshold:

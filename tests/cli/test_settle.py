@@ -223,3 +223,14 @@ def test_without_an_early_stop_the_reason_is_the_deadline() -> None:
     now = time.monotonic()
     probe = Probe(RankIdentity(0, 0, 0), LoopStats(), Readings, io.StringIO(), 10.0, now, now + 60.0, 1.5)
     assert probe.stop_reason == "reached the deadline"
+
+
+def test_a_leak_seen_only_in_rss_needs_as_long_as_boundedness(make_series: MakeSeries) -> None:
+    # RSS grows 1 GB/h on PP0 but its work list stays flat: maybe a start-up climb, maybe a
+    # leak of another kind; either way it must hold for MIN_BOUNDED_S before stopping early.
+    run = {0: make_series(0, n=400, rss_per_s=300_000), 1: make_series(1, n=400)}
+    settled = first_settled(Settler(CONFIG), run)
+    assert settled is not None
+    t, reason = settled
+    assert reason.startswith("LEAK settled")
+    assert t == WARMUP_S + math.ceil(MIN_BOUNDED_S) + CONFIRMATIONS - 1

@@ -337,3 +337,10 @@ def test_bytes_per_work_is_the_rss_slope_over_the_depth_slope(make_series: MakeS
 def test_no_bytes_per_work_without_list_growth(make_series: MakeSeries, depth_per_s: float) -> None:
     rank = make_series(0, n=300, rss_per_s=150_000.0, rss_noise=40_000.0, depth_per_s=depth_per_s)
     assert assess_rank(rank, None, 100.0).bytes_per_work is None
+
+
+def test_a_start_up_drop_is_a_transient_too() -> None:
+    # RSS falls 20 MB over the first 5 s (a released start-up buffer), then leaks 50 kB/s.
+    points = [(i / 10, 1e8 - 4e6 * min(i / 10, 5.0) + 5e4 * max(0.0, i / 10 - 5.0)) for i in range(300)]
+    start = stats.plateau_start(points, 1.0, 15.0, floor=13_889.0)
+    assert 4.5 <= start <= 6.0
