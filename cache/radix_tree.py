@@ -9,7 +9,9 @@ uses them or a copy is in flight; eviction is least-recently-used over unlocked 
 
 from __future__ import annotations
 
+import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -162,14 +164,7 @@ class RadixTree:
     # -- eviction -----------------------------------------------------------
     def evictable_device_leaves(self) -> list[TreeNode]:
         """Unlocked nodes on the device none of whose children are on the device."""
-        found = []
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
-            if node is not self.root and _is_device_leaf(node):
-                found.append(node)
-        return found
+        return self._nodes_where(_is_device_leaf)
 
     def evict_device(self, num_tokens: int) -> tuple[list[torch.Tensor], list[TreeNode]]:
         """Free at least `num_tokens` device slots, least recently used first.
@@ -177,52 +172,60 @@ class RadixTree:
         A node backed up on the host keeps living there (evicted); one that is not is
         deleted. Returns the freed slot tensors and the nodes that were deleted.
         """
-        freed: list[torch.Tensor] = []
         deleted: list[TreeNode] = []
-        total = 0
-        leaves = sorted(self.evictable_device_leaves(), key=lambda n: n.last_access)
-        while total < num_tokens and leaves:
-            node = leaves.pop(0)
-            assert node.device_value is not None
-            freed.append(node.device_value)
-            total += len(node.key)
+
+        def evict(node: TreeNode) -> torch.Tensor:
+            value, node.device_value = node.device_value, None
             self.device_tokens -= len(node.key)
-            node.device_value = None
-            parent = node.parent
             if not node.backuped and not node.children:
                 self._delete(node)
                 deleted.append(node)
-            if parent is not None and parent is not self.root and _is_device_leaf(parent):
-                leaves.append(parent)
-                leaves.sort(key=lambda n: n.last_access)
-        return freed, deleted
+            assert value is not None
+            return value
+
+        return self._evict_lru(self.evictable_device_leaves(), num_tokens, evict, _is_device_leaf), deleted
 
     def evict_host(self, num_tokens: int) -> list[torch.Tensor]:
         """Free at least `num_tokens` host slots from unlocked, device-evicted host leaves."""
+
+        def evict(node: TreeNode) -> torch.Tensor:
+            value, node.host_value = node.host_value, None
+            self.host_tokens -= len(node.key)
+            self._delete(node)
+            assert value is not None
+            return value
+
+        return self._evict_lru(self._nodes_where(_is_host_leaf), num_tokens, evict, _is_host_leaf)
+
+    def _evict_lru(
+        self,
+        leaves: list[TreeNode],
+        num_tokens: int,
+        evict: Callable[[TreeNode], torch.Tensor],
+        is_leaf: Callable[[TreeNode], bool],
+    ) -> list[torch.Tensor]:
+        """Evict least recently used leaves until `num_tokens` are freed; a parent that
+        becomes a leaf joins the candidates."""
+        heap = [(n.last_access, n.id, n) for n in leaves]
+        heapq.heapify(heap)
         freed: list[torch.Tensor] = []
         total = 0
-        leaves = sorted(self._host_leaves(), key=lambda n: n.last_access)
-        while total < num_tokens and leaves:
-            node = leaves.pop(0)
-            assert node.host_value is not None
-            freed.append(node.host_value)
-            total += len(node.key)
-            self.host_tokens -= len(node.key)
-            node.host_value = None
+        while total < num_tokens and heap:
+            node = heapq.heappop(heap)[2]
             parent = node.parent
-            self._delete(node)
-            if parent is not None and parent is not self.root and _is_host_leaf(parent):
-                leaves.append(parent)
-                leaves.sort(key=lambda n: n.last_access)
+            freed.append(evict(node))
+            total += len(node.key)
+            if parent is not None and parent is not self.root and is_leaf(parent):
+                heapq.heappush(heap, (parent.last_access, parent.id, parent))
         return freed
 
-    def _host_leaves(self) -> list[TreeNode]:
+    def _nodes_where(self, predicate: Callable[[TreeNode], bool]) -> list[TreeNode]:
         found = []
         stack = [self.root]
         while stack:
             node = stack.pop()
             stack.extend(node.children.values())
-            if node is not self.root and _is_host_leaf(node):
+            if node is not self.root and predicate(node):
                 found.append(node)
         return found
 
