@@ -141,7 +141,9 @@ IDLE_FRACTION = typer.Option(None, "--idle-fraction", help="Share of rounds with
 SEED = typer.Option(0, "--seed", help="Workload seed; every rank uses the same.")
 PROBE_HZ = typer.Option(10.0, "--probe-hz", help="Samples per second per rank.")
 WAIT_TIMEOUT = typer.Option("5s", "--wait-timeout", help="bounded-drain: longest a round's drain may wait.")
-WARMUP = typer.Option(None, "--warmup", help="Start of the run left out of trends (default: a fifth, 1-10 s).")
+WARMUP = typer.Option(
+    None, "--warmup", help="Start of the run left out of trends (default: where each rank's RSS settles)."
+)
 FAULT = typer.Option(
     [],
     "--fault",
