@@ -160,10 +160,11 @@ class Verdict:
 MB = 1_000_000.0
 MIN_SPAN_S = 2.0
 MIN_POINTS = 8
-# Depth is growing when its whole interval is above this many Works per second and
-# the list ends long: one round's sends never make a list of 64.
+# Depth is growing when its whole interval is above this many Works per second and the
+# trend adds up to this many Works over the window: a bounded list only ever holds one
+# round's sends (2), so a steady gain of 16 is no fluctuation.
 DEPTH_GROWTH_FLOOR = 0.5
-DEPTH_LONG = 64
+DEPTH_MIN_GAIN = 16
 
 
 def per_hour_mb(bytes_per_s: float) -> float:
@@ -181,7 +182,7 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
     if rss is None or depth is None or inputs.span_s < MIN_SPAN_S or rss.n < MIN_POINTS:
         return Verdict("INCONCLUSIVE", f"too little data after warm-up ({inputs.span_s:.1f} s)", "data")
     rss_text = f"RSS {per_hour_mb(rss.slope):+.0f} MB/h [95% {per_hour_mb(rss.lo):+.0f}, {per_hour_mb(rss.hi):+.0f}]"
-    if depth.lo > DEPTH_GROWTH_FLOOR and inputs.final_depth > DEPTH_LONG:
+    if depth.lo > DEPTH_GROWTH_FLOOR and depth.slope * inputs.span_s >= DEPTH_MIN_GAIN:
         return Verdict(
             "LEAK",
             f"work list grows {depth.slope:.0f} Works/s (final {inputs.final_depth}); {rss_text}",

@@ -149,55 +149,64 @@ def scale(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-PINGPONG = """
+RAW_SYNC = """
 import os, sys, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-t = torch.zeros(1, dtype=torch.int32)
+per_round, rounds = int(sys.argv[1]), int(sys.argv[2])
+t = torch.zeros(per_round, dtype=torch.int32)
+pending = []
 dist.barrier()
-n, end = 0, time.monotonic() + float(sys.argv[1])
-while time.monotonic() < end:
+started = time.monotonic()
+for _ in range(rounds):  # the PP sync of `drain` and nothing else: no cache, no probe
     if rank == 0:
-        dist.isend(t.clone(), dst=1).wait()  # what drain does per message
+        for work in pending:
+            work.wait()
+        pending = [dist.isend(t[i : i + 1].clone(), dst=1) for i in range(per_round)]
     else:
-        dist.recv(t, src=0)
-    n += 1
+        for i in range(per_round):
+            dist.recv(t[i : i + 1], src=0)
+for work in pending:
+    work.wait()
 if rank == 0:
-    print(n / float(sys.argv[1]), flush=True)
+    print(rounds / (time.monotonic() - started), flush=True)
+dist.barrier()
 os._exit(0)
 """
 
 
 def ceiling(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
-    script = tmp / "pingpong.py"
-    script.write_text(PINGPONG)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node=2",
-            "--master-addr=127.0.0.1",
-            "--master-port=29655",
-            str(script),
-            "10",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=dict(os.environ, GLOO_SOCKET_IFNAME="lo"),
-    )
-    msgs_per_s = float(proc.stdout.strip().splitlines()[-1])
-    out = {"pingpong_msgs_per_s": msgs_per_s}
+    """hicache's drain loop (idle workload) against the bare sync it performs, same processes."""
+    script = tmp / "raw_sync.py"
+    script.write_text(RAW_SYNC)
+    out: dict[str, Any] = {}
     for policy, per_round in (("drain", 2), ("batched", 1)):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node=2",
+                "--master-addr=127.0.0.1",
+                "--master-port=29655",
+                str(script),
+                str(per_round),
+                "20000",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=dict(os.environ, GLOO_SOCKET_IFNAME="lo"),
+        )
+        raw = float(proc.stdout.strip().splitlines()[-1])
         _, rep, _ = hicache(
             "stress", "--policy", policy, "--pp", "2", "--workload", "idle", "--duration", "10s", tmp=tmp
         )
         rps = rep["ranks"][0]["rounds_per_s"]
-        out[policy] = rps
+        out[policy] = {"hicache_rounds_per_s": rps, "raw_sync_rounds_per_s": raw, "ratio": rps / raw}
         print(
-            f"{policy}: {rps:.0f} rounds/s x {per_round} messages = {rps * per_round / msgs_per_s:.2f} of the "
-            f"raw gloo isend+wait/recv rate ({msgs_per_s:.0f} messages/s)"
+            f"{policy}: hicache {rps:.0f} rounds/s vs the bare sync ({per_round} isend+wait/recv a round) "
+            f"{raw:.0f} rounds/s -> {rps / raw:.2f}"
         )
     return out
 

@@ -148,12 +148,20 @@ def test_a_growing_work_list_is_a_leak_whatever_rss_says() -> None:
     assert "9000" in verdict.reason
 
 
-def test_a_short_work_list_is_not_growth() -> None:
-    # A rising interval alone is not enough: the list must also end long.
-    verdict = stats.decide(
-        VerdictInputs(rss=FLAT, depth=trend(1.0, 0.8, 1.2), final_depth=stats.DEPTH_LONG, span_s=10.0), THRESHOLD
-    )
+def test_a_small_gain_is_not_growth() -> None:
+    # A rising interval alone is not enough: the trend must add up to DEPTH_MIN_GAIN Works.
+    gain_short = stats.DEPTH_MIN_GAIN / 10.0 - 0.1  # Works/s over the 10 s window
+    depth = trend(gain_short, gain_short - 0.2, gain_short + 0.2)
+    verdict = stats.decide(VerdictInputs(rss=FLAT, depth=depth, final_depth=15, span_s=10.0), THRESHOLD)
     assert verdict.verdict == "BOUNDED"
+
+
+def test_a_slow_steady_gain_is_a_leak() -> None:
+    # 1.9 Works/s kept for 30 s (an injected keep:0:1000): 57 Works, never released.
+    depth = trend(1.9, 1.8, 2.0)
+    verdict = stats.decide(VerdictInputs(rss=FLAT, depth=depth, final_depth=57, span_s=30.0), THRESHOLD)
+    assert verdict.verdict == "LEAK"
+    assert verdict.basis == "work-list"
 
 
 def test_rss_interval_wholly_above_the_threshold_is_a_leak() -> None:
