@@ -127,8 +127,9 @@ class Probe:
     def sample(self, kind: str = "sample", message: str | None = None) -> Sample:
         stats, ident = self.stats, self.identity
         latencies, finished = self._new_latencies()
-        p50, p99, worst = latency_summary(latencies)
-        self._histogram.add_all(latencies)
+        ordered = sorted(latencies)
+        p50, p99, worst = latency_summary(ordered)  # sorted input: Timsort only checks it
+        self._histogram.add_sorted(ordered)
         readings = self.read()
         now = time.monotonic()
         return Sample(

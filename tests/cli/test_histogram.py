@@ -85,3 +85,14 @@ def test_json_round_trip() -> None:
     assert back.counts == hist.counts
     assert back.to_json() == data
     assert LatencyHistogram.from_json({}).total == 0
+
+
+def test_counting_sorted_values_a_bucket_at_a_time_matches_counting_each() -> None:
+    import random
+    from collections import Counter
+
+    rng = random.Random(7)
+    values = [rng.lognormvariate(-7, 2) for _ in range(20_000)] + [0.0, 1e-9, 10 ** (3 / 20)]
+    histogram = LatencyHistogram()
+    histogram.add_all(values)
+    assert dict(histogram.counts) == dict(Counter(bucket_of(x) for x in values))
