@@ -29,15 +29,15 @@ class LatencyHistogram:
     def add_all(self, latencies_s: list[float]) -> None:
         self.add_sorted(sorted(latencies_s))
 
-    def add_sorted(self, ordered_s: list[float]) -> None:
+    def add_sorted(self, ordered_s: list[float], weight: int = 1) -> None:
         """Count sorted latencies a bucket at a time (a bisect per bucket, not a log per
-        value: an idle loop finishes tens of thousands of rounds between two samples)."""
+        value); each stands for `weight` rounds when they are a strided subsample."""
         i, n = 0, len(ordered_s)
         while i < n:
             bucket = bucket_of(ordered_s[i])
             end = bisect.bisect_left(ordered_s, 10 ** ((bucket + 1) / BUCKETS_PER_DECADE), i)
             end = max(end, i + 1)  # float edges: always make progress
-            self.counts[bucket] += end - i
+            self.counts[bucket] += (end - i) * weight
             i = end
 
     def to_json(self) -> dict[str, int]:
