@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from cache.policies import POLICIES, describe
 from hicache_cli.commands import report
 from hicache_cli.commands.check import check
 from hicache_cli.commands.compare import compare_policies
@@ -33,7 +34,13 @@ def root() -> None:
     """The command group; each command is its own module under hicache_cli/commands."""
 
 
-STRESS_EXAMPLES = """Examples:
+POLICY_LINES = "\n\n".join(f"{name}: {describe(name)}" for name in POLICIES)
+
+STRESS_EXAMPLES = f"""Policies:
+
+{POLICY_LINES}
+
+Examples:
 
   hicache stress --pp 2 --policy reap       # the leak: rank 0's list grows
 

@@ -135,13 +135,6 @@ def _median(ordered: list[float]) -> float:
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 @dataclass(frozen=True)
 class VerdictInputs:
     rss: Trend | None  # bytes per second, after warm-up

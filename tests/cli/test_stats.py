@@ -233,12 +233,3 @@ def test_per_hour_mb() -> None:
 )
 def test_overall(verdicts: list[str], expected: str) -> None:
     assert stats.overall(verdicts) == expected
-
-
-def test_percentile() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert stats.percentile([], 0.5) is None
-    assert stats.percentile(values, 0.5) == 51.0
-    assert stats.percentile(values, 0.99) == 100.0
-    assert stats.percentile(values, 1.0) == 100.0
-    assert stats.percentile([3.0, 1.0, 2.0], 0.0) == 1.0
