@@ -250,3 +250,19 @@ def fake_execute(monkeypatch: pytest.MonkeyPatch) -> FakeExecute:
     fake = FakeExecute()
     monkeypatch.setattr(run_commands, "execute", fake)
     return fake
+
+
+def assert_refused(
+    argv: list[str], start: str, capsys: pytest.CaptureFixture[str], fake_execute: Any, tmp_path: Path
+) -> None:
+    """Bad input: exit 2, one `hicache: error: <start>...` line, no traceback, nothing run or made."""
+    from hicache_cli.main import main
+
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"hicache: error: {start}")
+    assert "Traceback" not in captured.err + captured.out
+    assert fake_execute.calls == []
+    assert list(tmp_path.iterdir()) == []  # refused before making a run directory

@@ -17,7 +17,7 @@ from hicache_cli.launcher import GuardedView
 from hicache_cli.main import main
 from hicache_cli.progress import RunConsole
 from hicache_cli.settle import Settler
-from tests.cli.conftest import FakeExecute
+from tests.cli.conftest import FakeExecute, assert_refused
 
 
 @pytest.fixture(autouse=True)
@@ -128,14 +128,7 @@ def test_bad_options_give_one_error_line_and_exit_2(
     options: list[str],
     start: str,
 ) -> None:
-    assert main(["check", *options]) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith(f"hicache: error: {start}")
-    assert "Traceback" not in captured.err + captured.out
-    assert fake_execute.calls == []
-    assert list(tmp_path.iterdir()) == []  # refused before making a run directory
+    assert_refused(["check", *options], start, capsys, fake_execute, tmp_path)
 
 
 @pytest.mark.parametrize("options", [["--max-duration", "soon"], ["--max-duration", "2s"]])

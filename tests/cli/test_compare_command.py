@@ -11,7 +11,7 @@ from cache.policies import POLICIES
 from hicache_cli.commands.compare import parse_policies
 from hicache_cli.errors import UsageError
 from hicache_cli.main import main
-from tests.cli.conftest import FakeExecute
+from tests.cli.conftest import FakeExecute, assert_refused
 
 
 @pytest.fixture(autouse=True)
@@ -107,14 +107,7 @@ def test_bad_options_give_one_error_line_and_exit_2(
     options: list[str],
     start: str,
 ) -> None:
-    assert main(["compare-policies", *options]) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith(f"hicache: error: {start}")
-    assert "Traceback" not in captured.err + captured.out
-    assert fake_execute.calls == []
-    assert list(tmp_path.iterdir()) == []  # refused before making a run directory
+    assert_refused(["compare-policies", *options], start, capsys, fake_execute, tmp_path)
 
 
 # parse_policies
