@@ -10,6 +10,7 @@ from cache.policies import POLICIES, describe
 from hicache_cli.commands import report
 from hicache_cli.commands.check import check
 from hicache_cli.commands.compare import compare_policies
+from hicache_cli.commands.doctor import doctor
 from hicache_cli.commands.stress import stress
 from hicache_cli.commands.watch import watch
 from hicache_cli.errors import HicacheError
@@ -53,6 +54,7 @@ app.command(epilog=STRESS_EXAMPLES)(stress)
 app.command()(watch)
 app.command()(check)
 app.command(name="compare-policies")(compare_policies)
+app.command()(doctor)
 app.add_typer(report.app, name="report")
 
 
