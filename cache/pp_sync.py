@@ -82,8 +82,13 @@ class ClosedAfterTimeout(RuntimeError):
 
 
 class PPSync:
-    def __init__(self, topo: Topology, groups: Groups, work_list: WorkList) -> None:
+    def __init__(
+        self, topo: Topology, groups: Groups, work_list: WorkList, message_device: torch.device | None = None
+    ) -> None:
         self.topo = topo
+        # Where the count tensors travel from: the CPU for gloo groups (SGLang's PP sync),
+        # the rank's GPU for NCCL groups.
+        self.message_device = message_device or torch.device("cpu")
         self.groups = groups
         self.work_list = work_list
         self.sent = 0
@@ -93,6 +98,8 @@ class PPSync:
     def agree(self, counts: torch.Tensor) -> torch.Tensor:
         """Return the counts every rank of the pipeline applies this round."""
         topo = self.topo
+        if counts.device != self.message_device:
+            counts = counts.to(self.message_device)
         if topo.pp_rank == 0:
             if topo.tp_size > 1:
                 dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.groups.tp)

@@ -23,8 +23,9 @@ class StressConfig:
     seed: int = 0
     probe_hz: float = 10.0
     wait_timeout_s: float = 5.0
-    device: str = "cpu"
-    backend: str = "gloo"
+    device: str = "auto"  # auto | cpu | cuda (auto: cuda when the rank sees a GPU)
+    backend: str = "gloo"  # the default group's
+    pp_backend: str = "gloo"  # the TP and PP-sync groups': gloo (as SGLang) or nccl (CUDA tensors)
     device_pool_tokens: int = 4096
     host_pool_tokens: int = 16384
     cache_warmup_rounds: int = 10000  # rounds run before the clock starts (Scheduler.warm_up)

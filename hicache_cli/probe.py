@@ -73,6 +73,8 @@ class Readings:
     blocked_on: str | None = None
     counters: dict[str, float] = field(default_factory=dict)
     digests: dict[str, int] = field(default_factory=dict)
+    gpu_bytes: int | None = None  # CUDA memory the rank's tensors hold, on a GPU
+    device_name: str | None = None  # "cpu" or the GPU model
 
 
 def latency_summary(latencies: list[float]) -> tuple[float | None, float | None, float | None]:
@@ -164,6 +166,8 @@ class Probe:
             counters=readings.counters,
             lat_hist=self._histogram.to_json(),
             digests=readings.digests,
+            gpu_bytes=readings.gpu_bytes,
+            device_name=readings.device_name,
             kind=kind,
             message=message,
         )

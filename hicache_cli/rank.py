@@ -62,10 +62,12 @@ def main(argv: list[str]) -> int:
     config = StressConfig.load(run_dir)
     topo = Topology(rank=rank, pp_size=config.pp, tp_size=config.tp)
     dist.init_process_group(config.backend, rank=rank, world_size=topo.world_size, timeout=timedelta(minutes=30))
-    groups = new_groups(topo, config.backend)
-    device = torch.device(config.device)
+    groups = new_groups(topo, config.pp_backend)
+    device = pick_device(
+        config.device, int(os.environ.get("LOCAL_RANK", rank)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    )
     work_list = WorkList()
-    sync = PPSync(topo, groups, work_list)
+    sync = PPSync(topo, groups, work_list, device if config.pp_backend == "nccl" else None)
     policy = make_policy(config.policy, PolicyOptions(wait_timeout_s=config.wait_timeout_s))
     cache = HiRadixCache(
         CacheConfig(device_pool_tokens=config.device_pool_tokens, host_pool_tokens=config.host_pool_tokens),
@@ -82,6 +84,8 @@ def main(argv: list[str]) -> int:
     scheduler = Scheduler(cache, Workload(spec, config.seed))
     scheduler.warm_up(config.cache_warmup_rounds)
 
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
     def read() -> Readings:
         counters = {k: float(v) for k, v in vars(cache.counters).items()}
         counters.update(policy.counters())
@@ -92,6 +96,8 @@ def main(argv: list[str]) -> int:
         while cache.checkpoints:  # the loop appends on the right; only we take from the left
             new.append(cache.checkpoints.popleft())
         return Readings(
+            gpu_bytes=int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else None,
+            device_name=device_name,
             depth=len(work_list),
             held_bytes=work_list.held_bytes,
             sent=sync.sent,
@@ -161,6 +167,26 @@ def run_loop(scheduler, stats, deadline: float, injector=None, origin: float = 0
         ring[rounds & RING_MASK] = clock() - began  # LoopStats.record, inlined
         rounds += 1
         stats.rounds = rounds
+
+
+def pick_device(requested: str, local_rank: int, local_world: int):  # noqa: ANN201 - torch.device
+    """The rank's device: its local GPU (ranks beyond the GPU count share, each capped to its
+    share of the memory), or the CPU."""
+    import torch
+
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise RuntimeError("--device cuda: this rank sees no CUDA device")
+    index = local_rank % count
+    torch.cuda.set_device(index)
+    sharing = -(-local_world // count)  # ranks per GPU
+    if sharing > 1:
+        torch.cuda.set_per_process_memory_fraction(1.0 / sharing, index)
+    return torch.device("cuda", index)
 
 
 class FaultInjector:

@@ -54,6 +54,7 @@ def environment(config: StressConfig) -> dict[str, Any]:
     return {
         "torch_version": torch_version,
         "backend": config.backend,
+        "pp_backend": config.pp_backend,
         "device": config.device,
         "host": socket.gethostname(),
         "cpu_count": os.cpu_count(),
@@ -81,7 +82,10 @@ def build_report(
         "schema_version": SCHEMA_VERSION,
         "status": status,
         "config": config.to_dict(),
-        "environment": environment(config),
+        "environment": {
+            **environment(config),
+            "devices": sorted({s[-1].device_name for s in samples.values() if s and s[-1].device_name}),
+        },
         "verdict": stats.overall([r["verdict"] for r in ranks]),
         "failures": failures,
         "root_cause": failures[0]["rank"] if failures else None,
@@ -174,6 +178,8 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
             "unreceived_messages": unreceived,
         },
         "round_age_at_stop_s": last.round_age_s,
+        "device": last.device_name,
+        "gpu_memory": _gpu_memory(series),
         "counters": last.counters,
         "samples": len(series),
         "series": _series(series),
@@ -308,6 +314,11 @@ def _startup_s(samples: dict[int, list[Sample]], launched_wall: float | None) ->
     if launched_wall is None or not firsts:
         return None
     return round(min(firsts) - launched_wall, 2)
+
+
+def _gpu_memory(series: list[Sample]) -> dict[str, int] | None:
+    readings = [s.gpu_bytes for s in series if s.gpu_bytes is not None]
+    return {"end_bytes": readings[-1], "peak_bytes": max(readings)} if readings else None
 
 
 def _floor(trend: stats.Trend | None) -> float | None:

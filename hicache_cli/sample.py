@@ -40,6 +40,8 @@ class Sample:
     lat_hist: dict[str, int] = field(default_factory=dict)
     # PP consistency: {event round: digest of the counts applied up to it}, new ones only
     digests: dict[str, int] = field(default_factory=dict)
+    gpu_bytes: int | None = None  # torch.cuda.memory_allocated on the rank's GPU; None on CPU
+    device_name: str | None = None  # "cpu" or the GPU model
     kind: str = "sample"
     message: str | None = None  # final lines: how the rank stopped
 

@@ -46,6 +46,8 @@ def check(
     warmup: str = typer.Option(CHECK_WARMUP, "--warmup", help="Start of the run left out of trends."),
     fault: list[str] = common.FAULT,
     stall_timeout: str = common.STALL_TIMEOUT,
+    device: str = common.DEVICE,
+    pp_backend: str = common.PP_BACKEND,
     run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
     port: int = common.PORT,
     no_live: bool = common.NO_LIVE,
@@ -83,6 +85,8 @@ def check(
             leak_threshold=limits.max_rss_slope_mb_per_h,
             stall_timeout=stall_timeout,
             faults=tuple(fault),
+            device=device,
+            pp_backend=pp_backend,
         )
     )
     common.check_run_options(4.0, report, port)

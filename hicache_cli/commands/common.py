@@ -42,6 +42,8 @@ class StressOptions:
     leak_threshold: float = 100.0
     stall_timeout: str = "5s"
     faults: tuple[str, ...] = ()
+    device: str = "auto"
+    pp_backend: str = "gloo"
 
 
 def config_from_options(opts: StressOptions) -> StressConfig:
@@ -66,6 +68,14 @@ def config_from_options(opts: StressOptions) -> StressConfig:
         raise UsageError(f"--probe-hz must be between 0.1 and 100, got {opts.probe_hz}")
     if not (math.isfinite(opts.leak_threshold) and opts.leak_threshold > 0):
         raise UsageError(f"--leak-threshold must be more than zero, got {opts.leak_threshold}")
+    if opts.device not in DEVICES:
+        raise UsageError(f"--device: {opts.device!r}; choose one of: {', '.join(DEVICES)}")
+    if opts.pp_backend not in PP_BACKENDS:
+        raise UsageError(f"--pp-backend: {opts.pp_backend!r}; choose one of: {', '.join(PP_BACKENDS)}")
+    if opts.pp_backend == "nccl" and opts.device == "cpu":
+        raise UsageError("--pp-backend nccl sends CUDA tensors: it needs --device cuda (or auto on a GPU machine)")
+    if opts.device == "cuda" or opts.pp_backend == "nccl":
+        _require_cuda(opts.device, opts.pp_backend)
     duration = parse_duration(opts.duration, "duration")
     for spec in opts.faults:
         try:
@@ -91,7 +101,24 @@ def config_from_options(opts: StressOptions) -> StressConfig:
         leak_threshold_mb_per_h=opts.leak_threshold,
         stall_timeout_s=parse_duration(opts.stall_timeout, "stall-timeout"),
         faults=tuple(opts.faults),
+        device=opts.device,
+        pp_backend=opts.pp_backend,
     )
+
+
+DEVICES = ("auto", "cpu", "cuda")
+PP_BACKENDS = ("gloo", "nccl")
+
+
+def _require_cuda(device: str, pp_backend: str) -> None:
+    """Asked for a GPU: say so now, in one line, rather than from inside every rank."""
+    import torch  # only here: the CLI otherwise never pays for importing torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"--device {device} / --pp-backend {pp_backend}: no CUDA device is available here")
+    if pp_backend == "nccl" and not dist.is_nccl_available():
+        raise UsageError("--pp-backend nccl: this torch has no NCCL")
 
 
 def check_run_options(refresh: float, report: Path | None, port: int | None) -> None:
@@ -156,3 +183,7 @@ STALL_TIMEOUT = typer.Option(
 PORT = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one).")
 NO_LIVE = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard.")
 REFRESH = typer.Option(4.0, "--refresh", help="Live dashboard refreshes per second.")
+DEVICE = typer.Option("auto", "--device", help="auto (a GPU when there is one), cpu or cuda.")
+PP_BACKEND = typer.Option(
+    "gloo", "--pp-backend", help="Backend of the TP and PP-sync groups: gloo (as SGLang) or nccl (CUDA tensors)."
+)

@@ -42,6 +42,8 @@ def compare_policies(
     warmup: str = common.WARMUP,
     fault: list[str] = common.FAULT,
     stall_timeout: str = common.STALL_TIMEOUT,
+    device: str = common.DEVICE,
+    pp_backend: str = common.PP_BACKEND,
     output: Path = typer.Option(None, "--output", "-o", help="Also write the JSON bundle of all runs here."),
     markdown: Path = typer.Option(None, "--markdown", help="Write the table as Markdown (for a PR comment)."),
     plot: Path = typer.Option(None, "--plot", help="Write a PNG of RSS and depth per policy (needs the plot extra)."),
@@ -64,6 +66,8 @@ def compare_policies(
                 warmup=warmup,
                 stall_timeout=stall_timeout,
                 faults=tuple(fault),
+                device=device,
+                pp_backend=pp_backend,
             )
         )
         for name in names

@@ -31,6 +31,8 @@ def stress(
     ),
     fault: list[str] = common.FAULT,
     stall_timeout: str = common.STALL_TIMEOUT,
+    device: str = common.DEVICE,
+    pp_backend: str = common.PP_BACKEND,
     run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
     report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
     port: int = common.PORT,
@@ -55,6 +57,8 @@ def stress(
             leak_threshold=leak_threshold,
             stall_timeout=stall_timeout,
             faults=tuple(fault),
+            device=device,
+            pp_backend=pp_backend,
         )
     )
     common.check_run_options(refresh, report, port)

@@ -1,0 +1,59 @@
+"""--device and --pp-backend: checked before launch; the rank's device choice on this machine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hicache_cli.commands.common import StressOptions, config_from_options
+from hicache_cli.errors import UsageError
+from hicache_cli.rank import pick_device
+
+BASE = {"pp": 2, "tp": 1, "policy": "drain", "duration": "5s", "workload": "mixed", "seed": 0, "probe_hz": 10.0}
+
+
+def options(**extra: str) -> StressOptions:
+    return StressOptions(wait_timeout="5s", **BASE, **extra)  # type: ignore[arg-type]
+
+
+def test_auto_and_cpu_are_accepted_and_kept() -> None:
+    assert config_from_options(options()).device == "auto"
+    config = config_from_options(options(device="cpu"))
+    assert (config.device, config.pp_backend) == ("cpu", "gloo")
+
+
+@pytest.mark.parametrize(
+    ("extra", "start"),
+    [
+        ({"device": "tpu"}, "--device: 'tpu'"),
+        ({"pp_backend": "mpi"}, "--pp-backend: 'mpi'"),
+        ({"device": "cpu", "pp_backend": "nccl"}, "--pp-backend nccl sends CUDA tensors"),
+    ],
+)
+def test_bad_device_options_are_usage_errors(extra: dict[str, str], start: str) -> None:
+    with pytest.raises(UsageError) as info:
+        config_from_options(options(**extra))
+    assert str(info.value).startswith(start)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_without_a_gpu_is_refused_before_launch() -> None:
+    with pytest.raises(UsageError, match="no CUDA device is available here"):
+        config_from_options(options(device="cuda"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+def test_pick_device_on_a_cpu_machine() -> None:
+    assert pick_device("auto", 0, 2) == torch.device("cpu")
+    assert pick_device("cpu", 1, 2) == torch.device("cpu")
+    with pytest.raises(RuntimeError, match="sees no CUDA device"):
+        pick_device("cuda", 0, 2)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_pick_device_shares_gpus_round_robin() -> None:
+    count = torch.cuda.device_count()
+    assert pick_device("cuda", count, count + 1) == torch.device("cuda", 0)
+    assert pick_device("auto", 0, 1).type == "cuda"
