@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -52,26 +53,24 @@ def compare_policies(
 ) -> None:
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
-    configs = [
-        config_from_options(
-            StressOptions(
-                pp=pp,
-                tp=tp,
-                policy=name,
-                duration=duration,
-                workload=workload,
-                seed=seed,
-                probe_hz=10.0,
-                wait_timeout=wait_timeout,
-                warmup=warmup,
-                stall_timeout=stall_timeout,
-                faults=tuple(fault),
-                device=device,
-                pp_backend=pp_backend,
-            )
+    base = config_from_options(
+        StressOptions(
+            pp=pp,
+            tp=tp,
+            policy=names[0],
+            duration=duration,
+            workload=workload,
+            seed=seed,
+            probe_hz=10.0,
+            wait_timeout=wait_timeout,
+            warmup=warmup,
+            stall_timeout=stall_timeout,
+            faults=tuple(fault),
+            device=device,
+            pp_backend=pp_backend,
         )
-        for name in names
-    ]
+    )
+    configs = [replace(base, policy=name) for name in names]  # checked once; only the policy differs
     for path, option in ((output, "output"), (markdown, "markdown"), (plot, "plot")):
         if path is not None and not path.parent.exists():
             raise UsageError(f"--{option}: directory {path.parent} does not exist")

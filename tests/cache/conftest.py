@@ -11,6 +11,7 @@ from cache.hiradix_cache import CacheConfig, HiRadixCache
 from cache.memory_pool import KVShape
 from cache.policies import make_policy
 from cache.pp_sync import Groups, PPSync, Topology
+from cache.radix_tree import TreeNode
 from cache.work_list import WorkList
 from tests.fakes import FakePPSync
 
@@ -46,3 +47,13 @@ def make_cache() -> Iterator[Callable[..., HiRadixCache]]:
     yield build
     for cache in built:
         cache.close()
+
+
+def all_nodes(cache: HiRadixCache) -> list[TreeNode]:
+    """Every node of the cache's tree but the root."""
+    found, stack = [], list(cache.tree.root.children.values())
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        stack.extend(node.children.values())
+    return found

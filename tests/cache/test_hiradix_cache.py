@@ -11,20 +11,12 @@ from cache.hiradix_cache import HiRadixCache, PPDesyncError
 from cache.memory_pool import HostSlotState
 from cache.policies import POLICIES
 from cache.radix_tree import TreeNode
+from tests.cache.conftest import all_nodes
 from tests.fakes import FakePPSync, ManualCopyStream
 
 MakeCache = Callable[..., HiRadixCache]
 A = tuple(range(1, 9))  # 8 tokens
 B = tuple(range(100, 108))
-
-
-def all_nodes(cache: HiRadixCache) -> list[TreeNode]:
-    found, stack = [], list(cache.tree.root.children.values())
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        stack.extend(node.children.values())
-    return found
 
 
 def serve_and_release(cache: HiRadixCache, tokens: tuple[int, ...], fill: float = 1.0) -> TreeNode:

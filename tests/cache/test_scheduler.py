@@ -9,22 +9,13 @@ import pytest
 from cache.hiradix_cache import HiRadixCache
 from cache.memory_pool import HostSlotState, KVShape
 from cache.policies import POLICIES
-from cache.radix_tree import TreeNode
 from cache.scheduler import Scheduler
 from cache.workload import PRESETS, Workload
+from tests.cache.conftest import all_nodes
 from tests.fakes import FakePPSync
 
 MakeCache = Callable[..., HiRadixCache]
 DEVICE_TOKENS, HOST_TOKENS = 512, 2048  # a device pool smaller than the shared prefixes: load-backs happen
-
-
-def all_nodes(cache: HiRadixCache) -> list[TreeNode]:
-    found, stack = [], list(cache.tree.root.children.values())
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        stack.extend(node.children.values())
-    return found
 
 
 def assert_pools_match_tree(cache: HiRadixCache) -> None:
