@@ -34,6 +34,10 @@ class StressConfig:
     stop_grace_s: float = 1.5  # how long a rank blocked at the deadline gets to finish its round
     stall_timeout_s: float = 5.0  # a round older than this is a stall: stacks dumped, run ended
     faults: tuple[str, ...] = ()  # --fault specs, see cache/faults.py
+    target: str = "model"  # model (hicache's cache model) | sglang (SGLang's own methods)
+    # target sglang: what to run, from hicache_cli.sglang_target.resolve (version, origin,
+    # location, class, file, sha256, tags_file, drain_method)
+    sglang: dict[str, str] | None = None
 
     @property
     def world_size(self) -> int:

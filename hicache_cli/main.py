@@ -11,6 +11,7 @@ from hicache_cli.commands import report
 from hicache_cli.commands.check import check
 from hicache_cli.commands.compare import compare_policies
 from hicache_cli.commands.doctor import doctor
+from hicache_cli.commands.sglang_scan import sglang_scan
 from hicache_cli.commands.stress import stress
 from hicache_cli.commands.watch import watch
 from hicache_cli.errors import HicacheError
@@ -55,6 +56,7 @@ app.command()(watch)
 app.command()(check)
 app.command(name="compare-policies")(compare_policies)
 app.command()(doctor)
+app.command(name="sglang-scan")(sglang_scan)
 app.add_typer(report.app, name="report")
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from hicache_cli.dashboard import Dashboard, render
 from hicache_cli.sample import Sample
+from hicache_cli.sglang_target.extract import DRAIN_METHODS
 from hicache_cli.units import format_bytes, format_duration
 
 
@@ -110,8 +111,24 @@ def summary_table(report: dict[str, Any], width: int = 160) -> Table:
     return table
 
 
+def target_line(report: dict[str, Any]) -> str | None:
+    """For a run of SGLang's own code: which code it was and what its round sends."""
+    target = report.get("target") or {}
+    if target.get("kind") != "sglang":
+        return None
+    method = target.get("drain_method") or "no known drain method"
+    how = DRAIN_METHODS.get(method, "frees Works some other way")
+    per_round = target.get("sends_per_round")
+    sends = f"; {per_round:g} PP-sync sends per round" if per_round is not None else ""
+    return (
+        f"SGLang {target['version']} {target['class']} ({target['origin']}: {target['location']}): "
+        f"{method} {how}{sends}; sha256 {target['sha256'][:12]}"
+    )
+
+
 def verdict_lines(report: dict[str, Any]) -> list[str]:
-    lines = [f"rank {r['rank']}: {r['verdict']} - {r['verdict_reason']}" for r in report["ranks"]]
+    lines = [line] if (line := target_line(report)) else []
+    lines += [f"rank {r['rank']}: {r['verdict']} - {r['verdict_reason']}" for r in report["ranks"]]
     lines += [f"failure: rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"]]
     return lines
 

@@ -45,27 +45,77 @@ def main(argv: list[str]) -> int:
     stacks = stack_file(run_dir, rank).open("w", encoding="utf-8")
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
 
-    import torch
     import torch.distributed as dist
 
     from cache.faults import FaultPlan
-    from cache.hiradix_cache import CacheConfig, HiRadixCache
-    from cache.policies import PolicyOptions, make_policy
-    from cache.pp_sync import PPSync, Topology, new_groups
-    from cache.scheduler import Scheduler
-    from cache.work_list import WorkList
-    from cache.workload import Workload, workload_spec
+    from cache.pp_sync import Topology
     from hicache_cli.config import StressConfig
-    from hicache_cli.probe import LoopStats, Probe, RankIdentity, Readings
+    from hicache_cli.probe import LoopStats, Probe, RankIdentity
     from hicache_cli.sample import rank_file
 
     config = StressConfig.load(run_dir)
     topo = Topology(rank=rank, pp_size=config.pp, tp_size=config.tp)
     dist.init_process_group(config.backend, rank=rank, world_size=topo.world_size, timeout=timedelta(minutes=30))
-    groups = new_groups(topo, config.pp_backend)
     device = pick_device(
         config.device, int(os.environ.get("LOCAL_RANK", rank)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     )
+    build = build_sglang if config.target == "sglang" else build_model
+    loop, read, status = build(config, topo, device)
+
+    dist.barrier()  # start every rank's clock together
+    started = time.monotonic()
+    stats = LoopStats()
+    out = rank_file(run_dir, rank).open("a", encoding="utf-8")
+    probe = Probe(
+        RankIdentity(rank, topo.pp_rank, topo.tp_rank),
+        stats,
+        read,
+        out,
+        hz=config.probe_hz,
+        started=started,
+        deadline=started + config.duration_s,
+        stop_grace_s=config.stop_grace_s,
+    )
+    probe.start()
+    plan = FaultPlan.for_rank(list(config.faults), rank, topo.world_size)
+    if plan.keep_every:  # the model's WorkList; the CLI refuses the keep fault for --target sglang
+        status.keep_every = plan.keep_every
+    injector = FaultInjector(plan, status, stats) if plan.timed or plan.lag_s else None
+    exit_code = 0
+    try:
+        clock_offset = time.perf_counter() - time.monotonic()
+        run_loop(loop, stats, started + clock_offset + config.duration_s, injector, started + clock_offset)
+        probe.finish("done", probe.stop_reason)
+    except Exception as exc:  # noqa: BLE001 - recorded in the final line, then the rank exits
+        traceback.print_exc()
+        # Ranks leave at their own deadline; a neighbour that left a moment earlier
+        # (the ranks' clocks start together to within milliseconds) closes the pair.
+        if stats.stop_requested or time.monotonic() >= probe.deadline - END_SKEW_S:
+            probe.finish("done", f"stopped at the deadline; last round ended with: {_one_line(exc)}")
+        else:
+            probe.finish("error", _one_line(exc))
+            exit_code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Outstanding Works (thousands under `reap`) make a clean process-group teardown
+    # block or crash; the backlog is recorded in the final line, so leave at once.
+    os._exit(exit_code)
+
+
+def build_model(config, topo, device):  # noqa: ANN001, ANN201
+    """hicache's own cache model under a policy: (the loop, the probe's reader, the status the
+    fault injector drives, which is the work list)."""
+    import torch
+
+    from cache.hiradix_cache import CacheConfig, HiRadixCache
+    from cache.policies import PolicyOptions, make_policy
+    from cache.pp_sync import PPSync, new_groups
+    from cache.scheduler import Scheduler
+    from cache.work_list import WorkList
+    from cache.workload import Workload, workload_spec
+    from hicache_cli.probe import Readings
+
+    groups = new_groups(topo, config.pp_backend)
     work_list = WorkList()
     sync = PPSync(topo, groups, work_list, device if config.pp_backend == "nccl" else None)
     policy = make_policy(config.policy, PolicyOptions(wait_timeout_s=config.wait_timeout_s))
@@ -83,7 +133,6 @@ def main(argv: list[str]) -> int:
     )
     scheduler = Scheduler(cache, Workload(spec, config.seed))
     scheduler.warm_up(config.cache_warmup_rounds)
-
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
     def read() -> Readings:
@@ -107,52 +156,50 @@ def main(argv: list[str]) -> int:
             digests={str(r): d for r, d in new},
         )
 
-    dist.barrier()  # start every rank's clock together
-    started = time.monotonic()
-    stats = LoopStats()
-    out = rank_file(run_dir, rank).open("a", encoding="utf-8")
-    probe = Probe(
-        RankIdentity(rank, topo.pp_rank, topo.tp_rank),
-        stats,
-        read,
-        out,
-        hz=config.probe_hz,
-        started=started,
-        deadline=started + config.duration_s,
-        stop_grace_s=config.stop_grace_s,
-    )
-    probe.start()
-    plan = FaultPlan.for_rank(list(config.faults), rank, topo.world_size)
-    work_list.keep_every = plan.keep_every
-    injector = FaultInjector(plan, work_list, stats) if plan.timed or plan.lag_s else None
-    exit_code = 0
-    try:
-        clock_offset = time.perf_counter() - time.monotonic()
-        run_loop(scheduler, stats, started + clock_offset + config.duration_s, injector, started + clock_offset)
-        probe.finish("done", probe.stop_reason)
-    except Exception as exc:  # noqa: BLE001 - recorded in the final line, then the rank exits
-        traceback.print_exc()
-        # Ranks leave at their own deadline; a neighbour that left a moment earlier
-        # (the ranks' clocks start together to within milliseconds) closes the pair.
-        if stats.stop_requested or time.monotonic() >= probe.deadline - END_SKEW_S:
-            probe.finish("done", f"stopped at the deadline; last round ended with: {_one_line(exc)}")
-        else:
-            probe.finish("error", _one_line(exc))
-            exit_code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Outstanding Works (thousands under `reap`) make a clean process-group teardown
-    # block or crash; the backlog is recorded in the final line, so leave at once.
-    os._exit(exit_code)
+    return scheduler, read, work_list
 
 
-def run_loop(scheduler, stats, deadline: float, injector=None, origin: float = 0.0) -> None:  # noqa: ANN001
+def build_sglang(config, topo, device):  # noqa: ANN001, ANN201
+    """SGLang's own event round, its methods read from the file the CLI checked: (the loop,
+    the probe's reader, the status the fault injector drives)."""
+    from pathlib import Path
+
+    from cache.pp_sync import new_groups
+    from hicache_cli.probe import Readings
+    from hicache_cli.sglang_target.bind import CountingCollectives, SGLangHolder, Traffic, build
+    from hicache_cli.sglang_target.extract import extract
+
+    target = config.sglang
+    groups = new_groups(topo, "gloo")  # SGLang's PP sync runs on a gloo CPU group
+    traffic = Traffic()
+    CountingCollectives(traffic)
+    holder = SGLangHolder(topo.pp_rank, topo.pp_size, groups.pp, groups.tp, topo.tp_size)
+    tags = Path(target["tags_file"]) if target["tags_file"] else None
+    loop = build(extract(Path(target["file"]), target["class"]), tags, target["sha256"], holder)
+
+    def read() -> Readings:
+        depth = len(holder.work_list)
+        mean_payload = traffic.sent_bytes / traffic.sent if traffic.sent else 0
+        return Readings(
+            device_name="cpu",
+            depth=depth,
+            held_bytes=int(depth * mean_payload),
+            sent=traffic.sent,
+            received=traffic.received,
+            blocked_on=traffic.blocked_on,
+            counters={"tp_all_reduces": traffic.all_reduces},
+        )
+
+    return loop, read, traffic
+
+
+def run_loop(loop, stats, deadline: float, injector=None, origin: float = 0.0) -> None:  # noqa: ANN001
     """Run rounds until `deadline` (a time.perf_counter() value) or until the probe says stop.
 
     The hot path of the measurement: kept to what each round must do.
     """
     clock = time.perf_counter
-    run_round = scheduler.run_round
+    run_round = loop.run_round
     ring = stats.latency_ring
     rounds = stats.rounds
     while not stats.stop_requested:
@@ -192,9 +239,9 @@ def pick_device(requested: str, local_rank: int, local_world: int):  # noqa: ANN
 class FaultInjector:
     """Fires this rank's --fault plan from its event loop, between rounds."""
 
-    def __init__(self, plan, work_list, stats) -> None:  # noqa: ANN001
+    def __init__(self, plan, status, stats) -> None:  # noqa: ANN001 - status: a WorkList or a Traffic
         self.plan = plan
-        self.work_list = work_list
+        self.work_list = status
         self.stats = stats
         self.lag_s = plan.lag_s
 

@@ -82,6 +82,7 @@ def build_report(
         "schema_version": SCHEMA_VERSION,
         "status": status,
         "config": config.to_dict(),
+        "target": target_summary(config, ranks),
         "environment": {
             **environment(config),
             "devices": sorted({s[-1].device_name for s in samples.values() if s and s[-1].device_name}),
@@ -97,6 +98,20 @@ def build_report(
         "torchrun_exit_code": outcome.torchrun_exit_code,
         "launcher_cpu_s": None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
         "ranks": ranks,
+    }
+
+
+def target_summary(config: StressConfig, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ran the PP sync. For SGLang: which code (version, file, hash, drain method) and
+    how many PP-sync messages a round sends, measured on rank 0."""
+    if config.target != "sglang" or config.sglang is None:
+        return {"kind": "model", "policy": config.policy}
+    first = ranks[0] if ranks else {}
+    rounds, sent = first.get("rounds"), first.get("messages", {}).get("sent")
+    return {
+        "kind": "sglang",
+        **config.sglang,
+        "sends_per_round": round(sent / rounds, 3) if rounds and sent is not None else None,
     }
 
 

@@ -26,7 +26,9 @@ CHECK_WARMUP = "3s"  # the cache warm-up already ran; a short trend warm-up sett
 
 
 def check(
-    policy: str = typer.Option("drain", "--policy", "-p", help=common.POLICY_HELP),
+    policy: str = typer.Option(None, "--policy", "-p", help=common.POLICY_HELP + " Default: drain."),
+    target: str = common.TARGET,
+    sglang_class: str = common.SGLANG_CLASS,
     pp: int = common.PP,
     tp: int = common.TP,
     duration: str = typer.Option(None, "--duration", "-d", help="Run exactly this long (default 30s)."),
@@ -75,7 +77,7 @@ def check(
         StressOptions(
             pp=pp,
             tp=tp,
-            policy=policy,
+            policy=policy if policy is not None or target != "model" else "drain",
             duration=max_duration or duration or "30s",
             workload=workload,
             seed=seed,
@@ -87,7 +89,10 @@ def check(
             faults=tuple(fault),
             device=device,
             pp_backend=pp_backend,
-        )
+            target=target,
+            sglang_class=sglang_class,
+        ),
+        common.say,
     )
     common.check_run_options(4.0, report, port)
     directory = create_run_dir(run_dir, config.policy)

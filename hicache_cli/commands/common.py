@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import typer
@@ -20,6 +21,8 @@ from hicache_cli.errors import UsageError
 from hicache_cli.launcher import LOOPBACK, EarlyStop, pick_port
 from hicache_cli.progress import LiveView, PlainProgress
 from hicache_cli.run import RunResult, execute
+from hicache_cli.sglang_target.locate import parse_target
+from hicache_cli.sglang_target.resolve import CLASS_CHOICES, resolve
 from hicache_cli.units import parse_duration
 
 MAX_WORLD_SIZE = 64
@@ -29,7 +32,7 @@ MAX_WORLD_SIZE = 64
 class StressOptions:
     pp: int
     tp: int
-    policy: str
+    policy: str | None  # None: DEFAULT_POLICY for the model; must stay None for --target sglang
     duration: str
     workload: str
     seed: int
@@ -44,16 +47,25 @@ class StressOptions:
     faults: tuple[str, ...] = ()
     device: str = "auto"
     pp_backend: str = "gloo"
+    target: str = "model"
+    sglang_class: str = "auto"
 
 
-def config_from_options(opts: StressOptions) -> StressConfig:
-    """Check every option and build the run's config; bad input raises UsageError."""
+def config_from_options(opts: StressOptions, progress: Callable[[str], None] | None = None) -> StressConfig:
+    """Check every option and build the run's config; bad input raises UsageError.
+
+    With `--target sglang...` the SGLang source is located (a release is fetched into the
+    cache, reporting through `progress`) and its methods taken, last, after the cheap checks.
+    """
+    spec = parse_target(opts.target)
     for name, value in (("pp", opts.pp), ("tp", opts.tp)):
         if value < 1:
             raise UsageError(f"--{name} must be at least 1, got {value}")
     if opts.pp * opts.tp > MAX_WORLD_SIZE:
         raise UsageError(f"--pp x --tp = {opts.pp * opts.tp} ranks; at most {MAX_WORLD_SIZE} are supported")
-    if opts.policy not in POLICIES:
+    if spec is not None:
+        _check_sglang_options(opts)
+    elif (opts.policy or DEFAULT_POLICY) not in POLICIES:
         raise UsageError(f"--policy: unknown policy {opts.policy!r}; choose one of: {', '.join(POLICIES)}")
     if opts.workload not in PRESETS:
         raise UsageError(f"--workload: unknown workload {opts.workload!r}; choose one of: {', '.join(PRESETS)}")
@@ -85,10 +97,10 @@ def config_from_options(opts: StressOptions) -> StressConfig:
     warmup = parse_duration(opts.warmup, "warmup") if opts.warmup is not None else None
     if warmup is not None and warmup >= duration:
         raise UsageError(f"--warmup ({warmup:g}s) must be shorter than --duration ({duration:g}s)")
-    return StressConfig(
+    config = StressConfig(
         pp=opts.pp,
         tp=opts.tp,
-        policy=opts.policy,
+        policy=opts.policy or DEFAULT_POLICY,
         duration_s=duration,
         workload=opts.workload,
         request_rate=opts.request_rate,
@@ -104,6 +116,42 @@ def config_from_options(opts: StressOptions) -> StressConfig:
         device=opts.device,
         pp_backend=opts.pp_backend,
     )
+    if spec is None:
+        return config
+    resolved = resolve(spec, opts.sglang_class, progress)
+    return replace(config, target="sglang", sglang=resolved.config_entry(), policy=resolved.label, workload="idle")
+
+
+DEFAULT_POLICY = "reap"
+
+
+def say(message: str) -> None:
+    """Progress of work done before a run starts (fetching a release), on stderr."""
+    typer.echo(f"hicache: {message}", err=True)
+
+
+# Faults that act on hicache's own work list, which SGLang's code does not use.
+MODEL_ONLY_FAULTS = ("raise-in-wait", "keep")
+
+
+def _check_sglang_options(opts: StressOptions) -> None:
+    """Options that shape hicache's own model mean nothing for SGLang's code: say so."""
+    if opts.policy is not None:
+        raise UsageError("--policy picks hicache's model policy; with --target sglang SGLang's own code drains")
+    if opts.sglang_class not in CLASS_CHOICES:
+        raise UsageError(f"--sglang-class: {opts.sglang_class!r}; choose one of: {', '.join(CLASS_CHOICES)}")
+    for name, value in (
+        ("request-rate", opts.request_rate),
+        ("prefix-sharing", opts.prefix_sharing),
+        ("idle-fraction", opts.idle_fraction),
+    ):
+        if value is not None:
+            raise UsageError(f"--{name} shapes hicache's model workload; it does not apply to --target sglang")
+    if opts.device == "cuda" or opts.pp_backend == "nccl":
+        raise UsageError("--target sglang: SGLang's PP sync runs on a gloo CPU group; use --device cpu/auto and gloo")
+    for spec in opts.faults:
+        if spec.split(":", 1)[0] in MODEL_ONLY_FAULTS:
+            raise UsageError(f"--fault {spec}: acts on hicache's own work list; not available with --target sglang")
 
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -179,6 +227,16 @@ FAULT = typer.Option(
 )
 STALL_TIMEOUT = typer.Option(
     "5s", "--stall-timeout", help="A rank whose round runs longer is stalled: stacks dumped, run ended."
+)
+TARGET = typer.Option(
+    "model",
+    "--target",
+    help="What runs the PP sync: model (hicache's cache model, under --policy), sglang (the installed "
+    "SGLang's own methods), sglang==VERSION (a release, fetched once) or sglang:PATH (a checkout or file). "
+    "See docs/sglang.md.",
+)
+SGLANG_CLASS = typer.Option(
+    "auto", "--sglang-class", help="With --target sglang: " + ", ".join(CLASS_CHOICES) + " (auto: the first present)."
 )
 PORT = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one).")
 NO_LIVE = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard.")

@@ -16,6 +16,7 @@ from hicache_cli.errors import EXIT_INTERRUPTED, UsageError
 from hicache_cli.plot import plot_reports
 from hicache_cli.progress import make_console
 from hicache_cli.rundir import create_run_dir, write_atomically
+from hicache_cli.sglang_target.locate import parse_target
 
 
 def parse_policies(text: str | None) -> list[str]:
@@ -45,6 +46,13 @@ def compare_policies(
     stall_timeout: str = common.STALL_TIMEOUT,
     device: str = common.DEVICE,
     pp_backend: str = common.PP_BACKEND,
+    target: list[str] = typer.Option(
+        [],
+        "--target",
+        help="Also run SGLang's own code, next to the policies (repeatable): sglang (installed), "
+        "sglang==VERSION or sglang:PATH. See docs/sglang.md.",
+    ),
+    sglang_class: str = common.SGLANG_CLASS,
     output: Path = typer.Option(None, "--output", "-o", help="Also write the JSON bundle of all runs here."),
     markdown: Path = typer.Option(None, "--markdown", help="Write the table as Markdown (for a PR comment)."),
     plot: Path = typer.Option(None, "--plot", help="Write a PNG of RSS and depth per policy (needs the plot extra)."),
@@ -53,24 +61,30 @@ def compare_policies(
 ) -> None:
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
-    base = config_from_options(
-        StressOptions(
-            pp=pp,
-            tp=tp,
-            policy=names[0],
-            duration=duration,
-            workload=workload,
-            seed=seed,
-            probe_hz=10.0,
-            wait_timeout=wait_timeout,
-            warmup=warmup,
-            stall_timeout=stall_timeout,
-            faults=tuple(fault),
-            device=device,
-            pp_backend=pp_backend,
-        )
+    options = StressOptions(
+        pp=pp,
+        tp=tp,
+        policy=names[0],
+        duration=duration,
+        workload=workload,
+        seed=seed,
+        probe_hz=10.0,
+        wait_timeout=wait_timeout,
+        warmup=warmup,
+        stall_timeout=stall_timeout,
+        faults=tuple(fault),
+        device=device,
+        pp_backend=pp_backend,
+        sglang_class=sglang_class,
     )
+    base = config_from_options(options)
     configs = [replace(base, policy=name) for name in names]  # checked once; only the policy differs
+    for spec in target:
+        if parse_target(spec) is None:
+            raise UsageError("--target: compare-policies runs hicache's model through --policies; name an SGLang")
+        configs.append(config_from_options(replace(options, policy=None, target=spec), common.say))
+    if len({c.policy for c in configs}) != len(configs):
+        raise UsageError("--target: the same SGLang is named twice")
     for path, option in ((output, "output"), (markdown, "markdown"), (plot, "plot")):
         if path is not None and not path.parent.exists():
             raise UsageError(f"--{option}: directory {path.parent} does not exist")
@@ -79,7 +93,7 @@ def compare_policies(
     console = make_console(live)
     first = configs[0]
     console.print(
-        f"hicache compare-policies: {', '.join(names)}; pp={first.pp} tp={first.tp}, "
+        f"hicache compare-policies: {', '.join(c.policy for c in configs)}; pp={first.pp} tp={first.tp}, "
         f"{first.duration_s:g}s each, workload {first.workload}, seed {first.seed} -> {parent}"
     )
     reports = []
@@ -93,7 +107,7 @@ def compare_policies(
         )
         if result.report["status"] == "interrupted":
             break
-    common_config = {k: v for k, v in first.to_dict().items() if k != "policy"}
+    common_config = {k: v for k, v in first.to_dict().items() if all(c.to_dict()[k] == v for c in configs)}
     data = bundle(reports, common_config)
     text = json.dumps(data, indent=2) + "\n"
     write_atomically(parent / "compare.json", text)

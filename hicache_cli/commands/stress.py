@@ -16,7 +16,9 @@ from hicache_cli.rundir import create_run_dir
 def stress(
     pp: int = common.PP,
     tp: int = common.TP,
-    policy: str = typer.Option("reap", "--policy", "-p", help=common.POLICY_HELP),
+    policy: str = typer.Option(None, "--policy", "-p", help=common.POLICY_HELP + " Default: reap."),
+    target: str = common.TARGET,
+    sglang_class: str = common.SGLANG_CLASS,
     duration: str = typer.Option("15s", "--duration", "-d", help="Workload time per rank: 15s, 2m, or seconds."),
     workload: str = common.WORKLOAD,
     request_rate: float = common.REQUEST_RATE,
@@ -59,7 +61,10 @@ def stress(
             faults=tuple(fault),
             device=device,
             pp_backend=pp_backend,
-        )
+            target=target,
+            sglang_class=sglang_class,
+        ),
+        common.say,
     )
     common.check_run_options(refresh, report, port)
     directory = create_run_dir(run_dir, config.policy)

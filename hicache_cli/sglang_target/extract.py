@@ -1,0 +1,142 @@
+"""Take SGLang's PP-sync methods out of its cache class with `ast`, without importing SGLang.
+
+Importing the module whole would pull in SGLang's dependency tree (triton, transformers
+at SGLang's pinned version, ...). The event round needs only a handful of methods, which
+use torch and a few attributes; those are what is taken here, by name, as source text
+with their line numbers, so a traceback or stack dump points into the user's own file.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hicache_cli.errors import HicacheError
+
+ENTRY = "check_hicache_events"
+SYNC = "_pp_sync"
+# How each release family frees the PP-sync Works (DESIGN.md: the incident and the fix).
+DRAIN_METHODS = {
+    "_reap_completed_async_work": "reaps completed Works (is_completed poll)",
+    "_drain_async_work": "drains every Work (wait())",
+}
+TAKEN = (
+    ENTRY,
+    SYNC,
+    "_all_reduce",
+    "_all_reduce_attn_groups",
+    "writing_check",
+    "loading_check",
+    "_count_ready_acks",
+    "_sync_hicache_ready_counts",
+    *DRAIN_METHODS,
+)
+# Names the methods may use that the rank side provides (bind.py builds the namespace).
+PROVIDED_NAMES = frozenset({"torch", "logger", "P2PTag", "Optional", "List", "Dict", "Tuple", "Any", "Union"})
+
+
+class NotApplicable(HicacheError):
+    """This SGLang has no PP-sync path to test: the leak cannot happen in it."""
+
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    source: str  # the `def` and its body, dedented; decorators left out
+    first_line: int  # line of the `def` in the file
+    decorators: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExtractedClass:
+    class_name: str
+    path: str
+    sha256: str
+    methods: dict[str, Method]
+    drain_method: str | None  # one of DRAIN_METHODS, or None when the file has neither
+    unresolved: tuple[str, ...] = field(default=())  # free names the namespace does not provide
+
+    @property
+    def uses_p2p_tag(self) -> bool:
+        return any("P2PTag" in m.source for m in self.methods.values())
+
+    def describe(self) -> str:
+        how = DRAIN_METHODS.get(self.drain_method or "", "frees Works some other way")
+        return f"{self.class_name}.{self.drain_method or '?'}: {how}"
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def extract(path: Path, class_name: str) -> ExtractedClass:
+    """The class's PP-sync methods from `path`; NotApplicable when it has no PP sync."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise HicacheError(f"cannot read {path}: {exc.strerror or exc}") from None
+    text = data.decode("utf-8", errors="replace")
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise HicacheError(f"{path} does not parse as Python ({exc.msg}, line {exc.lineno})") from None
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
+    if cls is None:
+        raise NotApplicable(f"{path} defines no class {class_name}: not applicable")
+    lines = text.splitlines(keepends=True)
+    methods = {
+        node.name: _method(node, lines) for node in cls.body if isinstance(node, ast.FunctionDef) and node.name in TAKEN
+    }
+    for needed in (ENTRY, SYNC):
+        if needed not in methods:
+            raise NotApplicable(
+                f"{class_name} in {path} has no {needed}: this SGLang has no PP-sync path, not applicable"
+            )
+    drain = next((name for name in DRAIN_METHODS if name in methods), None)
+    return ExtractedClass(
+        class_name=class_name,
+        path=str(path),
+        sha256=hashlib.sha256(data).hexdigest(),
+        methods=methods,
+        drain_method=drain,
+        unresolved=tuple(sorted(set().union(*(free_names(m.source) for m in methods.values())) - PROVIDED_NAMES)),
+    )
+
+
+def _method(node: ast.FunctionDef, lines: list[str]) -> Method:
+    body = lines[node.lineno - 1 : node.end_lineno]
+    indent = len(body[0]) - len(body[0].lstrip())
+    source = "".join(line[indent:] if line[:indent].isspace() else line.lstrip() for line in body)
+    return Method(node.name, source, node.lineno, tuple(ast.unparse(d) for d in node.decorator_list))
+
+
+def free_names(source: str) -> set[str]:
+    """Names a function reads that it neither defines nor gets from builtins. Names used
+    only in annotations are left out: they are never evaluated (`from __future__ import
+    annotations`)."""
+    func = ast.parse(source).body[0]
+    assert isinstance(func, ast.FunctionDef)
+    in_annotations = {id(n) for node in ast.walk(func) for n in _annotation_names(node)}
+    bound: set[str] = set()
+    loads: set[str] = set()
+    for node in ast.walk(func):
+        if isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.Name) and id(node) not in in_annotations:
+            (loads if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+    return {n for n in loads - bound if not hasattr(builtins, n)}
+
+
+def _annotation_names(node: ast.AST) -> list[ast.Name]:
+    found: list[ast.Name] = []
+    for ann in (getattr(node, "annotation", None), getattr(node, "returns", None)):
+        if isinstance(ann, ast.AST):
+            found.extend(n for n in ast.walk(ann) if isinstance(n, ast.Name))
+    return found

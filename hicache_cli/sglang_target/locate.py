@@ -1,0 +1,203 @@
+"""Find SGLang's HiCache source: installed, a path, or a release wheel fetched into a cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from hicache_cli.errors import UsageError
+
+# The classes hicache can drive and the module each lives in, relative to the package root.
+CLASS_FILES = {
+    "HiRadixCache": "sglang/srt/mem_cache/hiradix_cache.py",
+    "UnifiedRadixCache": "sglang/srt/mem_cache/unified_radix_cache.py",
+}
+TAGS_FILE = "sglang/srt/distributed/communication_tags.py"  # P2PTag, from 0.5.16; imports only enum
+VERSION_FILE = "sglang/version.py"
+WANTED_FILES = (*CLASS_FILES.values(), TAGS_FILE, VERSION_FILE)
+
+
+class TargetError(UsageError):
+    """The SGLang named by --target cannot be found or fetched."""
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """What `--target sglang[...]` names: the installed distribution, a release, or a path."""
+
+    kind: str  # installed | version | path
+    value: str = ""
+
+    def __str__(self) -> str:
+        return {"installed": "sglang", "version": f"sglang=={self.value}", "path": f"sglang:{self.value}"}[self.kind]
+
+
+def parse_target(text: str) -> TargetSpec | None:
+    """`model` (our own cache model) -> None; `sglang`, `sglang==0.5.14`, `sglang:PATH`."""
+    text = text.strip()
+    if text == "model":
+        return None
+    if text == "sglang":
+        return TargetSpec("installed")
+    if text.startswith("sglang=="):
+        version = text[len("sglang==") :]
+        if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?", version):
+            raise UsageError(f"--target: {version!r} is not a release version (e.g. sglang==0.5.14)")
+        return TargetSpec("version", version)
+    if text.startswith("sglang:") and len(text) > len("sglang:"):
+        return TargetSpec("path", text[len("sglang:") :])
+    raise UsageError(f"--target: {text!r}; use model, sglang (installed), sglang==VERSION (a release) or sglang:PATH")
+
+
+@dataclass(frozen=True)
+class SGLangSource:
+    """Where one SGLang's files are. `files` maps class names to the module that should hold it."""
+
+    version: str
+    origin: str  # installed | wheel | path
+    location: str  # what the user would recognise: site-packages, the wheel, the checkout
+    files: dict[str, Path]
+    tags_file: Path | None
+
+
+def cache_dir() -> Path:
+    """Where downloaded wheels and their extracted files are kept between runs."""
+    if "HICACHE_CACHE_DIR" in os.environ:
+        return Path(os.environ["HICACHE_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hicache"
+
+
+def locate(spec: TargetSpec, progress=None) -> SGLangSource:  # noqa: ANN001 - a callable(str) or None
+    if spec.kind == "installed":
+        return _installed()
+    if spec.kind == "version":
+        return release(spec.value, progress)
+    return _from_path(Path(spec.value).expanduser())
+
+
+def _installed() -> SGLangSource:
+    try:
+        dist = metadata.distribution("sglang")
+    except metadata.PackageNotFoundError:
+        raise TargetError(
+            f"--target sglang: SGLang is not installed in this Python ({sys.executable}); "
+            "name a release (--target sglang==0.5.14) or a path (--target sglang:/path/to/sglang)"
+        ) from None
+    root = Path(str(dist.locate_file("")))
+    return _source_at(root, dist.version, "installed", str(root))
+
+
+def _from_path(path: Path) -> SGLangSource:
+    if not path.exists():
+        raise TargetError(f"--target sglang:{path}: no such file or directory")
+    if path.is_file():
+        classes = [name for name, rel in CLASS_FILES.items() if Path(rel).name == path.name]
+        if not classes:
+            known = ", ".join(Path(rel).name for rel in CLASS_FILES.values())
+            raise TargetError(f"--target sglang:{path}: expected one of {known}")
+        tags = path.parent.parent / "distributed" / Path(TAGS_FILE).name
+        root = path.parents[3] if len(path.parents) > 3 else path.parent
+        return SGLangSource(_version_at(root), "path", str(path), {classes[0]: path}, tags if tags.is_file() else None)
+    # A checkout (python/sglang/...), a package root (.../site-packages) or the package itself.
+    for root in (path / "python", path, path.parent):
+        if (root / "sglang" / "srt" / "mem_cache").is_dir():
+            return _source_at(root, _version_at(root), "path", str(path))
+    raise TargetError(f"--target sglang:{path}: no sglang/srt/mem_cache under it (give a checkout or a file)")
+
+
+def _source_at(root: Path, version: str, origin: str, location: str) -> SGLangSource:
+    files = {name: root / rel for name, rel in CLASS_FILES.items() if (root / rel).is_file()}
+    tags = root / TAGS_FILE
+    return SGLangSource(version, origin, location, files, tags if tags.is_file() else None)
+
+
+def _version_at(root: Path) -> str:
+    try:
+        text = (root / VERSION_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return "unknown"
+    match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", text)
+    return match.group(1) if match else "unknown"
+
+
+def release(version: str, progress=None) -> SGLangSource:  # noqa: ANN001 - a callable(str) or None
+    """A release's files, from the cache or from its wheel (fetched with pip, no dependencies)."""
+    target = cache_dir() / "sglang" / version
+    if not (target / ".complete").exists():
+        wheel = _download_wheel(version, cache_dir() / "wheels", progress)
+        _unpack(wheel, target)
+    return _source_at(target, version, "wheel", f"sglang=={version} (cached in {target})")
+
+
+def _download_wheel(version: str, wheels: Path, progress) -> Path:  # noqa: ANN001
+    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+    if found:
+        return found[0]
+    wheels.mkdir(parents=True, exist_ok=True)
+    if progress is not None:
+        progress(f"fetching the sglang {version} wheel (no dependencies) ...")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"]
+    cmd += ["--dest", str(wheels), f"sglang=={version}"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TargetError(f"--target sglang=={version}: could not run pip to fetch the wheel: {exc}") from None
+    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+    if done.returncode != 0 or not found:
+        lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+        why = lines[-1].strip() if lines else f"pip exited with {done.returncode}"
+        raise TargetError(f"--target sglang=={version}: could not fetch the wheel: {why}")
+    return found[0]
+
+
+def _unpack(wheel: Path, target: Path) -> None:
+    """Take only the files hicache reads out of the wheel; written whole or not at all."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = set(zf.namelist())
+            for rel in WANTED_FILES:
+                if rel in names:
+                    out = staging / rel
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(zf.read(rel))
+        (staging / ".complete").write_text(wheel.name + "\n", encoding="utf-8")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except (OSError, zipfile.BadZipFile) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise TargetError(f"cannot unpack {wheel}: {exc}") from None
+
+
+def release_versions(progress=None) -> list[str]:  # noqa: ANN001
+    """Every sglang release on the package index, oldest first (from `pip index versions`)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", "sglang", "--disable-pip-version-check"]
+    if progress is not None:
+        progress("listing sglang releases on the package index ...")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TargetError(f"could not list sglang releases with pip: {exc}") from None
+    match = re.search(r"Available versions:\s*(.+)", done.stdout)
+    if done.returncode != 0 or not match:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
+        why = lines[-1].strip() if lines else f"pip exited with {done.returncode}"
+        raise TargetError(f"could not list sglang releases: {why}")
+    return sorted((v.strip() for v in match.group(1).split(",") if v.strip()), key=version_key)
+
+
+def version_key(version: str) -> tuple:
+    """Order release strings: 0.5.9 < 0.5.12 < 0.5.12.post1 < 0.5.13."""
+    main, _, post = version.partition(".post")
+    parts = tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.]", re.sub(r"[a-z].*$", "", main)))
+    return (*parts, int(post) if post.isdigit() else -1)

@@ -1,0 +1,124 @@
+"""`hicache sglang-scan`: one row per SGLang release, a bisection of the leak. Pure: version
+ranges, rows from reports, the table, the Markdown and the JSON bundle."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+from typing import Any
+
+from rich.table import Table
+
+from hicache_cli.compare import summarize
+from hicache_cli.errors import UsageError
+from hicache_cli.sglang_target.locate import version_key
+
+SCAN_SCHEMA_VERSION = 1
+NOT_APPLICABLE = "not applicable"
+
+
+def pick_versions(spec: str, available: list[str]) -> list[str]:
+    """`A..B` (inclusive; either end may be left open) or `A,B,C`, from the releases available."""
+    if ".." in spec:
+        low, _, high = spec.partition("..")
+        lo_key = version_key(low) if low else None
+        hi_key = version_key(high) if high else None
+        chosen = [
+            v
+            for v in sorted(available, key=version_key)
+            if (lo_key is None or version_key(v) >= lo_key) and (hi_key is None or version_key(v) <= hi_key)
+        ]
+        for end in (low, high):
+            if end and end not in available:
+                raise UsageError(f"--versions: {end} is not an sglang release on the package index")
+        if not chosen:
+            raise UsageError(f"--versions {spec}: no release in that range")
+        return chosen
+    chosen = [v.strip() for v in spec.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in available]
+    if unknown or not chosen:
+        raise UsageError(f"--versions: {', '.join(unknown) or 'empty list'}: not sglang releases on the package index")
+    return sorted(dict.fromkeys(chosen), key=version_key)
+
+
+@dataclass(frozen=True)
+class ScanRow:
+    version: str
+    verdict: str  # LEAK | BOUNDED | INCONCLUSIVE | not applicable | failed ...
+    class_name: str | None = None
+    drain_method: str | None = None
+    sends_per_round: float | None = None
+    depth_final: int | None = None  # the deepest work list at the end of the run
+    slope_mb_per_h: float | None = None  # the steepest rank's RSS trend
+    status: str | None = None  # the run's status; None when nothing ran
+    note: str | None = None  # why it is not applicable, or how it failed
+
+
+def row_from_report(version: str, report: dict[str, Any]) -> ScanRow:
+    target = report.get("target") or {}
+    summary = summarize(report)
+    failed = report["status"] == "failed"
+    return ScanRow(
+        version=version,
+        verdict="failed" if failed else report["verdict"],
+        class_name=target.get("class"),
+        drain_method=target.get("drain_method") or None,
+        sends_per_round=target.get("sends_per_round"),
+        depth_final=summary.final_depth,
+        slope_mb_per_h=summary.slope_mb_per_h,
+        status=report["status"],
+        note=report["failures"][0]["message"] if failed and report["failures"] else None,
+    )
+
+
+def not_applicable(version: str, why: str) -> ScanRow:
+    return ScanRow(version=version, verdict=NOT_APPLICABLE, note=why)
+
+
+HEADERS = ("version", "class", "drain method", "sends/round", "depth at end", "RSS MB/h", "verdict")
+
+
+def cells(row: ScanRow) -> tuple[str, ...]:
+    return (
+        row.version,
+        row.class_name or "-",
+        row.drain_method or "-",
+        "-" if row.sends_per_round is None else f"{row.sends_per_round:g}",
+        "-" if row.depth_final is None else str(row.depth_final),
+        "-" if row.slope_mb_per_h is None else f"{row.slope_mb_per_h:+.0f}",
+        row.verdict,
+    )
+
+
+def scan_table(rows: list[ScanRow]) -> Table:
+    table = Table(box=None, padding=(0, 1), pad_edge=False)
+    for header in HEADERS:
+        table.add_column(header, justify="right" if header in ("sends/round", "depth at end", "RSS MB/h") else "left")
+    for row in rows:
+        table.add_row(*cells(row))
+    return table
+
+
+def markdown_table(rows: list[ScanRow], title: str) -> str:
+    lines = [f"### {title}", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(cells(row)) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def first_change(rows: list[ScanRow]) -> str | None:
+    """Where the verdict changes between consecutive releases that ran, e.g. the fix."""
+    ran = [r for r in rows if r.verdict in ("LEAK", "BOUNDED")]
+    changes = [
+        f"{a.verdict} in {a.version} -> {b.verdict} in {b.version}" for a, b in pairwise(ran) if a.verdict != b.verdict
+    ]
+    return "; ".join(changes) or None
+
+
+def scan_bundle(rows: list[ScanRow], config: dict[str, Any], reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema_version": SCAN_SCHEMA_VERSION,
+        "kind": "sglang-scan",
+        "config": config,
+        "changes": first_change(rows),
+        "versions": [{**asdict(row), "report": reports.get(row.version)} for row in rows],
+    }
