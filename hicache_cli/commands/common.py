@@ -57,13 +57,13 @@ def config_from_options(opts: StressOptions, progress: Callable[[str], None] | N
     With `--target sglang...` the SGLang source is located (a release is fetched into the
     cache, reporting through `progress`) and its methods taken, last, after the cheap checks.
     """
-    spec = parse_target(opts.target)
+    target = parse_target(opts.target)
     for name, value in (("pp", opts.pp), ("tp", opts.tp)):
         if value < 1:
             raise UsageError(f"--{name} must be at least 1, got {value}")
     if opts.pp * opts.tp > MAX_WORLD_SIZE:
         raise UsageError(f"--pp x --tp = {opts.pp * opts.tp} ranks; at most {MAX_WORLD_SIZE} are supported")
-    if spec is not None:
+    if target is not None:
         _check_sglang_options(opts)
     elif (opts.policy or DEFAULT_POLICY) not in POLICIES:
         raise UsageError(f"--policy: unknown policy {opts.policy!r}; choose one of: {', '.join(POLICIES)}")
@@ -116,9 +116,9 @@ def config_from_options(opts: StressOptions, progress: Callable[[str], None] | N
         device=opts.device,
         pp_backend=opts.pp_backend,
     )
-    if spec is None:
+    if target is None:
         return config
-    resolved = resolve(spec, opts.sglang_class, progress)
+    resolved = resolve(target, opts.sglang_class, progress)
     return replace(config, target="sglang", sglang=resolved.config_entry(), policy=resolved.label, workload="idle")
 
 

@@ -21,8 +21,11 @@ CLASS_FILES = {
     "UnifiedRadixCache": "sglang/srt/mem_cache/unified_radix_cache.py",
 }
 TAGS_FILE = "sglang/srt/distributed/communication_tags.py"  # P2PTag, from 0.5.16; imports only enum
-VERSION_FILE = "sglang/version.py"
+# Generated at build time (setuptools-scm), so in wheels and installs but not in a git
+# checkout; sglang/version.py only holds a fallback literal ("0.0.0.dev0"), never read.
+VERSION_FILE = "sglang/_version.py"
 WANTED_FILES = (*CLASS_FILES.values(), TAGS_FILE, VERSION_FILE)
+UNPACKED_MARK = ".complete"  # holds the wheel's name and the list of files wanted when it was unpacked
 
 
 class TargetError(UsageError):
@@ -120,21 +123,45 @@ def _source_at(root: Path, version: str, origin: str, location: str) -> SGLangSo
 
 
 def _version_at(root: Path) -> str:
+    """The generated version file's, else `git describe` of a checkout, else "unknown"."""
     try:
         text = (root / VERSION_FILE).read_text(encoding="utf-8")
     except OSError:
-        return "unknown"
-    match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", text)
+        return _git_describe(root) or "unknown"
+    match = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", text, re.MULTILINE)
     return match.group(1) if match else "unknown"
+
+
+def _git_describe(path: Path) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(path), "describe", "--tags", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def release(version: str, progress=None) -> SGLangSource:  # noqa: ANN001 - a callable(str) or None
     """A release's files, from the cache or from its wheel (fetched with pip, no dependencies)."""
     target = cache_dir() / "sglang" / version
-    if not (target / ".complete").exists():
+    if not _unpacked(target):
         wheel = _download_wheel(version, cache_dir() / "wheels", progress)
         _unpack(wheel, target)
     return _source_at(target, version, "wheel", f"sglang=={version} (cached in {target})")
+
+
+def _unpacked(target: Path) -> bool:
+    """Unpacked before, and for the same list of files (an older hicache may have wanted fewer)."""
+    try:
+        lines = (target / UNPACKED_MARK).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return False
+    return tuple(lines[1:]) == WANTED_FILES
 
 
 def _download_wheel(version: str, wheels: Path, progress) -> Path:  # noqa: ANN001
@@ -170,7 +197,7 @@ def _unpack(wheel: Path, target: Path) -> None:
                     out = staging / rel
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_bytes(zf.read(rel))
-        (staging / ".complete").write_text(wheel.name + "\n", encoding="utf-8")
+        (staging / UNPACKED_MARK).write_text("\n".join((wheel.name, *WANTED_FILES)) + "\n", encoding="utf-8")
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
