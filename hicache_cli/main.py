@@ -49,6 +49,10 @@ Examples:
   hicache stress --pp 2 --policy drain      # the fix: depth <= 2
 
   hicache stress --pp 4 --workload idle     # the incident: an idle server
+
+  hicache stress --target sglang==0.5.14    # SGLang 0.5.14 itself
+
+  hicache stress --target sglang:~/sglang   # your checkout or patch
 """
 
 app.command(epilog=STRESS_EXAMPLES)(stress)
