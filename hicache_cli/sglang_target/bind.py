@@ -75,10 +75,11 @@ class CountingCollectives:
     def recv(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         self.traffic.blocked_on = "SGLang _pp_sync, in recv from the previous stage"
         try:
-            return self._recv(tensor, *args, **kwargs)
+            result = self._recv(tensor, *args, **kwargs)
         finally:
             self.traffic.blocked_on = None
-            self.traffic.received += 1
+        self.traffic.received += 1
+        return result
 
     def all_reduce(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         self.traffic.all_reduces += 1

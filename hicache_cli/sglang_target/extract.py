@@ -111,8 +111,16 @@ def extract(path: Path, class_name: str) -> ExtractedClass:
 def _method(node: ast.FunctionDef, lines: list[str]) -> Method:
     body = lines[node.lineno - 1 : node.end_lineno]
     indent = len(body[0]) - len(body[0].lstrip())
-    source = "".join(line[indent:] if line[:indent].isspace() else line.lstrip() for line in body)
+    source = "".join(_dedent(line, indent) for line in body)
     return Method(node.name, source, node.lineno, tuple(ast.unparse(d) for d in node.decorator_list))
+
+
+def _dedent(line: str, indent: int) -> str:
+    """Remove the method's indent from one line, keeping every line (so line numbers hold);
+    a less indented line can only be inside a string, and is kept whole."""
+    if line[:indent].strip():
+        return line
+    return line[indent:] or ("\n" if line.endswith("\n") else "")
 
 
 def free_names(source: str) -> set[str]:
@@ -128,6 +136,10 @@ def free_names(source: str) -> set[str]:
         if isinstance(node, ast.arg):
             bound.add(node.arg)
         elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not func:
             bound.add(node.name)
         elif isinstance(node, ast.Name) and id(node) not in in_annotations:
             (loads if isinstance(node.ctx, ast.Load) else bound).add(node.id)

@@ -107,8 +107,9 @@ def _from_path(path: Path) -> SGLangSource:
             known = ", ".join(Path(rel).name for rel in CLASS_FILES.values())
             raise TargetError(f"--target sglang:{path}: expected one of {known}")
         tags = path.parent.parent / "distributed" / Path(TAGS_FILE).name
-        root = path.parents[3] if len(path.parents) > 3 else path.parent
-        return SGLangSource(_version_at(root), "path", str(path), {classes[0]: path}, tags if tags.is_file() else None)
+        in_package = path.parent.parts[-3:] == ("sglang", "srt", "mem_cache")
+        version = _version_at(path.parents[3]) if in_package else _git_describe(path.parent) or "unknown"
+        return SGLangSource(version, "path", str(path), {classes[0]: path}, tags if tags.is_file() else None)
     # A checkout (python/sglang/...), a package root (.../site-packages) or the package itself.
     for root in (path / "python", path, path.parent):
         if (root / "sglang" / "srt" / "mem_cache").is_dir():

@@ -33,6 +33,7 @@ class Resolved:
             "sha256": self.extracted.sha256,
             "tags_file": str(self.source.tags_file) if self.source.tags_file else "",
             "drain_method": self.extracted.drain_method or "",
+            "unresolved": ", ".join(self.extracted.unresolved),
         }
 
 

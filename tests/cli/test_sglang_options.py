@@ -1,0 +1,286 @@
+"""--target sglang glue: commands/common.py's options, report.target_summary, progress.target_line.
+
+The SGLang is a synthetic checkout from tests/sglang_target/families.py; nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hicache_cli.commands.common import StressOptions, config_from_options
+from hicache_cli.config import StressConfig
+from hicache_cli.errors import UsageError
+from hicache_cli.progress import target_line, verdict_lines
+from hicache_cli.report import RunOutcome, build_report, target_summary
+from hicache_cli.sglang_target.extract import NotApplicable, file_sha256
+from hicache_cli.sglang_target.locate import TargetError
+from tests.cli.conftest import build_pp2_run
+from tests.sglang_target.conftest import FakePip
+from tests.sglang_target.families import HIRADIX_REL, NO_PP_SYNC, TAGS_REL, make_checkout, make_wheel
+
+BASE = StressOptions(
+    pp=2, tp=1, policy=None, duration="15s", workload="mixed", seed=0, probe_hz=10.0, wait_timeout="5s"
+)
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    return make_checkout(tmp_path / "sglang-checkout")
+
+
+def sglang_options(checkout: Path, **changes: Any) -> StressOptions:
+    return dataclasses.replace(BASE, target=f"sglang:{checkout}", **changes)
+
+
+def refused(opts: StressOptions) -> str:
+    """The one-line message of the UsageError config_from_options raises."""
+    with pytest.raises(UsageError) as caught:
+        config_from_options(opts)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert caught.value.exit_code == 2
+    return message
+
+
+# --- config_from_options -------------------------------------------------------------------------
+
+
+def test_a_checkout_target_builds_a_config(checkout: Path) -> None:
+    config = config_from_options(sglang_options(checkout))
+    hiradix = checkout / "python" / HIRADIX_REL
+    assert config.target == "sglang"
+    assert config.policy == "sglang-9.9.9"
+    assert config.workload == "idle"  # SGLang's round is driven idle: empty ack queues
+    assert config.sglang == {
+        "version": "9.9.9",
+        "origin": "path",
+        "location": str(checkout),
+        "class": "HiRadixCache",
+        "file": str(hiradix),
+        "sha256": file_sha256(hiradix),
+        "tags_file": str(checkout / "python" / TAGS_REL),
+        "drain_method": "_reap_completed_async_work",
+    }
+    assert (config.pp, config.tp, config.duration_s) == (2, 1, 15.0)
+    assert StressConfig.from_dict(config.to_dict()) == config  # what the ranks read back
+
+
+def test_an_explicit_class(checkout: Path) -> None:
+    config = config_from_options(sglang_options(checkout, sglang_class="UnifiedRadixCache"))
+    assert config.sglang is not None
+    assert config.sglang["class"] == "UnifiedRadixCache"
+    assert config.sglang["drain_method"] == "_drain_async_work"
+
+
+def test_a_release_target_reports_its_fetch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HICACHE_CACHE_DIR", str(tmp_path / "cache"))
+    pip = FakePip()
+    monkeypatch.setattr(subprocess, "run", pip)
+    said: list[str] = []
+    config = config_from_options(dataclasses.replace(BASE, target="sglang==9.9.9"), said.append)
+    assert said == ["fetching the sglang 9.9.9 wheel (no dependencies) ..."]
+    assert len(pip.calls) == 1
+    assert config.sglang is not None
+    assert config.sglang["origin"] == "wheel"
+    assert config.policy == "sglang-9.9.9"
+
+
+def test_a_cached_release_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HICACHE_CACHE_DIR", str(tmp_path / "cache"))
+    make_wheel(tmp_path / "cache" / "wheels" / "sglang-9.9.9-py3-none-any.whl")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("pip was run"))
+    config = config_from_options(dataclasses.replace(BASE, target="sglang==9.9.9"))
+    assert config.sglang is not None
+    assert config.sglang["class"] == "HiRadixCache"
+    assert config.sglang["drain_method"] == "_drain_async_work"
+
+
+def test_an_allowed_fault(checkout: Path) -> None:
+    config = config_from_options(sglang_options(checkout, faults=("hang:1:2s", "lag:0:5")))
+    assert config.faults == ("hang:1:2s", "lag:0:5")
+
+
+def test_a_model_target_defaults_to_reap() -> None:
+    config = config_from_options(BASE)
+    assert config.target == "model"
+    assert config.policy == "reap"
+    assert config.sglang is None
+    assert config.workload == "mixed"
+
+
+def test_a_model_target_with_a_policy() -> None:
+    assert config_from_options(dataclasses.replace(BASE, policy="drain")).policy == "drain"
+
+
+def test_a_not_applicable_checkout(tmp_path: Path) -> None:
+    root = make_checkout(tmp_path, hiradix=NO_PP_SYNC, unified=None)
+    with pytest.raises(NotApplicable) as caught:
+        config_from_options(sglang_options(root))
+    assert caught.value.exit_code == 4
+    assert "_pp_sync" in str(caught.value)
+
+
+def test_a_missing_checkout(tmp_path: Path) -> None:
+    with pytest.raises(TargetError, match="no such file or directory"):
+        config_from_options(sglang_options(tmp_path / "nowhere"))
+
+
+# --- refusals ------------------------------------------------------------------------------------
+
+
+def test_a_policy_with_a_sglang_target(checkout: Path) -> None:
+    assert refused(sglang_options(checkout, policy="drain")).startswith("--policy")
+
+
+@pytest.mark.parametrize(
+    ("option", "change"),
+    [
+        ("request-rate", {"request_rate": 0.5}),
+        ("prefix-sharing", {"prefix_sharing": 0.0}),
+        ("idle-fraction", {"idle_fraction": 1.0}),
+    ],
+)
+def test_model_workload_options_with_a_sglang_target(checkout: Path, option: str, change: dict[str, float]) -> None:
+    message = refused(sglang_options(checkout, **change))
+    assert message.startswith(f"--{option} ")
+    assert "--target sglang" in message
+
+
+@pytest.mark.parametrize(
+    "change", [{"device": "cuda"}, {"pp_backend": "nccl"}, {"device": "cuda", "pp_backend": "nccl"}]
+)
+def test_cuda_or_nccl_with_a_sglang_target(checkout: Path, change: dict[str, str]) -> None:
+    message = refused(sglang_options(checkout, **change))
+    assert "gloo" in message
+    assert message.startswith("--target sglang")
+
+
+@pytest.mark.parametrize("fault", ["raise-in-wait:0:1s", "keep:0:10"])
+def test_model_only_faults_with_a_sglang_target(checkout: Path, fault: str) -> None:
+    message = refused(sglang_options(checkout, faults=("hang:1:2s", fault)))
+    assert message.startswith(f"--fault {fault}:")
+    assert "--target sglang" in message
+
+
+def test_a_bad_sglang_class(checkout: Path) -> None:
+    message = refused(sglang_options(checkout, sglang_class="RadixCache"))
+    assert message.startswith("--sglang-class: 'RadixCache'")
+    assert "auto" in message
+
+
+def test_a_bad_target() -> None:
+    assert refused(dataclasses.replace(BASE, target="vllm")).startswith("--target")
+
+
+def test_cheap_checks_come_before_locating(tmp_path: Path) -> None:
+    """A bad option is reported without looking for the SGLang (which may mean a download)."""
+    message = refused(sglang_options(tmp_path / "nowhere", duration="soon"))
+    assert "duration" in message
+
+
+def test_the_sglang_checks_apply_only_to_a_sglang_target() -> None:
+    config = config_from_options(dataclasses.replace(BASE, policy="reap", faults=("keep:0:10",), request_rate=0.5))
+    assert config.faults == ("keep:0:10",)
+
+
+# --- report.target_summary ------------------------------------------------------------------------
+
+ENTRY = {
+    "version": "9.9.9",
+    "origin": "wheel",
+    "location": "sglang==9.9.9 (cached in /c/sglang/9.9.9)",
+    "class": "HiRadixCache",
+    "file": "/c/sglang/9.9.9/sglang/srt/mem_cache/hiradix_cache.py",
+    "sha256": "0123456789abcdef" * 4,
+    "tags_file": "",
+    "drain_method": "_reap_completed_async_work",
+}
+SGLANG = StressConfig(pp=2, duration_s=60.0, target="sglang", policy="sglang-9.9.9", workload="idle", sglang=ENTRY)
+
+
+def test_target_summary_of_a_model_run() -> None:
+    assert target_summary(StressConfig(policy="drain"), []) == {"kind": "model", "policy": "drain"}
+
+
+def test_target_summary_of_a_sglang_run() -> None:
+    ranks = [{"rounds": 400, "messages": {"sent": 800}}, {"rounds": 400, "messages": {"sent": 0}}]
+    assert target_summary(SGLANG, ranks) == {"kind": "sglang", **ENTRY, "sends_per_round": 2.0}
+
+
+def test_sends_per_round_is_rounded() -> None:
+    ranks = [{"rounds": 3, "messages": {"sent": 1}}]
+    assert target_summary(SGLANG, ranks)["sends_per_round"] == 0.333
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [
+        [],
+        [{"rounds": 0, "messages": {"sent": 0}}],
+        [{"rank": 0, "verdict": "INCONCLUSIVE", "samples": 0}],  # a rank that wrote no samples
+    ],
+)
+def test_sends_per_round_unknown(ranks: list[dict[str, Any]]) -> None:
+    summary = target_summary(SGLANG, ranks)
+    assert summary["kind"] == "sglang"
+    assert summary["sends_per_round"] is None
+
+
+def test_a_sglang_run_in_the_report() -> None:
+    report = build_report(SGLANG, build_pp2_run(leaking=True), RunOutcome(wall_s=61.0))
+    assert report["target"] == {"kind": "sglang", **ENTRY, "sends_per_round": 1.0}
+    assert report["config"]["sglang"] == ENTRY
+
+
+# --- progress.target_line and verdict_lines ---------------------------------------------------------
+
+
+def sglang_target(**changes: Any) -> dict[str, Any]:
+    return {"kind": "sglang", **ENTRY, "sends_per_round": 2.0, **changes}
+
+
+def test_target_line_of_a_model_run() -> None:
+    assert target_line({"target": {"kind": "model", "policy": "reap"}}) is None
+    assert target_line({}) is None  # a report from before --target
+    assert target_line({"target": None}) is None
+
+
+def test_target_line_names_the_code_and_its_sends() -> None:
+    assert target_line({"target": sglang_target()}) == (
+        "SGLang 9.9.9 HiRadixCache (wheel: sglang==9.9.9 (cached in /c/sglang/9.9.9)): "
+        "_reap_completed_async_work reaps completed Works (is_completed poll); "
+        "2 PP-sync sends per round; sha256 0123456789ab"
+    )
+
+
+def test_target_line_of_a_draining_release() -> None:
+    line = target_line({"target": sglang_target(drain_method="_drain_async_work", sends_per_round=1.5)})
+    assert line is not None
+    assert "_drain_async_work drains every Work (wait()); 1.5 PP-sync sends per round;" in line
+
+
+def test_target_line_without_sends_or_drain_method() -> None:
+    line = target_line({"target": sglang_target(drain_method="", sends_per_round=None)})
+    assert line is not None
+    assert "no known drain method frees Works some other way; sha256" in line
+    assert "per round" not in line
+
+
+def test_verdict_lines_lead_with_the_target() -> None:
+    report = build_report(SGLANG, build_pp2_run(leaking=True), RunOutcome(wall_s=61.0))
+    lines = verdict_lines(report)
+    assert lines[0] == target_line(report)
+    assert lines[0].startswith("SGLang 9.9.9 HiRadixCache")
+    assert lines[1].startswith("rank 0: LEAK")
+    assert lines[2].startswith("rank 1: BOUNDED")
+    assert len(lines) == 3
+
+
+def test_verdict_lines_of_a_model_run_have_no_target_line() -> None:
+    report = build_report(StressConfig(pp=2, duration_s=60.0), build_pp2_run(leaking=True), RunOutcome())
+    assert verdict_lines(report)[0].startswith("rank 0: LEAK")
