@@ -171,7 +171,7 @@ def build_sglang(config, topo, device):  # noqa: ANN001, ANN201
 
     target = config.sglang
     groups = new_groups(topo, "gloo")  # SGLang's PP sync runs on a gloo CPU group
-    traffic = Traffic()
+    traffic = Traffic(in_recv=f"SGLang _pp_sync, in recv from pp rank {topo.pp_rank - 1}")
     CountingCollectives(traffic)
     holder = SGLangHolder(topo.pp_rank, topo.pp_size, groups.pp, groups.tp, topo.tp_size)
     tags = Path(target["tags_file"]) if target["tags_file"] else None

@@ -23,6 +23,7 @@ from hicache_cli.errors import UsageError
 from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.rundir import REPORT_FILE, write_atomically
 from hicache_cli.sample import Sample
+from hicache_cli.sglang_target.extract import waits_on_next_stage
 from hicache_cli.torchrun_log import WorkerExit
 from hicache_cli.watchdog import Stall, blocked_frame, stack_file
 
@@ -256,6 +257,8 @@ def _failures(
             failure = _failure(rank, stall.kind, message, stall.since_t, None, None, stack.name if dump else None)
             if stall.waiting_on_pp is not None:
                 failure["waiting_on_pp"] = stall.waiting_on_pp
+            elif config.target == "sglang" and waits_on_next_stage(frame):
+                failure["waiting_on_pp"] = rank // config.tp + 1  # SGLang's drain, in wait() on a Work
             failures.append(failure)
         elif final is not None and final.state == "error":
             failures.append(_failure(rank, "error", final.message, final.t, code, sig))

@@ -54,6 +54,8 @@ class Traffic:
     received: int = 0
     all_reduces: int = 0
     blocked_on: str | None = None
+    # what blocked_on says while in recv; the watchdog reads "pp rank N" in it as the peer
+    in_recv: str = "SGLang _pp_sync, in recv from the previous stage"
     fail_next_wait: bool = False  # read by the fault injector; raise-in-wait is refused for SGLang
 
 
@@ -73,7 +75,7 @@ class CountingCollectives:
         return work
 
     def recv(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        self.traffic.blocked_on = "SGLang _pp_sync, in recv from the previous stage"
+        self.traffic.blocked_on = self.traffic.in_recv
         try:
             result = self._recv(tensor, *args, **kwargs)
         finally:

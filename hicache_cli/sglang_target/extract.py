@@ -23,6 +23,14 @@ DRAIN_METHODS = {
     "_reap_completed_async_work": "reaps completed Works (is_completed poll)",
     "_drain_async_work": "drains every Work (wait())",
 }
+
+
+def waits_on_next_stage(frame: str | None) -> bool:
+    """Whether a stack top like "_drain_async_work (hiradix_cache.py:242)" is SGLang's loop
+    waiting on its isends, i.e. on the next stage to receive."""
+    return frame is not None and frame.split(" ", 1)[0] in DRAIN_METHODS
+
+
 TAKEN = (
     ENTRY,
     SYNC,

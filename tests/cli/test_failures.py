@@ -301,3 +301,35 @@ def test_the_report_carries_pp_consistency(make_series: MakeSeries, make_sample:
     assert report["pp_consistency"]["consistent"] is False
     assert report["pp_consistency"]["first_divergence"] == {"round": 1024, "digests": {"0": 40, "1": 41}}
     assert report["status"] == "completed"  # a divergence is reported, not a failure
+
+
+# -- SGLang's own code: the stall's peer from its stack --------------------------------
+
+SGLANG_PP2 = StressConfig(pp=2, duration_s=10.0, target="sglang")
+SGLANG_ROUND_STALL = Stall(0, 1000, "stall", "rank 0 blocked in its event round for 6.0 s", 2.0)
+SGLANG_DRAIN_DUMP = """Current thread 0x00007f (most recent call first):
+  File "/cache/sglang/0.5.15/sglang/srt/mem_cache/hiradix_cache.py", line 242 in _drain_async_work
+  File "/cache/sglang/0.5.15/sglang/srt/mem_cache/hiradix_cache.py", line 1396 in check_hicache_events
+  File "/repo/hicache_cli/sglang_target/bind.py", line 160 in run_round
+  File "/repo/hicache_cli/rank.py", line 200 in run_loop
+"""
+
+
+@pytest.mark.parametrize(
+    ("config", "dump", "consequence"),
+    [
+        (SGLANG_PP2, SGLANG_DRAIN_DUMP, 1),  # in SGLang's drain: waiting on the next stage
+        (SGLANG_PP2, SGLANG_DRAIN_DUMP.replace("_drain_async_work", "writing_check"), None),
+        (PP2, SGLANG_DRAIN_DUMP, None),  # the model says where it waits itself, in blocked_on
+    ],
+    ids=["sglang drain", "sglang elsewhere", "model"],
+)
+def test_an_sglang_rank_stalled_in_its_drain_is_a_consequence_of_the_next_stage(
+    make_series: MakeSeries, tmp_path: Path, config: StressConfig, dump: str, consequence: int | None
+) -> None:
+    stack_file(tmp_path, 0).write_text(dump)
+    samples = {0: running(make_series, 0, 8.0), 1: running(make_series, 1, 9.0)}
+    report = build_report(config, samples, RunOutcome(stalls=(SGLANG_ROUND_STALL, HUNG_BY_FAULT)), tmp_path)
+    by_rank = {f["rank"]: f for f in report["failures"]}
+    assert by_rank[0].get("consequence_of") == consequence
+    assert report["root_cause"] == (1 if consequence == 1 else 0)
