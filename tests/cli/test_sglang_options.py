@@ -65,6 +65,7 @@ def test_a_checkout_target_builds_a_config(checkout: Path) -> None:
         "sha256": file_sha256(hiradix),
         "tags_file": str(checkout / "python" / TAGS_REL),
         "drain_method": "_reap_completed_async_work",
+        "unresolved": "StorageMetrics",  # the synthetic family reads it on its storage path
     }
     assert (config.pp, config.tp, config.duration_s) == (2, 1, 15.0)
     assert StressConfig.from_dict(config.to_dict()) == config  # what the ranks read back

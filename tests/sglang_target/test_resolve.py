@@ -121,6 +121,7 @@ def test_config_entry(tmp_path: Path) -> None:
         "sha256": file_sha256(hiradix),
         "tags_file": str(root / "python" / TAGS_REL),
         "drain_method": "_drain_async_work",
+        "unresolved": "StorageMetrics",  # the synthetic family reads it on its storage path
     }
     assert all(isinstance(v, str) for v in resolved.config_entry().values())  # JSON as is
 
