@@ -8,6 +8,7 @@ group, SIGTERM first, then SIGKILL. Ctrl-C stops everything the same way.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -15,16 +16,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.nodes import NODE_ENV, Feeder, Head, NodeSpec
 from hicache_cli.probe import EARLY_STOP
 from hicache_cli.rundir import TORCHRUN_LOG
 from hicache_cli.sample import RunFollower, Sample
+from hicache_cli.torchrun_log import worker_exits
 from hicache_cli.watchdog import Stall, find_stalls
 
 LOOPBACK = "127.0.0.1"
@@ -39,6 +43,16 @@ class LaunchConfig:
     startup_timeout_s: float = 90.0  # launch until every rank has sampled
     stop_grace_s: float = 10.0  # after the duration, before the launcher kills the ranks
     poll_interval_s: float = 0.5
+    nodes: NodeSpec | None = None  # runs across nodes: this node's part (None: one machine)
+
+    @property
+    def node_rank(self) -> int:
+        return self.nodes.node_rank if self.nodes else 0
+
+    @property
+    def expected_ranks(self) -> int:
+        """Ranks whose samples this node sees: all on node 0 (or one machine), else its own."""
+        return self.nodes.nproc_per_node if self.nodes and not self.nodes.is_head else self.stress.world_size
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,9 @@ class LaunchResult:
     wall_s: float
     stalls: tuple[Stall, ...] = ()  # what the watchdog found, when it ended the run
     stopped_early: str | None = None  # why the run was ended before its duration, if it was
+    lost_nodes: dict[int, str] = field(default_factory=dict)  # node 0: nodes lost during the run, and how
+    remote_exits: dict[int, tuple[int | None, str | None]] = field(default_factory=dict)  # rank -> code, signal
+    link_error: str | None = None  # another node: why its samples stopped reaching node 0
 
 
 def pick_port(host: str, requested: int | None) -> int:
@@ -66,14 +83,19 @@ def pick_port(host: str, requested: int | None) -> int:
 
 
 def torchrun_command(config: LaunchConfig, port: int) -> list[str]:
+    nodes = config.nodes
+    if nodes is None:
+        where = ["--nnodes=1", f"--nproc-per-node={config.stress.world_size}"]
+        where += [f"--master-addr={config.host}", f"--master-port={port}"]
+    else:  # torchrun's own multi-node rendezvous; it assigns global ranks, not --node-rank
+        where = [f"--nnodes={nodes.nnodes}", f"--node-rank={nodes.node_rank}"]
+        where += [f"--nproc-per-node={nodes.nproc_per_node}", "--rdzv-backend=c10d"]
+        where += [f"--rdzv-endpoint={nodes.endpoint}", f"--rdzv-id={nodes.rdzv_id}"]
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nnodes=1",
-        f"--nproc-per-node={config.stress.world_size}",
-        f"--master-addr={config.host}",
-        f"--master-port={port}",
+        *where,
         "--max-restarts=0",
         "--monitor-interval=0.2",
         "-m",
@@ -82,11 +104,12 @@ def torchrun_command(config: LaunchConfig, port: int) -> list[str]:
     ]
 
 
-def rank_environment(host: str) -> dict[str, str]:
+def rank_environment(host: str, nodes: NodeSpec | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    if host == LOOPBACK:
+    if nodes.loopback if nodes else host == LOOPBACK:
         env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo's pairs on loopback too
+    env[NODE_ENV] = str(nodes.node_rank if nodes else 0)
     env["PYTHONUNBUFFERED"] = "1"
     env["TORCH_SHOW_CPP_STACKTRACES"] = "0"
     # Ranks import the project from wherever this interpreter found it.
@@ -127,7 +150,8 @@ def launch(
     Whatever happens here (the end, the watchdog, the hard deadline, Ctrl-C, an error of
     our own), no rank outlives this function.
     """
-    port = pick_port(config.host, config.port)
+    port = pick_port(config.host, config.port) if config.nodes is None else config.nodes.rdzv_port
+    link = open_link(config)
     started = time.monotonic()
     log = (config.run_dir / TORCHRUN_LOG).open("ab")
     proc = subprocess.Popen(
@@ -135,26 +159,57 @@ def launch(
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env=rank_environment(config.host),
+        env=rank_environment(config.host, config.nodes),
         start_new_session=True,  # Ctrl-C reaches us, not the ranks; we stop them
     )
     log.close()
     follower, view = RunFollower(config.run_dir), GuardedView(on_tick)
+    interrupted = False
     try:
-        reason, stalls, stopped_early = _supervise(proc, config, follower, view, started, early_stop)
+        reason, stalls, stopped_early = _supervise(proc, config, follower, view, started, early_stop, link)
     except KeyboardInterrupt:
-        stop_process_group(proc)
-        view(follower.poll(), time.monotonic() - started)
-        return LaunchResult(None, True, True, "interrupted by the user", time.monotonic() - started)
+        interrupted, reason, stalls, stopped_early = True, "interrupted by the user", [], None
     except BaseException:
         stop_process_group(proc)
         raise
     if reason is not None:
+        if isinstance(link, Head):
+            link.stop(reason)
         stop_process_group(proc)
+    result = _finish_link(link, config, started)
     view(follower.poll(), time.monotonic() - started)  # the final lines, once more
     code = proc.returncode if reason is None else None
     wall = time.monotonic() - started
-    return LaunchResult(code, False, reason is not None, reason, wall, tuple(stalls), stopped_early)
+    return LaunchResult(code, interrupted, reason is not None, reason, wall, tuple(stalls), stopped_early, **result)
+
+
+def open_link(config: LaunchConfig) -> Head | Feeder | None:
+    """Across nodes: node 0 hosts the sample store before its ranks start; the others connect."""
+    if config.nodes is None:
+        return None
+    text = json.dumps(config.stress.to_dict(), sort_keys=True)
+    if config.nodes.is_head:
+        return Head(config.nodes, text, config.run_dir)
+    return Feeder(config.nodes, text, config.run_dir, config.startup_timeout_s)
+
+
+def _finish_link(link: Head | Feeder | None, config: LaunchConfig, started: float) -> dict[str, Any]:
+    """The other nodes' last word (node 0), or this node's last lines to node 0."""
+    if isinstance(link, Head):
+        link.finish(config.stop_grace_s)
+        return {"lost_nodes": link.lost(), "remote_exits": link.exits()}
+    if isinstance(link, Feeder):
+        exits = worker_exits(_read(config.run_dir / TORCHRUN_LOG))
+        link.finish({r: (e.exit_code, e.signal) for r, e in exits.items()})
+        return {"link_error": link.link_error}
+    return {}
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _supervise(
@@ -164,6 +219,7 @@ def _supervise(
     view: GuardedView,
     started: float,
     early_stop: EarlyStop | None,
+    link: Head | Feeder | None = None,
 ) -> tuple[str | None, list[Stall], str | None]:
     """Follow the run until torchrun exits. Returns why the launcher must stop it (if it
     must), what the watchdog found, and why the run was ended early (if it was)."""
@@ -172,15 +228,17 @@ def _supervise(
     all_started = False
     stopped_early = None
     while proc.poll() is None:
+        if link is not None and (stop := link.pump()) is not None:
+            return stop, [], stopped_early
         samples = follower.poll()
         now = time.monotonic()
         view(samples, now - started)
-        if not all_started and len(samples) == config.stress.world_size and all(samples.values()):
+        if not all_started and len(samples) == config.expected_ranks and all(samples.values()):
             all_started = True  # every rank's workload has begun, give or take a poll
             hard_deadline = min(hard_deadline, now + config.stress.duration_s + config.stop_grace_s)
         stalls = find_stalls(samples, time.time(), config.stress.stall_timeout_s, hang_after_s)
         if stalls:
-            request_stacks(stalls)
+            request_stacks([s for s in stalls if _on_node(samples, s.rank, config.node_rank)])
             return "watchdog: " + "; ".join(s.message for s in stalls), stalls, stopped_early
         if now >= hard_deadline:
             if all_started:
@@ -189,15 +247,21 @@ def _supervise(
         if early_stop is not None and all_started and stopped_early is None:
             stopped_early = early_stop(samples)
             if stopped_early is not None:
-                _signal_ranks(samples, EARLY_STOP)
+                _signal_ranks(samples, EARLY_STOP, config.node_rank)
                 hard_deadline = min(hard_deadline, now + config.stop_grace_s)
         time.sleep(config.poll_interval_s)
     return None, [], stopped_early
 
 
-def _signal_ranks(samples: dict[int, list[Sample]], signo: int) -> None:
-    for series in samples.values():
-        if series:
+def _on_node(samples: dict[int, list[Sample]], rank: int, node: int) -> bool:
+    """Whether a rank runs on this node: only those may be signalled (a pid means nothing elsewhere)."""
+    series = samples.get(rank)
+    return bool(series) and series[-1].node == node
+
+
+def _signal_ranks(samples: dict[int, list[Sample]], signo: int, node: int = 0) -> None:
+    for rank, series in samples.items():
+        if _on_node(samples, rank, node):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(series[0].pid, signo)
 

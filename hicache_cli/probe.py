@@ -60,6 +60,8 @@ class RankIdentity:
     rank: int
     pp_rank: int
     tp_rank: int
+    node: int = 0
+    host: str | None = None
 
 
 @dataclass
@@ -168,6 +170,8 @@ class Probe:
             digests=readings.digests,
             gpu_bytes=readings.gpu_bytes,
             device_name=readings.device_name,
+            node=ident.node,
+            host=ident.host,
             kind=kind,
             message=message,
         )

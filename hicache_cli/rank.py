@@ -11,12 +11,14 @@ import faulthandler
 import os
 import re
 import signal
+import socket
 import sys
 import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
 
+from hicache_cli.nodes import NODE_ENV
 from hicache_cli.probe import RING_MASK, STOP_SIGNALS
 from hicache_cli.watchdog import stack_file
 
@@ -67,7 +69,7 @@ def main(argv: list[str]) -> int:
     stats = LoopStats()
     out = rank_file(run_dir, rank).open("a", encoding="utf-8")
     probe = Probe(
-        RankIdentity(rank, topo.pp_rank, topo.tp_rank),
+        RankIdentity(rank, topo.pp_rank, topo.tp_rank, int(os.environ.get(NODE_ENV, "0")), socket.gethostname()),
         stats,
         read,
         out,

@@ -44,7 +44,8 @@ class RunOutcome:
     stalls: tuple[Stall, ...] = ()  # what the watchdog found
     stopped_early: str | None = None  # why the launcher ended the run before its duration
     launched_wall: float | None = None  # time.time() when torchrun was started
-    worker_exits: dict[int, WorkerExit] = field(default_factory=dict)  # from torchrun's log
+    worker_exits: dict[int, WorkerExit] = field(default_factory=dict)  # from torchrun's log(s)
+    lost_nodes: dict[int, str] = field(default_factory=dict)  # across nodes: node -> how it was lost
 
 
 def environment(config: StressConfig) -> dict[str, Any]:
@@ -163,6 +164,8 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
         "pp_rank": pp_rank,
         "tp_rank": tp_rank,
         "pid": last.pid,
+        "host": last.host,
+        "node": last.node,
         "verdict": verdict.verdict,
         "verdict_reason": reason,
         "state": last.state,
@@ -263,7 +266,10 @@ def _failures(
         elif final is not None and final.state == "error":
             failures.append(_failure(rank, "error", final.message, final.t, code, sig))
         elif final is None and not outcome.interrupted:
-            if sig is not None:
+            node = series[-1].node if series else None
+            if node in outcome.lost_nodes:
+                kind, message = "crash", f"{outcome.lost_nodes[node]}; last sample at {last_t:.1f} s"
+            elif sig is not None:
                 kind, message = "crash", f"killed by {sig} (exit code {code}); last sample at {last_t:.1f} s"
             elif code is not None:
                 kind, message = (

@@ -9,18 +9,20 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.config import StressConfig
-from hicache_cli.launcher import EarlyStop, LaunchConfig, launch
+from hicache_cli.launcher import EarlyStop, LaunchConfig, LaunchResult, launch
+from hicache_cli.nodes import NodeSpec
 from hicache_cli.report import RunOutcome, build_report, write_report
 from hicache_cli.rundir import TORCHRUN_LOG
 from hicache_cli.sample import Sample, read_run
-from hicache_cli.torchrun_log import worker_exits
+from hicache_cli.torchrun_log import WorkerExit, worker_exits
 
 
 @dataclass(frozen=True)
 class RunResult:
     run_dir: Path
-    report_path: Path
-    report: dict[str, Any]
+    report_path: Path | None  # None on a node other than node 0: the report is written there
+    report: dict[str, Any] | None
+    launch: LaunchResult | None = None
 
 
 def execute(
@@ -31,6 +33,7 @@ def execute(
     report_copy: Path | None = None,
     refresh_s: float = 0.5,
     early_stop: EarlyStop | None = None,
+    nodes: NodeSpec | None = None,
 ) -> RunResult:
     """Launch the run in `run_dir`, wait for it, and write its report, whatever happened.
 
@@ -39,8 +42,14 @@ def execute(
     stress.save(run_dir)
     cpu_before = time.process_time()
     launched_wall = time.time()
-    launch_config = LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s)
+    launch_config = LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s, nodes=nodes)
     result = launch(launch_config, on_tick, early_stop)
+    _drop_empty_stack_files(run_dir)
+    if nodes is not None and not nodes.is_head:
+        return RunResult(run_dir, None, None, result)
+    exits = worker_exits(_read_text(run_dir / TORCHRUN_LOG))
+    for rank, (code, sig) in result.remote_exits.items():
+        exits.setdefault(rank, WorkerExit(rank, code, sig))
     outcome = RunOutcome(
         interrupted=result.interrupted,
         killed_reason=None if result.stalls else result.reason,
@@ -50,12 +59,12 @@ def execute(
         stalls=result.stalls,
         stopped_early=result.stopped_early,
         launched_wall=launched_wall,
-        worker_exits=worker_exits(_read_text(run_dir / TORCHRUN_LOG)),
+        worker_exits=exits,
+        lost_nodes=result.lost_nodes,
     )
-    _drop_empty_stack_files(run_dir)
     report = build_report(stress, read_run(run_dir), outcome, run_dir)
     path = write_report(report, run_dir, report_copy)
-    return RunResult(run_dir, path, report)
+    return RunResult(run_dir, path, report, result)
 
 
 def _read_text(path: Path) -> str:

@@ -42,6 +42,8 @@ class Sample:
     digests: dict[str, int] = field(default_factory=dict)
     gpu_bytes: int | None = None  # torch.cuda.memory_allocated on the rank's GPU; None on CPU
     device_name: str | None = None  # "cpu" or the GPU model
+    node: int = 0  # the --node-rank of the hicache that launched the rank (0 on one machine)
+    host: str | None = None  # the rank's host name
     kind: str = "sample"
     message: str | None = None  # final lines: how the rank stopped
 
@@ -60,19 +62,18 @@ def rank_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank-{rank}.jsonl"
 
 
-class RunFollower:
-    """Reads the rank files of a run directory incrementally, as they grow.
+class LineTail:
+    """New complete lines of the rank files of a run directory, as they grow.
 
-    Only complete lines are taken: a line a rank is still writing (or that a killed rank
-    left torn) waits for its newline. Lines that are not samples are skipped.
+    A line a rank is still writing (or that a killed rank left torn) waits for its newline.
     """
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.samples: dict[int, list[Sample]] = {}
         self._offsets: dict[Path, int] = {}
 
-    def poll(self) -> dict[int, list[Sample]]:
+    def poll(self) -> dict[int, list[bytes]]:
+        new: dict[int, list[bytes]] = {}
         for path in sorted(self.run_dir.glob("rank-*.jsonl")):
             rank = int(path.stem.split("-", 1)[1])
             offset = self._offsets.get(path, 0)
@@ -81,8 +82,23 @@ class RunFollower:
                 data = fh.read()
             end = data.rfind(b"\n") + 1
             self._offsets[path] = offset + end
+            new[rank] = data[:end].splitlines()
+        return new
+
+
+class RunFollower:
+    """The samples of a run directory's rank files, read incrementally as they grow.
+    Lines that are not samples are skipped."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.samples: dict[int, list[Sample]] = {}
+        self._tail = LineTail(run_dir)
+
+    def poll(self) -> dict[int, list[Sample]]:
+        for rank, lines in self._tail.poll().items():
             parsed = self.samples.setdefault(rank, [])
-            for line in data[:end].splitlines():
+            for line in lines:
                 try:
                     data = json.loads(line)
                     if isinstance(data, dict):

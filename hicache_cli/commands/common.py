@@ -19,6 +19,7 @@ from hicache_cli.config import StressConfig
 from hicache_cli.dashboard import Dashboard
 from hicache_cli.errors import UsageError
 from hicache_cli.launcher import LOOPBACK, EarlyStop, pick_port
+from hicache_cli.nodes import NodeSpec
 from hicache_cli.progress import LiveView, PlainProgress
 from hicache_cli.run import RunResult, execute
 from hicache_cli.sglang_target.locate import parse_target
@@ -193,13 +194,14 @@ def run_with_progress(
     port: int | None = None,
     report_copy: Path | None = None,
     early_stop: EarlyStop | None = None,
+    nodes: NodeSpec | None = None,
 ) -> RunResult:
     """One workload, shown live on a terminal or as plain lines otherwise."""
     if live:
         with LiveView(Dashboard(config, str(directory)), console) as view:
-            return execute(config, directory, view, port, report_copy, 1.0 / refresh, early_stop)
+            return execute(config, directory, view, port, report_copy, 1.0 / refresh, early_stop, nodes)
     view = PlainProgress(config.duration_s, write=console.print)
-    return execute(config, directory, view, port, report_copy, early_stop=early_stop)
+    return execute(config, directory, view, port, report_copy, early_stop=early_stop, nodes=nodes)
 
 
 POLICY_HELP = "Drain policy: " + ", ".join(POLICIES) + ". See docs/policies.md."

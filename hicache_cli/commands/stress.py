@@ -8,9 +8,11 @@ import typer
 
 from hicache_cli.commands import common
 from hicache_cli.commands.common import StressOptions, config_from_options
-from hicache_cli.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
+from hicache_cli.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, UsageError
+from hicache_cli.nodes import node_spec
 from hicache_cli.progress import make_console, summary_table, verdict_lines
 from hicache_cli.rundir import create_run_dir
+from hicache_cli.sample import RunFollower
 
 
 def stress(
@@ -38,6 +40,14 @@ def stress(
     run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
     report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
     port: int = common.PORT,
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes the ranks span; run hicache on each (docs/multinode.md)."),
+    node_rank: int = typer.Option(None, "--node-rank", help="This node's index; node 0 shows the dashboard."),
+    nproc_per_node: int = typer.Option(None, "--nproc-per-node", help="Ranks on this node (default pp x tp / nnodes)."),
+    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of torchrun's c10d rendezvous."),
+    rdzv_id: str = typer.Option("hicache", "--rdzv-id", help="Run id, the same on every node."),
+    sample_port: int = typer.Option(
+        None, "--sample-port", help="Port of node 0's sample store (default: the rendezvous port + 1)."
+    ),
     no_live: bool = common.NO_LIVE,
     refresh: float = common.REFRESH,
 ) -> None:
@@ -67,12 +77,23 @@ def stress(
         common.say,
     )
     common.check_run_options(refresh, report, port)
+    nodes = node_spec(config.world_size, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port)
+    if nodes is not None and port is not None:
+        raise UsageError("--port is for one machine; across nodes the rendezvous is --rdzv-endpoint")
     directory = create_run_dir(run_dir, config.policy)
-    live = common.wants_live(no_live)
+    live = common.wants_live(no_live) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
     console = make_console(live)
     console.print(f"hicache stress: {config.policy}, pp={config.pp} tp={config.tp}, {config.duration_s:g}s")
+    if nodes is not None:
+        console.print(
+            f"node {nodes.node_rank} of {nodes.nnodes}, {nodes.nproc_per_node} ranks here, "
+            f"rendezvous {nodes.endpoint}, samples to node 0 on port {nodes.sample_port}"
+        )
     console.print(f"run directory: {directory}")
-    result = common.run_with_progress(config, directory, console, live, refresh, port, report)
+    result = common.run_with_progress(config, directory, console, live, refresh, port, report, nodes=nodes)
+    if result.report is None:  # another node: node 0 has the samples and writes the report
+        _node_summary(console, result, nodes)
+        return
     console.print(summary_table(result.report, console.width))
     for line in verdict_lines(result.report):
         console.print(line)
@@ -81,4 +102,23 @@ def stress(
     if status == "interrupted":
         raise typer.Exit(EXIT_INTERRUPTED)
     if status == "failed":
+        raise typer.Exit(EXIT_RUN_FAILED)
+
+
+def _node_summary(console, result, nodes) -> None:  # noqa: ANN001
+    """What a node other than node 0 says at the end: its ranks, where their samples are."""
+    launched = result.launch
+    ranks = sorted(RunFollower(result.run_dir).poll())
+    console.print(
+        f"node {nodes.node_rank}: ranks {', '.join(map(str, ranks)) or 'none'} ran here; "
+        f"their samples and logs are in {result.run_dir}"
+    )
+    if launched.link_error:
+        console.print(f"node {nodes.node_rank}: {launched.link_error}; node 0's report lacks what followed")
+    else:
+        console.print(f"node {nodes.node_rank}: the report is written on node 0")
+    if launched.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if launched.killed or launched.exit_code != 0:
+        console.print(f"node {nodes.node_rank}: {launched.reason or f'torchrun exited with {launched.exit_code}'}")
         raise typer.Exit(EXIT_RUN_FAILED)
