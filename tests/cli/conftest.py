@@ -12,6 +12,7 @@ import pytest
 from hicache_cli.commands import common as run_commands
 from hicache_cli.config import StressConfig
 from hicache_cli.histogram import LatencyHistogram
+from hicache_cli.nodes import NodeSpec
 from hicache_cli.report import RunOutcome, build_report, write_report
 from hicache_cli.run import RunResult
 from hicache_cli.sample import Sample
@@ -226,8 +227,11 @@ class FakeExecute:
         report_copy: Path | None = None,
         refresh_s: float = 0.5,
         early_stop: Callable[[dict[int, list[Sample]]], str | None] | None = None,
+        nodes: NodeSpec | None = None,
     ) -> RunResult:
-        self.calls.append({"config": config, "run_dir": run_dir, "report_copy": report_copy, "early_stop": early_stop})
+        self.calls.append(
+            {"config": config, "run_dir": run_dir, "report_copy": report_copy, "early_stop": early_stop, "nodes": nodes}
+        )
         leaking = config.policy == "reap"
         n, stopped = round(config.duration_s * 10), None
         if early_stop is not None:
