@@ -1,0 +1,127 @@
+"""Two `hicache stress` processes on this machine acting as two nodes: torchrun's c10d
+rendezvous on loopback, pp 4 spread 2 + 2, samples gathered on node 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def _two_free_ports() -> int:
+    """A port p with p + 1 also free: the rendezvous and node 0's sample store."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def _node(tmp: Path, node: int, port: int, *args: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--pp", "4", "--nnodes", "2"]
+    cmd += ["--node-rank", str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-dir", str(tmp / f"node{node}")]
+    return subprocess.Popen(
+        [*cmd, *args],
+        cwd=tmp,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_two_nodes_make_one_report_with_every_rank(tmp_path: Path) -> None:
+    port = _two_free_ports()
+    head = _node(tmp_path, 0, port, "--policy", "reap", "--duration", "6s")
+    other = _node(tmp_path, 1, port, "--policy", "reap", "--duration", "6s")
+    other_out, _ = other.communicate(timeout=150)
+    head_out, _ = head.communicate(timeout=150)
+
+    assert head.returncode == 0, head_out
+    assert other.returncode == 0, other_out
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    assert report["status"] == "completed"
+    ranks = report["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert sorted(r["node"] for r in ranks) == [0, 0, 1, 1]  # torchrun picks which ranks go where
+    assert all(r["host"] == socket.gethostname() for r in ranks)
+    assert all(r["samples"] > 20 for r in ranks)
+    assert ranks[0]["verdict"] == "LEAK"
+    # node 0's view followed all four ranks while they ran
+    assert all(f"r{rank} " in head_out for rank in range(4))
+    # node 1 keeps its own ranks' samples, complete, and writes no report
+    node1_ranks = sorted(r["rank"] for r in ranks if r["node"] == 1)
+    assert sorted(p.name for p in (tmp_path / "node1").glob("rank-*.jsonl")) == [f"rank-{r}.jsonl" for r in node1_ranks]
+    assert not (tmp_path / "node1" / "report.json").exists()
+    assert "the report is written on node 0" in other_out
+    for rank in node1_ranks:
+        local = (tmp_path / "node1" / f"rank-{rank}.jsonl").read_text().splitlines()
+        gathered = (tmp_path / "node0" / f"rank-{rank}.jsonl").read_text().splitlines()
+        assert [json.loads(line) for line in gathered] == [json.loads(line) for line in local]
+
+
+def test_a_node_that_dies_is_reported_as_lost_on_time(tmp_path: Path) -> None:
+    port = _two_free_ports()
+    head = _node(tmp_path, 0, port, "--policy", "drain", "--duration", "60s")
+    other = _node(tmp_path, 1, port, "--policy", "drain", "--duration", "60s")
+    try:
+        deadline = time.monotonic() + 120
+        while not _running_for(tmp_path / "node1", 3.0):
+            assert time.monotonic() < deadline, "node 1's ranks never started"
+            assert head.poll() is None and other.poll() is None
+            time.sleep(0.2)
+        for proc in [psutil.Process(other.pid), *psutil.Process(other.pid).children(recursive=True)]:
+            proc.kill()  # the whole node: its hicache, torchrun and ranks
+        killed = time.monotonic()
+        head_out, _ = head.communicate(timeout=60)
+        noticed_s = time.monotonic() - killed
+    finally:
+        for proc in (head, other):
+            if proc.poll() is None:
+                proc.kill()
+        other.communicate()
+
+    assert head.returncode == 3, head_out
+    assert noticed_s < 20  # a few seconds of silence, then the report
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    assert report["status"] == "failed"
+    by_rank = {f["rank"]: f for f in report["failures"]}
+    lost = [r["rank"] for r in report["ranks"] if r["node"] == 1]
+    assert report["root_cause"] in lost
+    for rank in lost:
+        assert by_rank[rank]["kind"] == "crash"
+        assert "node 1" in by_rank[rank]["message"] and "lost" in by_rank[rank]["message"]
+    for rank, failure in by_rank.items():
+        if rank not in lost:
+            assert failure.get("consequence_of") in lost
+
+
+def _running_for(run_dir: Path, seconds: float) -> bool:
+    files = list(run_dir.glob("rank-*.jsonl"))
+    if len(files) < 2:
+        return False
+    for path in files:
+        text = path.read_text()
+        complete = text[: text.rfind("\n")].splitlines()  # a rank may be writing the last line
+        if not complete or json.loads(complete[-1])["t"] < seconds:
+            return False
+    return True
