@@ -25,6 +25,7 @@ from typing import Any
 
 from hicache_cli.errors import UsageError
 from hicache_cli.sample import LineTail, rank_file
+from hicache_cli.watchdog import stack_file
 
 NODE_ENV = "HICACHE_NODE_RANK"  # set for each rank: the --node-rank of the hicache that started it
 HEARD_EVERY_S = 0.5  # a feeder pushes this often, lines or not: its heartbeat
@@ -149,6 +150,8 @@ class Head:
             if lines:
                 with rank_file(self.run_dir, int(rank)).open("a", encoding="utf-8") as fh:
                     fh.write("".join(line + "\n" for line in lines))
+        for rank, dump in message.get("stacks", {}).items():
+            stack_file(self.run_dir, int(rank)).write_text(dump, encoding="utf-8")
         if message.get("done"):
             state.done = True
             state.exits.update({int(r): (c, s) for r, (c, s) in message.get("exits", {}).items()})
@@ -201,7 +204,7 @@ class Feeder:
     def __init__(self, spec: NodeSpec, config_json: str, run_dir: Path, connect_timeout_s: float) -> None:
         from torch.distributed import TCPStore
 
-        self.spec, self.tail = spec, LineTail(run_dir)
+        self.spec, self.run_dir, self.tail = spec, run_dir, LineTail(run_dir)
         self.host = socket.gethostname()
         self.link_error: str | None = None
         self._last_push = 0.0
@@ -242,7 +245,13 @@ class Feeder:
         if self.link_error is not None:
             return
         lines = {r: [line.decode() for line in new] for r, new in self.tail.poll().items() if new}
+        stacks = {  # what this node's watchdog had its stuck ranks dump, for node 0's report
+            path.name.split(".")[0].split("-")[1]: path.read_text(encoding="utf-8", errors="replace")
+            for path in self.run_dir.glob("rank-*.stacks.txt")
+            if path.stat().st_size
+        }
         message = {"node": self.spec.node_rank, "host": self.host, "ranks": lines, "done": True, "exits": exits}
+        message["stacks"] = stacks
         try:
             self._push(message)
         except RuntimeError as exc:
