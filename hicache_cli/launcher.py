@@ -176,7 +176,7 @@ def launch(
         if isinstance(link, Head):
             link.stop(reason)
         stop_process_group(proc)
-    result = _finish_link(link, config, started)
+    result = _finish_link(link, config)
     view(follower.poll(), time.monotonic() - started)  # the final lines, once more
     code = proc.returncode if reason is None else None
     wall = time.monotonic() - started
@@ -193,7 +193,7 @@ def open_link(config: LaunchConfig) -> Head | Feeder | None:
     return Feeder(config.nodes, text, config.run_dir, config.startup_timeout_s)
 
 
-def _finish_link(link: Head | Feeder | None, config: LaunchConfig, started: float) -> dict[str, Any]:
+def _finish_link(link: Head | Feeder | None, config: LaunchConfig) -> dict[str, Any]:
     """The other nodes' last word (node 0), or this node's last lines to node 0."""
     if isinstance(link, Head):
         link.finish(config.stop_grace_s)

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
 
 from hicache_cli.commands import common
 from hicache_cli.commands.common import StressOptions, config_from_options
 from hicache_cli.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, UsageError
-from hicache_cli.nodes import node_spec
+from hicache_cli.nodes import NodeSpec, node_spec
 from hicache_cli.progress import make_console, summary_table, verdict_lines
+from hicache_cli.run import RunResult
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import RunFollower
 
@@ -80,6 +82,8 @@ def stress(
     nodes = node_spec(config.world_size, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port)
     if nodes is not None and port is not None:
         raise UsageError("--port is for one machine; across nodes the rendezvous is --rdzv-endpoint")
+    if nodes is not None and not nodes.is_head and report is not None:
+        raise UsageError("--report: node 0 writes the report; give it there")
     directory = create_run_dir(run_dir, config.policy)
     live = common.wants_live(no_live) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
     console = make_console(live)
@@ -105,9 +109,10 @@ def stress(
         raise typer.Exit(EXIT_RUN_FAILED)
 
 
-def _node_summary(console, result, nodes) -> None:  # noqa: ANN001
+def _node_summary(console: Console, result: RunResult, nodes: NodeSpec) -> None:
     """What a node other than node 0 says at the end: its ranks, where their samples are."""
     launched = result.launch
+    assert launched is not None
     ranks = sorted(RunFollower(result.run_dir).poll())
     console.print(
         f"node {nodes.node_rank}: ranks {', '.join(map(str, ranks)) or 'none'} ran here; "
