@@ -14,10 +14,14 @@ the node its samples, which stay complete in its own run directory.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import os
 import socket
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -170,7 +174,8 @@ class Head:
                 return
             time.sleep(0.1)
 
-    def silent_nodes(self, after_s: float = LOST_AFTER_S) -> list[int]:
+    def silent_nodes(self, after_s: float | None = None) -> list[int]:
+        after_s = LOST_AFTER_S if after_s is None else after_s
         now = time.monotonic()
         return [
             k
@@ -209,13 +214,14 @@ class Feeder:
         self.link_error: str | None = None
         self._last_push = 0.0
         try:
-            self.store = TCPStore(
-                spec.rdzv_host, spec.sample_port, is_master=False, timeout=timedelta(seconds=connect_timeout_s)
-            )
-            head_config = self.store.get(f"{spec.prefix}/config").decode()
+            with _quiet_stderr():  # c10d logs every retry, with C++ stack frames, while node 0 starts
+                self.store = TCPStore(
+                    spec.rdzv_host, spec.sample_port, is_master=False, timeout=timedelta(seconds=connect_timeout_s)
+                )
+                head_config = self.store.get(f"{spec.prefix}/config").decode()
         except RuntimeError as exc:  # DistNetworkError, DistStoreError
             raise UsageError(
-                f"node 0's sample store at {spec.rdzv_host}:{spec.sample_port} is not reachable: {exc}"
+                f"node 0's sample store at {spec.rdzv_host}:{spec.sample_port} is not reachable: {_first_line(exc)}"
             ) from None
         differs = _differences(json.loads(head_config), json.loads(config_json))
         if differs:
@@ -237,7 +243,7 @@ class Feeder:
             if self.store.check([stop_key]):
                 return "node 0 ended the run: " + self.store.get(stop_key).decode()
         except RuntimeError as exc:
-            self.link_error = f"lost the link to node 0: {exc}"
+            self.link_error = f"lost the link to node 0: {_first_line(exc)}"
         return None
 
     def finish(self, exits: dict[int, tuple[int | None, str | None]]) -> None:
@@ -255,10 +261,30 @@ class Feeder:
         try:
             self._push(message)
         except RuntimeError as exc:
-            self.link_error = f"lost the link to node 0: {exc}"
+            self.link_error = f"lost the link to node 0: {_first_line(exc)}"
 
     def _push(self, message: dict[str, Any]) -> None:
         self.store.queue_push(f"{self.spec.prefix}/samples", json.dumps(message, separators=(",", ":")))
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null for a while: torch's C++ logging writes there directly."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _differences(head: dict[str, Any], mine: dict[str, Any]) -> str:

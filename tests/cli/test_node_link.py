@@ -22,6 +22,7 @@ from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.nodes import HEARD_EVERY_S, LOST_AFTER_S, Feeder, Head, NodeSpec
 from hicache_cli.sample import read_run
+from hicache_cli.watchdog import stack_file
 from tests.cli.conftest import build_sample
 
 CONFIG = json.dumps(StressConfig(pp=4).to_dict(), sort_keys=True)  # as launcher.open_link writes it
@@ -257,6 +258,17 @@ def test_finish_sends_the_last_lines_and_the_exits(
     assert head.lost() == {}  # done is not lost, however long ago
 
 
+def test_finish_sends_the_stack_dumps_the_node_took(
+    head: Head, feeder: Feeder, head_dir: Path, node_dir: Path, stack_dump: str
+) -> None:
+    stack_file(node_dir, 2).write_text(stack_dump, encoding="utf-8")
+    stack_file(node_dir, 3).write_text("", encoding="utf-8")  # opened by the rank, never written
+    feeder.finish({2: (None, None)})
+    head.pump()
+    assert stack_file(head_dir, 2).read_text(encoding="utf-8") == stack_dump
+    assert not stack_file(head_dir, 3).exists()
+
+
 def test_finish_returns_at_once_when_every_node_is_done(head: Head, feeder: Feeder, clock: Clock) -> None:
     feeder.finish({2: (0, None), 3: (0, None)})
     head.finish(60.0)
@@ -402,3 +414,13 @@ def test_when_the_head_is_gone_the_feeder_stops_pushing_without_raising(
     assert feeder.pump() is None
     feeder.finish({2: (0, None)})
     assert pushes == []  # once the link is gone, nothing more is tried
+
+
+def test_a_feeder_without_a_head_prints_no_cpp_stack(
+    spec: NodeSpec, node_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(UsageError):
+        Feeder(dataclasses.replace(spec, node_rank=1), CONFIG, node_dir, 1.0)
+    err = capfd.readouterr().err
+    assert "Exception raised from" not in err
+    assert "frame #0" not in err
