@@ -127,15 +127,16 @@ class Head:
 
         self.spec, self.run_dir = spec, run_dir
         try:
-            self.store = TCPStore(
-                spec.rdzv_host,
-                spec.sample_port,
-                is_master=True,
-                wait_for_workers=False,
-                timeout=timedelta(seconds=30),
-            )
+            with _quiet_stderr():
+                self.store = TCPStore(
+                    spec.rdzv_host,
+                    spec.sample_port,
+                    is_master=True,
+                    wait_for_workers=False,
+                    timeout=timedelta(seconds=30),
+                )
         except RuntimeError as exc:
-            raise UsageError(f"cannot host the sample store on port {spec.sample_port}: {exc}") from None
+            raise UsageError(f"cannot host the sample store on port {spec.sample_port}: {_first_line(exc)}") from None
         self.store.set(f"{spec.prefix}/config", config_json)
         self.nodes: dict[int, NodeState] = {}
         self.started = time.monotonic()
@@ -190,7 +191,7 @@ class Head:
         for k in self.silent_nodes():
             state = self.nodes.get(k)
             if state is None:
-                lost[k] = "never reached node 0 (its hicache did not connect to the sample store)"
+                lost[k] = f"node {k} never reached node 0 (its hicache did not connect to the sample store)"
             else:
                 silent = time.monotonic() - state.heard
                 lost[k] = f"node {k} ({state.host}) lost: no word from its hicache for {silent:.1f} s"
@@ -198,9 +199,6 @@ class Head:
 
     def exits(self) -> dict[int, tuple[int | None, str | None]]:
         return {r: e for state in self.nodes.values() for r, e in state.exits.items()}
-
-    def hosts(self) -> dict[int, str | None]:
-        return {k: s.host for k, s in self.nodes.items()}
 
 
 class Feeder:

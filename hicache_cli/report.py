@@ -283,7 +283,7 @@ def _failures(
             else:
                 kind, message = "crash", "the rank ended without its final line (see its log)"
             if not series and outcome.lost_nodes:  # which node it was for is torchrun's choice: name them all
-                message += "; " + "; ".join(f"node {k}: {why}" for k, why in sorted(outcome.lost_nodes.items()))
+                message += "; " + "; ".join(why for _, why in sorted(outcome.lost_nodes.items()))
             failures.append(_failure(rank, kind, message, last_t, code, sig))
     return _root_cause_first(failures, config.tp)
 

@@ -179,7 +179,7 @@ def test_lines_the_head_already_has_are_not_sent_again(
 def test_the_head_records_where_the_node_is(head: Head, feeder: Feeder) -> None:
     feeder.pump()
     head.pump()
-    assert head.hosts() == {1: socket.gethostname()}
+    assert head.nodes[1].host == socket.gethostname()
     assert feeder.host == socket.gethostname()
 
 
@@ -338,7 +338,7 @@ def test_heartbeats_keep_a_node_from_being_lost(head: Head, feeder: Feeder, cloc
 def test_a_node_that_never_connected_never_reached_node_0(head: Head, clock: Clock) -> None:
     assert head.lost() == {}  # it has LOST_AFTER_S from the head's start
     clock.advance(LOST_AFTER_S + 0.5)
-    assert head.lost() == {1: "never reached node 0 (its hicache did not connect to the sample store)"}
+    assert head.lost() == {1: "node 1 never reached node 0 (its hicache did not connect to the sample store)"}
 
 
 def test_finish_does_not_wait_the_grace_for_a_node_that_never_connected(head: Head, clock: Clock) -> None:
