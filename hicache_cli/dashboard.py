@@ -8,7 +8,7 @@ dashboard follows a run it launched (`stress`) or one started elsewhere (`watch`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
@@ -68,6 +68,8 @@ class DashboardModel:
     launch_elapsed: float  # seconds since launch, start-up included
     rows: list[RankRow]
     verdict: str  # so far
+    # across nodes: node -> (its host, the ranks it runs), from the samples; one entry on one machine
+    nodes: dict[int, tuple[str | None, list[int]]] = field(default_factory=dict)
 
     @property
     def started(self) -> bool:
@@ -103,7 +105,11 @@ class Dashboard:
         # as in the report: one leaking rank makes a leak; a rank without a verdict yet
         # keeps the rest from being called bounded
         verdict = stats.overall([r.verdict or "INCONCLUSIVE" for r in rows])
-        return DashboardModel(self.config, self.run_dir, run_t, launch_elapsed, rows, verdict)
+        nodes: dict[int, tuple[str | None, list[int]]] = {}
+        for rank, series in sorted(samples.items()):
+            if series:
+                nodes.setdefault(series[-1].node, (series[-1].host, []))[1].append(rank)
+        return DashboardModel(self.config, self.run_dir, run_t, launch_elapsed, rows, verdict, nodes)
 
     def _row(self, rank: int, series: list[Sample]) -> RankRow:
         pp_rank, tp_rank = divmod(rank, self.config.tp)
@@ -188,7 +194,14 @@ def _header(model: DashboardModel, width: int) -> RenderableType:
     bar = ProgressBar(total=cfg.duration_s, completed=done, width=max(8, min(40, width - len(timing) - 2)))
     row = Table.grid(padding=(0, 1))
     row.add_row(bar, Text(timing))
-    return Group(line, row, Text(f"run dir: {model.run_dir}", style="dim", overflow="ellipsis", no_wrap=True))
+    lines = [line, row, Text(f"run dir: {model.run_dir}", style="dim", overflow="ellipsis", no_wrap=True)]
+    if len(model.nodes) > 1:  # across nodes: which ranks each node runs
+        where = "  ".join(
+            f"node {k} ({host or '?'}): ranks {','.join(map(str, ranks))}"
+            for k, (host, ranks) in sorted(model.nodes.items())
+        )
+        lines.append(Text(where, style="dim", overflow="ellipsis", no_wrap=True))
+    return Group(*lines)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from collections.abc import Callable
@@ -333,3 +334,30 @@ def test_live_view_leaves_its_last_frame(make_pp2_run: MakePP2Run) -> None:
     assert "60000" in rank_line(last_frame, 0, "0/0")
     assert "done" in rank_line(last_frame, 0, "0/0")
     assert "done" in rank_line(last_frame, 1, "1/0")
+
+
+# -- across nodes -----------------------------------------------------------------------
+
+
+def _on(series: list[Sample], node: int, host: str) -> list[Sample]:
+    return [dataclasses.replace(s, node=node, host=host) for s in series]
+
+
+def test_across_nodes_the_header_says_which_ranks_each_node_runs(make_series: MakeSeries) -> None:
+    config = StressConfig(pp=4, duration_s=60.0)
+    samples = {
+        0: _on(make_series(0, n=30), 1, "gpu-b"),  # torchrun's c10d picks which ranks go where
+        1: _on(make_series(1, n=30), 1, "gpu-b"),
+        2: _on(make_series(2, n=30), 0, "gpu-a"),
+        3: _on(make_series(3, n=30), 0, "gpu-a"),
+    }
+    model = Dashboard(config, "run").model(samples, 5.0)
+    assert model.nodes == {0: ("gpu-a", [2, 3]), 1: ("gpu-b", [0, 1])}
+    text = render_text(model, 118)
+    assert "node 0 (gpu-a): ranks 2,3  node 1 (gpu-b): ranks 0,1" in text
+
+
+def test_on_one_machine_the_header_has_no_node_line(make_pp2_run: MakePP2Run) -> None:
+    model = Dashboard(CONFIG, "run").model(make_pp2_run(n=30), 5.0)
+    assert list(model.nodes) == [0]
+    assert "node 0" not in render_text(model, 118)
