@@ -28,7 +28,7 @@ from hicache_cli.nodes import NODE_ENV, Feeder, Head, NodeSpec
 from hicache_cli.probe import EARLY_STOP
 from hicache_cli.rundir import TORCHRUN_LOG
 from hicache_cli.sample import RunFollower, Sample
-from hicache_cli.torchrun_log import worker_exits
+from hicache_cli.torchrun_log import worker_exits_in
 from hicache_cli.watchdog import Stall, find_stalls
 
 LOOPBACK = "127.0.0.1"
@@ -199,17 +199,10 @@ def _finish_link(link: Head | Feeder | None, config: LaunchConfig) -> dict[str, 
         link.finish(config.stop_grace_s)
         return {"lost_nodes": link.lost(), "remote_exits": link.exits()}
     if isinstance(link, Feeder):
-        exits = worker_exits(_read(config.run_dir / TORCHRUN_LOG))
+        exits = worker_exits_in(config.run_dir)
         link.finish({r: (e.exit_code, e.signal) for r, e in exits.items()})
         return {"link_error": link.link_error}
     return {}
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 def _supervise(

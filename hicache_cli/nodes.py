@@ -230,7 +230,7 @@ class Feeder:
         request, if it made one."""
         if self.link_error is not None:
             return None
-        lines = {r: [line.decode() for line in new] for r, new in self.tail.poll().items() if new}
+        lines = self._new_lines()
         now = time.monotonic()
         if not lines and now - self._last_push < HEARD_EVERY_S:
             return None
@@ -248,7 +248,7 @@ class Feeder:
         """The local ranks ended: push the last lines and say so."""
         if self.link_error is not None:
             return
-        lines = {r: [line.decode() for line in new] for r, new in self.tail.poll().items() if new}
+        lines = self._new_lines()
         stacks = {  # what this node's watchdog had its stuck ranks dump, for node 0's report
             path.name.split(".")[0].split("-")[1]: path.read_text(encoding="utf-8", errors="replace")
             for path in self.run_dir.glob("rank-*.stacks.txt")
@@ -260,6 +260,9 @@ class Feeder:
             self._push(message)
         except RuntimeError as exc:
             self.link_error = f"lost the link to node 0: {_first_line(exc)}"
+
+    def _new_lines(self) -> dict[int, list[str]]:
+        return {r: [line.decode() for line in new] for r, new in self.tail.poll().items() if new}
 
     def _push(self, message: dict[str, Any]) -> None:
         self.store.queue_push(f"{self.spec.prefix}/samples", json.dumps(message, separators=(",", ":")))

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from hicache_cli.dashboard import Dashboard, render
 from hicache_cli.sample import Sample
-from hicache_cli.sglang_target.extract import DRAIN_METHODS
+from hicache_cli.sglang_target.extract import how_it_frees
 from hicache_cli.units import format_bytes, format_duration
 
 
@@ -117,7 +117,7 @@ def target_line(report: dict[str, Any]) -> str | None:
     if target.get("kind") != "sglang":
         return None
     method = target.get("drain_method") or "no known drain method"
-    how = DRAIN_METHODS.get(method, "frees Works some other way")
+    how = how_it_frees(target.get("drain_method"))
     per_round = target.get("sends_per_round")
     sends = f"; {per_round:g} PP-sync sends per round" if per_round is not None else ""
     return (

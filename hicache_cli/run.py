@@ -12,9 +12,8 @@ from hicache_cli.config import StressConfig
 from hicache_cli.launcher import EarlyStop, LaunchConfig, LaunchResult, launch
 from hicache_cli.nodes import NodeSpec
 from hicache_cli.report import RunOutcome, build_report, write_report
-from hicache_cli.rundir import TORCHRUN_LOG
 from hicache_cli.sample import Sample, read_run
-from hicache_cli.torchrun_log import WorkerExit, worker_exits
+from hicache_cli.torchrun_log import WorkerExit, worker_exits_in
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def execute(
     _drop_empty_stack_files(run_dir)
     if nodes is not None and not nodes.is_head:
         return RunResult(run_dir, None, None, result)
-    exits = worker_exits(_read_text(run_dir / TORCHRUN_LOG))
+    exits = worker_exits_in(run_dir)
     for rank, (code, sig) in result.remote_exits.items():
         exits.setdefault(rank, WorkerExit(rank, code, sig))
     outcome = RunOutcome(
@@ -65,13 +64,6 @@ def execute(
     report = build_report(stress, read_run(run_dir), outcome, run_dir)
     path = write_report(report, run_dir, report_copy)
     return RunResult(run_dir, path, report, result)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 def _drop_empty_stack_files(run_dir: Path) -> None:

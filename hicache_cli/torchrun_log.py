@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_cli.rundir import TORCHRUN_LOG
 
 _ENTRY = re.compile(r"rank\s*:\s*(?P<rank>\d+)\s*\(local_rank[^)]*\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
 
@@ -38,3 +41,12 @@ def worker_exits(log_text: str) -> dict[int, WorkerExit]:
         code = int(m["code"])
         exits[int(m["rank"])] = WorkerExit(int(m["rank"]), code, signal_name(code))
     return exits
+
+
+def worker_exits_in(run_dir: Path) -> dict[int, WorkerExit]:
+    """The failed workers that torchrun's log in `run_dir` names (none if there is no log)."""
+    try:
+        text = (run_dir / TORCHRUN_LOG).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    return worker_exits(text)

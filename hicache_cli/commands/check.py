@@ -70,9 +70,7 @@ def check(
         raise UsageError(f"--max-depth must be 0 or more, got {max_depth}")
     if max_p99_ms is not None and not max_p99_ms > 0:
         raise UsageError(f"--max-p99-ms must be more than zero, got {max_p99_ms}")
-    for path, option in ((junit, "junit"), (report, "report")):
-        if path is not None and not path.parent.exists():
-            raise UsageError(f"--{option}: directory {path.parent} does not exist")
+    common.check_output_paths(junit=junit, report=report)
     config = config_from_options(
         StressOptions(
             pp=pp,

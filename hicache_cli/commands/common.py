@@ -170,13 +170,19 @@ def _require_cuda(device: str, pp_backend: str) -> None:
         raise UsageError("--pp-backend nccl: this torch has no NCCL")
 
 
+def check_output_paths(**paths: Path | None) -> None:
+    """Files a command will write (option name -> path): their directories must exist."""
+    for option, path in paths.items():
+        if path is not None and not path.parent.exists():
+            raise UsageError(f"--{option}: directory {path.parent} does not exist")
+
+
 def check_run_options(refresh: float, report: Path | None, port: int | None) -> None:
     """Options about running rather than the workload; a bad or busy port fails here,
     before anything is created."""
     if not 0.2 <= refresh <= 20:
         raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
-    if report is not None and not report.parent.exists():
-        raise UsageError(f"--report: directory {report.parent} does not exist")
+    check_output_paths(report=report)
     if port is not None:
         pick_port(LOOPBACK, port)
 

@@ -85,9 +85,7 @@ def compare_policies(
         configs.append(config_from_options(replace(options, policy=None, target=spec), common.say))
     if len({c.policy for c in configs}) != len(configs):
         raise UsageError("--target: the same SGLang is named twice")
-    for path, option in ((output, "output"), (markdown, "markdown"), (plot, "plot")):
-        if path is not None and not path.parent.exists():
-            raise UsageError(f"--{option}: directory {path.parent} does not exist")
+    common.check_output_paths(output=output, markdown=markdown, plot=plot)
     parent = create_run_dir(run_dir, "compare")
     live = common.wants_live(no_live)
     console = make_console(live)
@@ -107,7 +105,8 @@ def compare_policies(
         )
         if result.report["status"] == "interrupted":
             break
-    common_config = {k: v for k, v in first.to_dict().items() if all(c.to_dict()[k] == v for c in configs)}
+    dicts = [c.to_dict() for c in configs]
+    common_config = {k: v for k, v in dicts[0].items() if all(d[k] == v for d in dicts)}
     data = bundle(reports, common_config)
     text = json.dumps(data, indent=2) + "\n"
     write_atomically(parent / "compare.json", text)

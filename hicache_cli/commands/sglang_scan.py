@@ -10,7 +10,7 @@ import typer
 
 from hicache_cli.commands import common
 from hicache_cli.commands.common import StressOptions, config_from_options
-from hicache_cli.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, UsageError
+from hicache_cli.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 from hicache_cli.progress import make_console
 from hicache_cli.rundir import create_run_dir, write_atomically
 from hicache_cli.sglang_target.extract import NotApplicable
@@ -41,9 +41,7 @@ def sglang_scan(
     no_live: bool = common.NO_LIVE,
 ) -> None:
     """Run SGLang's own PP-sync code from each release in a range: where the leak came and went."""
-    for path, option in ((output, "output"), (markdown, "markdown")):
-        if path is not None and not path.parent.exists():
-            raise UsageError(f"--{option}: directory {path.parent} does not exist")
+    common.check_output_paths(output=output, markdown=markdown)
     base = StressOptions(
         pp=pp,
         tp=1,

@@ -42,7 +42,6 @@ class AckController:
 
     ack_write_queue: list = field(default_factory=list)
     ack_load_queue: list = field(default_factory=list)
-    write_policy: str = "write_through"
 
 
 @dataclass
@@ -56,7 +55,6 @@ class Traffic:
     blocked_on: str | None = None
     # what blocked_on says while in recv; the watchdog reads "pp rank N" in it as the peer
     in_recv: str = "SGLang _pp_sync, in recv from the previous stage"
-    fail_next_wait: bool = False  # read by the fault injector; raise-in-wait is refused for SGLang
 
 
 class CountingCollectives:

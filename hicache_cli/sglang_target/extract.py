@@ -25,6 +25,11 @@ DRAIN_METHODS = {
 }
 
 
+def how_it_frees(drain_method: str | None) -> str:
+    """What a Work-freeing method does, in words."""
+    return DRAIN_METHODS.get(drain_method or "", "frees Works some other way")
+
+
 def waits_on_next_stage(frame: str | None) -> bool:
     """Whether a stack top like "_drain_async_work (hiradix_cache.py:242)" is SGLang's loop
     waiting on its isends, i.e. on the next stage to receive."""
@@ -74,8 +79,7 @@ class ExtractedClass:
         return any("P2PTag" in m.source for m in self.methods.values())
 
     def describe(self) -> str:
-        how = DRAIN_METHODS.get(self.drain_method or "", "frees Works some other way")
-        return f"{self.class_name}.{self.drain_method or '?'}: {how}"
+        return f"{self.class_name}.{self.drain_method or '?'}: {how_it_frees(self.drain_method)}"
 
 
 def file_sha256(path: Path) -> str:
