@@ -48,7 +48,13 @@ def assess_rank(
     rss = stats.theil_sen(stats.thin(rss_points, max_points), quantum=RSS_QUANTUM)
     depth = stats.theil_sen(stats.thin([(s.t, float(s.depth)) for s in after], max_points))
     span = after[-1].t - after[0].t if after else 0.0
-    inputs = stats.VerdictInputs(rss=rss, depth=depth, final_depth=series[-1].depth if series else 0, span_s=span)
+    inputs = stats.VerdictInputs(
+        rss=rss,
+        depth=depth,
+        final_depth=series[-1].depth if series else 0,
+        span_s=span,
+        live_works=bool(series) and series[-1].works is not None,  # a traced process
+    )
     grew = bool(after) and after[-1].depth - after[0].depth >= 1000
     per_work = rss.slope / depth.slope if grew and rss and depth and depth.slope > 0 else None
     return Assessment(stats.decide(inputs, threshold_mb_per_h), rss, depth, span, cut, warmup, per_work)

@@ -34,14 +34,21 @@ class StressConfig:
     stop_grace_s: float = 1.5  # how long a rank blocked at the deadline gets to finish its round
     stall_timeout_s: float = 5.0  # a round older than this is a stall: stacks dumped, run ended
     faults: tuple[str, ...] = ()  # --fault specs, see cache/faults.py
-    target: str = "model"  # model (hicache's cache model) | sglang (SGLang's own methods)
+    target: str = "model"  # model (hicache's cache model) | sglang (SGLang's own methods) | trace
     # target sglang: what to run, from hicache_cli.sglang_target.resolve (version, origin,
     # location, class, file, sha256, tags_file, drain_method)
     sglang: dict[str, str] | None = None
+    # target trace (`hicache trace -- COMMAND`): {"command": [...], "loop": "MODULE:QUALNAME" or
+    # None, "cwd": where it ran}; duration_s 0 means until the program exits
+    trace: dict[str, Any] | None = None
 
     @property
     def world_size(self) -> int:
         return self.pp * self.tp
+
+    @property
+    def traced(self) -> bool:
+        return self.target == "trace"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "faults": list(self.faults)}

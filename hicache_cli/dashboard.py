@@ -8,7 +8,7 @@ dashboard follows a run it launched (`stress`) or one started elsewhere (`watch`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
@@ -100,7 +100,9 @@ class Dashboard:
         self._trends: dict[int, tuple[float, float | None, str | None, float]] = {}
 
     def model(self, samples: dict[int, list[Sample]], launch_elapsed: float) -> DashboardModel:
-        rows = [self._row(rank, samples.get(rank, [])) for rank in range(self.config.world_size)]
+        # every rank of the run, and (hicache trace, where processes are found as they start) every file
+        ranks = sorted(set(range(self.config.world_size)) | set(samples))
+        rows = [self._row(rank, samples.get(rank, [])) for rank in ranks]
         run_t = max((s[-1].t for s in samples.values() if s), default=0.0)
         # as in the report: one leaking rank makes a leak; a rank without a verdict yet
         # keeps the rest from being called bounded
@@ -178,13 +180,20 @@ def render(model: DashboardModel, width: int = 100) -> RenderableType:
 def _header(model: DashboardModel, width: int) -> RenderableType:
     cfg = model.config
     line = Text()
-    if width >= 70:
+    if cfg.traced and cfg.trace is not None:
+        line.append("hicache trace ", style="bold")
+        line.append(f"{' '.join(cfg.trace['command'])}  verdict so far: ")
+    elif width >= 70:
         line.append("hicache ", style="bold")
         line.append(f"{cfg.policy}  pp={cfg.pp} x tp={cfg.tp}  {cfg.device}/{cfg.backend}  verdict so far: ")
     else:
         line.append(f"{cfg.policy} pp{cfg.pp}xtp{cfg.tp} ")
     line.append(model.verdict, style=VERDICT_STYLE.get(model.verdict, ""))
     done = min(model.run_t, cfg.duration_s)
+    if cfg.duration_s <= 0:  # a trace without --duration: it lasts as long as the program
+        timing = f"{format_duration(model.launch_elapsed)} since launch, until the program ends"
+        lines = [line, Text(timing), Text(f"run dir: {model.run_dir}", style="dim", overflow="ellipsis", no_wrap=True)]
+        return Group(*lines)
     if model.started:
         timing = f"{format_duration(done)}/{format_duration(cfg.duration_s)}"
         if width >= 60:
@@ -279,6 +288,8 @@ def rank_table(model: DashboardModel, width: int = 100) -> Text:
     """One line per rank under a header, laid out by hand: a rich Table costs ~3.5x more
     per frame, and the dashboard shares the CPUs with the ranks it measures."""
     cols = _columns(width, model.config.leak_threshold_mb_per_h)
+    if model.config.traced:  # what the depth column counts there: live Works, never waited
+        cols = [replace(c, header="live") if c.header == "depth" else c for c in cols]
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append(" ".join(_fit(c.header, c.width, c.left) for c in cols).rstrip() + "\n", style="bold")
     for r in model.rows:

@@ -31,6 +31,9 @@ def evaluate(report: dict[str, Any], limits: Thresholds) -> list[Assertion]:
     if report["status"] != "completed":
         causes = "; ".join(f"rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"][:3])
         results.append(Assertion(None, "run", None, f"the run {report['status']}" + (f": {causes}" if causes else "")))
+    traced = (report.get("target") or {}).get("kind") == "trace"
+    if traced:
+        results += _program(report)
     for r in report["ranks"]:
         rank = r["rank"]
         decided = {"BOUNDED": True, "LEAK": False}.get(r["verdict"])
@@ -41,7 +44,8 @@ def evaluate(report: dict[str, Any], limits: Thresholds) -> list[Assertion]:
         if limits.max_depth is not None:
             peak = r["work_list"]["max"]
             over = peak - limits.max_depth
-            text = f"work list reached {peak}" + (f", {over} over the limit {limits.max_depth}" if over > 0 else "")
+            held = "live Works reached" if traced else "work list reached"
+            text = f"{held} {peak}" + (f", {over} over the limit {limits.max_depth}" if over > 0 else "")
             results.append(Assertion(rank, "max-depth", over <= 0, f"rank {rank} {text}"))
         if limits.max_p99_ms is not None:
             p99 = r["loop_latency_ms"]["p99"]
@@ -54,6 +58,16 @@ def evaluate(report: dict[str, Any], limits: Thresholds) -> list[Assertion]:
                 )
                 results.append(Assertion(rank, "max-p99", over <= 0, f"rank {rank} {text}"))
     return results
+
+
+def _program(report: dict[str, Any]) -> list[Assertion]:
+    """A traced program must have been watched, and must have ended well, for a pass to mean anything."""
+    if not any(r.get("samples") for r in report["ranks"]):
+        return [Assertion(None, "traced", None, "no process of the program started a torch.distributed process group")]
+    code = report.get("program_exit_code")
+    if code not in (0, None) and not report.get("program_stopped"):  # its own end, not hicache's stop
+        return [Assertion(None, "program", None, f"the program exited with code {code}")]
+    return []
 
 
 def _slope(rank: int, rss: dict[str, Any], limit: float) -> Assertion:

@@ -8,6 +8,7 @@ group, SIGTERM first, then SIGKILL. Ctrl-C stops everything the same way.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -24,6 +25,8 @@ import psutil
 
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.lifecycle import OWNER_ENV, STOPS, owner_token, parent_death_signal
+from hicache_cli.node_wire import SECRET_ENV
 from hicache_cli.nodes import NODE_ENV, Feeder, Head, NodeSpec
 from hicache_cli.probe import EARLY_STOP
 from hicache_cli.rundir import TORCHRUN_LOG
@@ -58,7 +61,7 @@ class LaunchConfig:
 @dataclass(frozen=True)
 class LaunchResult:
     exit_code: int | None  # torchrun's, None if it had to be killed
-    interrupted: bool
+    interrupted: bool  # hicache was asked to stop (interrupted_by says how)
     killed: bool  # the launcher had to stop the ranks itself
     reason: str | None  # why it stopped them, when it did
     wall_s: float
@@ -67,19 +70,35 @@ class LaunchResult:
     lost_nodes: dict[int, str] = field(default_factory=dict)  # node 0: nodes lost during the run, and how
     remote_exits: dict[int, tuple[int | None, str | None]] = field(default_factory=dict)  # rank -> code, signal
     link_error: str | None = None  # another node: why its samples stopped reaching node 0
+    interrupted_by: str | None = None  # the signal that stopped hicache, when one did
 
 
 def pick_port(host: str, requested: int | None) -> int:
-    """A port the rendezvous can bind on `host`: the requested one, checked, or a free one."""
+    """A port torchrun's rendezvous store can listen on: the requested one, checked, or a free one.
+
+    Whatever `host` is, the store (a TCPStore) listens on every address: [::] dual-stack, or
+    0.0.0.0 without IPv6. The port is checked the same way, so one that anything on this
+    machine listens on, on any address, is busy here (and not a crash of rank 0 later).
+    """
     if requested is not None and not 1 <= requested <= 65535:
         raise UsageError(f"--port: {requested} is not a valid TCP port (1-65535)")
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    what = f"port {requested}" if requested else "a free port"
+    for family, everywhere in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
         try:
-            sock.bind((host, requested or 0))
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store's own socket
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                sock.bind((everywhere, requested or 0))
+                return sock.getsockname()[1]
         except OSError as exc:
-            what = f"port {requested}" if requested else "a free port"
-            raise UsageError(f"cannot bind {what} on {host}: {exc.strerror or exc}") from None
-        return sock.getsockname()[1]
+            if family == socket.AF_INET6 and exc.errno != errno.EADDRINUSE:
+                continue  # no IPv6 here: the store listens on 0.0.0.0
+            raise UsageError(
+                f"cannot bind {what} on every address (torchrun's rendezvous store listens on all of them, "
+                f"not only on {host}): {exc.strerror or exc}"
+            ) from None
+    raise AssertionError("unreachable: the IPv4 attempt returns or raises")
 
 
 def torchrun_command(config: LaunchConfig, port: int) -> list[str]:
@@ -100,7 +119,7 @@ def torchrun_command(config: LaunchConfig, port: int) -> list[str]:
         "--monitor-interval=0.2",
         "-m",
         "hicache_cli.rank",
-        str(config.run_dir),
+        str(config.run_dir.resolve()),
     ]
 
 
@@ -112,6 +131,11 @@ def rank_environment(host: str, nodes: NodeSpec | None = None) -> dict[str, str]
     env[NODE_ENV] = str(nodes.node_rank if nodes else 0)
     env["PYTHONUNBUFFERED"] = "1"
     env["TORCH_SHOW_CPP_STACKTRACES"] = "0"
+    env[OWNER_ENV] = owner_token()  # ranks stop on their own if this process is killed
+    env.pop(SECRET_ENV, None)  # the nodes' link secret is hicache's, never the ranks'
+    # A cache.py or torch.py in the user's directory must not shadow ours: Python 3.11+
+    # leaves the current directory off sys.path, and torchrun starts in the run directory.
+    env["PYTHONSAFEPATH"] = "1"
     # Ranks import the project from wherever this interpreter found it.
     project_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root, env.get("PYTHONPATH")) if p)
@@ -147,40 +171,106 @@ def launch(
 
     `early_stop(samples)` may return a reason to end the run before its duration: every
     rank is then asked (SIGUSR2) to stop as at its deadline, and the run completes.
-    Whatever happens here (the end, the watchdog, the hard deadline, Ctrl-C, an error of
-    our own), no rank outlives this function.
+    Whatever happens here (the end, the watchdog, the hard deadline, a stop signal, torchrun
+    killed under the ranks, an error of our own), no rank outlives this function.
     """
-    port = pick_port(config.host, config.port) if config.nodes is None else config.nodes.rdzv_port
-    link = open_link(config)
     started = time.monotonic()
-    log = (config.run_dir / TORCHRUN_LOG).open("ab")
-    proc = subprocess.Popen(
-        torchrun_command(config, port),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=rank_environment(config.host, config.nodes),
-        start_new_session=True,  # Ctrl-C reaches us, not the ranks; we stop them
-    )
-    log.close()
+    interrupted, reason, stalls, stopped_early = False, None, [], None
+    proc: subprocess.Popen[bytes] | None = None
+    ranks = RankProcesses(config.node_rank)
     follower, view = RunFollower(config.run_dir), GuardedView(on_tick)
-    interrupted = False
+    link = None
     try:
-        reason, stalls, stopped_early = _supervise(proc, config, follower, view, started, early_stop, link)
-    except KeyboardInterrupt:
-        interrupted, reason, stalls, stopped_early = True, "interrupted by the user", [], None
+        port = pick_port(config.host, config.port) if config.nodes is None else config.nodes.rdzv_port
+        link = open_link(config)
+        proc = _start_torchrun(config, port)
+        reason, stalls, stopped_early = _supervise(proc, config, follower, view, started, early_stop, link, ranks)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (lifecycle.StopRequests)
+        interrupted, reason = True, f"interrupted by {STOPS.signal or 'SIGINT'}"
     except BaseException:
-        stop_process_group(proc)
+        if proc is not None:
+            stop_process_group(proc, ranks)
         raise
-    if reason is not None:
-        if isinstance(link, Head):
-            link.stop(reason)
-        stop_process_group(proc)
-    result = _finish_link(link, config)
-    view(follower.poll(), time.monotonic() - started)  # the final lines, once more
-    code = proc.returncode if reason is None else None
+    with STOPS.finishing():  # from here on a signal is noted, never cuts the stop short
+        if reason is not None:
+            if isinstance(link, Head):
+                link.stop(reason)
+            if proc is not None:
+                stop_process_group(proc, ranks)
+        elif proc is not None:
+            # torchrun is gone; its ranks must be too (killed under them, it leaves them running)
+            ranks.refresh(follower.poll())
+            ranks.end(config.stress.stop_grace_s + 2.0)
+        result = _finish_link(link, config) if link is not None else {}
+        view(follower.poll(), time.monotonic() - started)  # the final lines, once more
+    code = proc.returncode if proc is not None and reason is None else None
     wall = time.monotonic() - started
-    return LaunchResult(code, interrupted, reason is not None, reason, wall, tuple(stalls), stopped_early, **result)
+    return LaunchResult(
+        code,
+        interrupted,
+        reason is not None,
+        reason,
+        wall,
+        tuple(stalls),
+        stopped_early,
+        **result,
+        interrupted_by=STOPS.signal or "SIGINT" if interrupted else None,
+    )
+
+
+def _start_torchrun(config: LaunchConfig, port: int) -> subprocess.Popen[bytes]:
+    with (config.run_dir / TORCHRUN_LOG).open("ab") as log:
+        return subprocess.Popen(
+            torchrun_command(config, port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=rank_environment(config.host, config.nodes),
+            cwd=config.run_dir.resolve(),  # never the user's directory: see rank_environment
+            start_new_session=True,  # Ctrl-C reaches us, not the ranks; we stop them
+            preexec_fn=parent_death_signal(),  # SIGKILLed, we take torchrun with us
+        )
+
+
+class RankProcesses:
+    """This node's rank processes, remembered as psutil handles while torchrun is their
+    parent: after torchrun is killed they are orphans that nothing else would find."""
+
+    def __init__(self, node: int) -> None:
+        self.node = node
+        self.known: dict[int, psutil.Process] = {}
+
+    def add_children(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            children = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            self.known.setdefault(child.pid, child)
+
+    def refresh(self, samples: dict[int, list[Sample]]) -> None:
+        """Ranks that sampled, by the pid in their samples (those on this node only)."""
+        for series in samples.values():
+            if series and series[-1].node == self.node and series[-1].pid not in self.known:
+                with contextlib.suppress(psutil.Error):
+                    self.known[series[-1].pid] = psutil.Process(series[-1].pid)
+
+    def end(self, grace_s: float, term_grace_s: float = 2.0) -> None:
+        """Give the ranks `grace_s` to leave on their own, then SIGTERM, then SIGKILL."""
+        procs = [p for p in self.known.values() if _running(p)]
+        _, alive = psutil.wait_procs(procs, timeout=grace_s) if procs else ([], [])
+        for signo, wait_s in ((signal.SIGTERM, term_grace_s), (signal.SIGKILL, 2.0)):
+            for leftover in alive:
+                with contextlib.suppress(psutil.Error):
+                    leftover.send_signal(signo)
+            _, alive = psutil.wait_procs(alive, timeout=wait_s) if alive else ([], [])
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def open_link(config: LaunchConfig) -> Head | Feeder | None:
@@ -213,6 +303,7 @@ def _supervise(
     started: float,
     early_stop: EarlyStop | None,
     link: Head | Feeder | None = None,
+    ranks: RankProcesses | None = None,
 ) -> tuple[str | None, list[Stall], str | None]:
     """Follow the run until torchrun exits. Returns why the launcher must stop it (if it
     must), what the watchdog found, and why the run was ended early (if it was)."""
@@ -226,6 +317,9 @@ def _supervise(
         samples = follower.poll()
         now = time.monotonic()
         view(samples, now - started)
+        if ranks is not None and not all_started:
+            ranks.add_children(proc)
+            ranks.refresh(samples)
         if not all_started and len(samples) == config.expected_ranks and all(samples.values()):
             all_started = True  # every rank's workload has begun, give or take a poll
             hard_deadline = min(hard_deadline, now + config.stress.duration_s + config.stop_grace_s)
@@ -267,29 +361,22 @@ def request_stacks(stalls: list[Stall], settle_s: float = 0.5) -> None:
     time.sleep(settle_s)
 
 
-def stop_process_group(proc: subprocess.Popen[bytes], term_grace_s: float = 3.0) -> None:
+def stop_process_group(
+    proc: subprocess.Popen[bytes], ranks: RankProcesses | None = None, term_grace_s: float = 3.0
+) -> None:
     """Stop torchrun and every rank: SIGTERM first (ranks write a final line), then SIGKILL.
 
     torchrun starts each rank in a session of its own, so signalling torchrun's group
-    does not reach them: the ranks are found as its children and killed directly.
+    does not reach them: the ranks are found as its children (and in `ranks`, which
+    remembers them should torchrun already be gone) and ended directly.
     """
-    try:
-        ranks = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        ranks = []
-    try:
+    ranks = ranks or RankProcesses(0)
+    ranks.add_children(proc)
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)  # torchrun forwards it to the ranks
-    except ProcessLookupError:
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=term_grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    _, alive = psutil.wait_procs(ranks, timeout=0.5)
-    for leftover in alive:
-        with contextlib.suppress(psutil.Error):
-            leftover.kill()
-    psutil.wait_procs(alive, timeout=2.0)
+    ranks.end(0.5, term_grace_s=0.0)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):

@@ -13,8 +13,10 @@ from hicache_cli.commands.compare import compare_policies
 from hicache_cli.commands.doctor import doctor
 from hicache_cli.commands.sglang_scan import sglang_scan
 from hicache_cli.commands.stress import stress
+from hicache_cli.commands.trace import TRACE_EXAMPLES, trace
 from hicache_cli.commands.watch import watch
 from hicache_cli.errors import HicacheError
+from hicache_cli.lifecycle import STOPS
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -56,8 +58,10 @@ Examples:
 """
 
 app.command(epilog=STRESS_EXAMPLES)(stress)
+# Everything after the first argument of the program is the program's, not ours.
+app.command(epilog=TRACE_EXAMPLES, context_settings={"allow_interspersed_args": False})(trace)
 app.command()(watch)
-app.command()(check)
+app.command(context_settings={"allow_interspersed_args": False})(check)
 app.command(name="compare-policies")(compare_policies)
 app.command()(doctor)
 app.command(name="sglang-scan")(sglang_scan)
@@ -65,14 +69,24 @@ app.add_typer(report.app, name="report")
 
 
 def main(argv: list[str] | None = None) -> int:
+    STOPS.install()  # SIGTERM and SIGHUP stop a run as Ctrl-C does
     try:
         app(args=argv, prog_name="hicache")
     except HicacheError as exc:
         print(f"hicache: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code == TYPER_INTERRUPTED and STOPS.signal:  # typer's answer to a KeyboardInterrupt
+            print(f"hicache: stopped by {STOPS.signal}", file=sys.stderr)
+            return STOPS.exit_code()
+        return code
+    finally:
+        STOPS.restore()
     return 0
+
+
+TYPER_INTERRUPTED = 130  # typer turns a KeyboardInterrupt outside a run into this exit
 
 
 if __name__ == "__main__":

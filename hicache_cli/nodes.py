@@ -1,12 +1,14 @@
-"""Several nodes: torchrun's c10d rendezvous for the ranks, and a TCPStore for the samples.
+"""Several nodes: torchrun's c10d rendezvous for the ranks, and node 0's link for the samples.
 
 Every node runs `hicache stress` with the same options and its own --node-rank. Each
 node's hicache launches and supervises its local ranks, which write their samples to the
-node's own run directory, as on one machine. Node 0 (the head) also hosts a
-torch.distributed TCPStore; every other node's hicache (a feeder) follows its run
-directory and pushes the new lines there, twice a second. The head writes them into its
-own run directory, so its dashboard, watchdog and report see every rank. The same store
-carries node 0's config (the others check theirs against it) and its stop request.
+node's own run directory, as on one machine. Node 0 (the head) also listens on the
+rendezvous address (node_server); every other node's hicache (a feeder) connects, proves
+it holds the run secret (node_wire), says hello with its options, then follows its run
+directory and pushes the new lines there, twice a second. The head checks them
+(node_messages) and writes them into its own run directory, so its dashboard, watchdog and
+report see every rank. Its answers carry its stop request; a node whose options differ is
+refused, and node 0 ends the run at once, saying why.
 
 Nothing here is in the ranks: a link that drops costs the head its view of that node, not
 the node its samples, which stay complete in its own run directory.
@@ -14,20 +16,33 @@ the node its samples, which stay complete in its own run directory.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
-import os
 import socket
-import sys
 import time
-from collections.abc import Iterator
+import weakref
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from hicache_cli.errors import UsageError
+from hicache_cli.node_messages import FOREIGN_LINES, hello, push
+from hicache_cli.node_server import Joined, LinkServer, Pushed, Refused, Rejected
+from hicache_cli.node_wire import (
+    NOT_A_MESSAGE,
+    SECRET_ENV,
+    UNPROVEN,
+    Channel,
+    Dropped,
+    check_secret,
+    client_handshake,
+    connect_until,
+    local_secret_file,
+    read_local_secret,
+    share_local_secret,
+)
+from hicache_cli.rundir import write_atomically
 from hicache_cli.sample import LineTail, rank_file
 from hicache_cli.watchdog import stack_file
 
@@ -45,6 +60,7 @@ class NodeSpec:
     rdzv_port: int
     rdzv_id: str
     sample_port: int
+    run_secret: str | None = field(default=None, repr=False)  # None: on loopback, node 0 makes one
 
     @property
     def is_head(self) -> bool:
@@ -61,10 +77,6 @@ class NodeSpec:
         except (OSError, ValueError):
             return False
 
-    @property
-    def prefix(self) -> str:
-        return f"hicache/{self.rdzv_id}"
-
 
 def node_spec(
     world_size: int,
@@ -74,8 +86,11 @@ def node_spec(
     rdzv_endpoint: str | None,
     rdzv_id: str,
     sample_port: int | None,
+    run_secret: str | None = None,
 ) -> NodeSpec | None:
-    """Check the multi-node options; None for the default single node on loopback."""
+    """Check the multi-node options; None for the default single node on loopback.
+
+    A run secret given to a single-node run is ignored: it may come from the environment."""
     if nnodes < 1:
         raise UsageError(f"--nnodes must be at least 1, got {nnodes}")
     if nnodes == 1:
@@ -108,7 +123,20 @@ def node_spec(
         raise UsageError(f"--sample-port: {samples} must be a TCP port other than the rendezvous port")
     if not rdzv_id or "/" in rdzv_id:
         raise UsageError(f"--rdzv-id: {rdzv_id!r}; use a non-empty name without '/'")
-    return NodeSpec(nnodes, node_rank, per_node, host, port, rdzv_id, samples)
+    spec = NodeSpec(nnodes, node_rank, per_node, host, port, rdzv_id, samples, run_secret or None)
+    if run_secret:
+        check_secret(run_secret)
+    elif not spec.loopback:
+        raise UsageError(
+            f"--run-secret (or {SECRET_ENV}) is needed across machines: the same secret on every node, "
+            "for example: python -c 'import secrets; print(secrets.token_hex(16))'"
+        )
+    return spec
+
+
+def link_options(spec: NodeSpec, config_json: str) -> dict[str, Any]:
+    """What must be the same on every node: the run's config, the node count and the run id."""
+    return {**json.loads(config_json), "nnodes": spec.nnodes, "rdzv_id": spec.rdzv_id}
 
 
 @dataclass
@@ -119,68 +147,90 @@ class NodeState:
     exits: dict[int, tuple[int | None, str | None]] = field(default_factory=dict)  # rank -> (code, signal)
 
 
+LINK_FILE = "node-link.json"  # node 0's run directory: what its link refused and dropped
+
+
 class Head:
-    """Node 0: hosts the sample store, writes what the feeders push into the run directory."""
+    """Node 0: hosts the link, writes what the feeders push into the run directory."""
 
     def __init__(self, spec: NodeSpec, config_json: str, run_dir: Path) -> None:
-        from torch.distributed import TCPStore  # only for runs across nodes: torch costs seconds
-
         self.spec, self.run_dir = spec, run_dir
+        options = link_options(spec, config_json)
+        secret, secret_file = spec.run_secret, None
+        if secret is None:  # loopback: made here, written before the link listens (a node that connects finds it)
+            secret_file = local_secret_file(spec.rdzv_id, spec.sample_port)
+            secret = share_local_secret(secret_file)
+        world_size = options["pp"] * options["tp"]
         try:
-            with _quiet_stderr():
-                self.store = TCPStore(
-                    spec.rdzv_host,
-                    spec.sample_port,
-                    is_master=True,
-                    wait_for_workers=False,
-                    timeout=timedelta(seconds=30),
-                )
-        except RuntimeError as exc:
-            raise UsageError(f"cannot host the sample store on port {spec.sample_port}: {_first_line(exc)}") from None
-        self.store.set(f"{spec.prefix}/config", config_json)
+            self.server = LinkServer(spec.rdzv_host, spec.sample_port, secret, options, world_size)
+        except UsageError:
+            _close(None, secret_file)
+            raise
+        self._closer = weakref.finalize(self, _close, self.server, secret_file)
         self.nodes: dict[int, NodeState] = {}
+        self.refused: dict[int, str] = {}  # node -> why it would not start
+        self.dropped: Counter[str] = Counter()  # what the link dropped, by reason
+        self.owners: dict[int, int] = {}  # rank -> the node whose lines it took first
         self.started = time.monotonic()
 
     def pump(self) -> str | None:
-        """Take what the feeders pushed; write their lines to the rank files here."""
-        key = f"{self.spec.prefix}/samples"
-        for _ in range(self.store.queue_len(key)):
-            self._take(json.loads(self.store.queue_pop(key, False)))
-        return None
+        """Take what the feeders pushed; write their lines to the rank files here. Returns
+        why the run cannot go on (a node refused to start), if it cannot."""
+        for event in self.server.take():
+            if isinstance(event, Pushed):
+                self._take(event)
+            elif isinstance(event, Joined):
+                self._heard(event.node, event.host)
+            elif isinstance(event, Refused):
+                self.refused[event.node] = event.why
+            elif isinstance(event, Rejected):
+                self.dropped[event.reason] += 1
+        return next((f"node {k} refused to start: {why}" for k, why in sorted(self.refused.items())), None)
 
-    def _take(self, message: dict[str, Any]) -> None:
-        state = self.nodes.setdefault(int(message["node"]), NodeState())
-        state.host, state.heard = message.get("host"), time.monotonic()
-        for rank, lines in message.get("ranks", {}).items():
-            if lines:
-                with rank_file(self.run_dir, int(rank)).open("a", encoding="utf-8") as fh:
-                    fh.write("".join(line + "\n" for line in lines))
-        for rank, dump in message.get("stacks", {}).items():
-            stack_file(self.run_dir, int(rank)).write_text(dump, encoding="utf-8")
-        if message.get("done"):
+    def _heard(self, node: int, host: str | None) -> NodeState:
+        state = self.nodes.setdefault(node, NodeState())
+        state.host, state.heard = host, time.monotonic()
+        return state
+
+    def _take(self, event: Pushed) -> None:
+        state, pushed = self._heard(event.node, event.host), event.push
+        self.dropped.update(pushed.dropped)
+        for rank, lines in pushed.lines.items():
+            if self.owners.setdefault(rank, event.node) != event.node:
+                self.dropped[FOREIGN_LINES] += len(lines)
+                continue
+            with rank_file(self.run_dir, rank).open("a", encoding="utf-8") as fh:
+                fh.write("".join(line + "\n" for line in lines))
+        for rank, dump in pushed.stacks.items():
+            if self.owners.setdefault(rank, event.node) == event.node:
+                stack_file(self.run_dir, rank).write_text(dump, encoding="utf-8")
+        if pushed.done:
             state.done = True
-            state.exits.update({int(r): (c, s) for r, (c, s) in message.get("exits", {}).items()})
+            state.exits.update({r: e for r, e in pushed.exits.items() if self.owners.get(r, event.node) == event.node})
 
     def stop(self, reason: str) -> None:
-        """Ask every feeder to stop its ranks: node 0 ended the run."""
-        self.store.set(f"{self.spec.prefix}/stop", reason)
+        """Ask every feeder to stop its ranks: node 0 ended the run (in its next answer to each)."""
+        self.server.stop_reason = reason
 
     def finish(self, grace_s: float) -> None:
-        """After the local ranks ended: wait for every other node's last lines, or its loss."""
+        """After the local ranks ended: wait for every other node's last lines, or its loss.
+        Then note what the link refused and dropped in the run directory."""
         until = time.monotonic() + grace_s
         while True:
             self.pump()
-            pending = [k for k in range(1, self.spec.nnodes) if not self.nodes.get(k, NodeState()).done]
+            pending = [k for k in self._expected() if not self.nodes.get(k, NodeState()).done]
             if not pending or set(pending) <= set(self.silent_nodes()) or time.monotonic() >= until:
-                return
+                break
             time.sleep(0.1)
+        record = {"dropped": dict(self.dropped), "refused": {str(k): why for k, why in self.refused.items()}}
+        write_atomically(self.run_dir / LINK_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
     def silent_nodes(self, after_s: float | None = None) -> list[int]:
         after_s = LOST_AFTER_S if after_s is None else after_s
         now = time.monotonic()
         return [
             k
-            for k in range(1, self.spec.nnodes)
+            for k in self._expected()
             if not self.nodes.get(k, NodeState()).done
             and now - (self.nodes[k].heard if k in self.nodes else self.started) > after_s
         ]
@@ -191,7 +241,8 @@ class Head:
         for k in self.silent_nodes():
             state = self.nodes.get(k)
             if state is None:
-                lost[k] = f"node {k} never reached node 0 (its hicache did not connect to the sample store)"
+                why = f"its hicache did not connect to the sample store{self._unproven()}"
+                lost[k] = f"node {k} never reached node 0 ({why})"
             else:
                 silent = time.monotonic() - state.heard
                 lost[k] = f"node {k} ({state.host}) lost: no word from its hicache for {silent:.1f} s"
@@ -200,30 +251,60 @@ class Head:
     def exits(self) -> dict[int, tuple[int | None, str | None]]:
         return {r: e for state in self.nodes.values() for r, e in state.exits.items()}
 
+    def _expected(self) -> list[int]:
+        """The other nodes whose word the run waits for: all but those that refused."""
+        return [k for k in range(1, self.spec.nnodes) if k not in self.refused]
+
+    def _unproven(self) -> str:
+        n = self.dropped[UNPROVEN]
+        return f"; {n} {UNPROVEN} were refused: is the run secret the same on every node?" if n else ""
+
+
+def link_summary(run_dir: Path) -> str | None:
+    """What node 0's link dropped during the run (its LINK_FILE), in one line; None if nothing."""
+    try:
+        dropped = json.loads((run_dir / LINK_FILE).read_text(encoding="utf-8"))["dropped"]
+    except FileNotFoundError:
+        return None
+    counts = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()) if n)
+    return f"node 0's link dropped {counts} (see {LINK_FILE})" if counts else None
+
+
+def _close(server: LinkServer | None, secret_file: Path | None) -> None:
+    if server is not None:
+        server.close()
+    if secret_file is not None:
+        secret_file.unlink(missing_ok=True)
+
+
+REPLY_S = LOST_AFTER_S  # node 0 answers at once; this long without an answer, the link is gone
+
 
 class Feeder:
     """Every other node: pushes its ranks' new sample lines to node 0, and takes its stop."""
 
     def __init__(self, spec: NodeSpec, config_json: str, run_dir: Path, connect_timeout_s: float) -> None:
-        from torch.distributed import TCPStore
-
         self.spec, self.run_dir, self.tail = spec, run_dir, LineTail(run_dir)
         self.host = socket.gethostname()
         self.link_error: str | None = None
         self._last_push = 0.0
+        self.channel = _connect(spec, connect_timeout_s)
         try:
-            with _quiet_stderr():  # c10d logs every retry, with C++ stack frames, while node 0 starts
-                self.store = TCPStore(
-                    spec.rdzv_host, spec.sample_port, is_master=False, timeout=timedelta(seconds=connect_timeout_s)
-                )
-                head_config = self.store.get(f"{spec.prefix}/config").decode()
-        except RuntimeError as exc:  # DistNetworkError, DistStoreError
-            raise UsageError(
-                f"node 0's sample store at {spec.rdzv_host}:{spec.sample_port} is not reachable: {_first_line(exc)}"
-            ) from None
-        differs = _differences(json.loads(head_config), json.loads(config_json))
-        if differs:
-            raise UsageError(f"this node's options differ from node 0's: {differs}")
+            reply = self._ask(hello(spec.node_rank, self.host, link_options(spec, config_json)))
+        except Dropped as exc:
+            self.channel.close()
+            if exc.reason == UNPROVEN:
+                raise UsageError(
+                    f"the link to node 0 failed the run secret's check: give every node the same "
+                    f"--run-secret ({SECRET_ENV})"
+                ) from None
+            raise UsageError(f"node 0 answered out of turn: {exc}") from None
+        except OSError as exc:
+            self.channel.close()
+            raise UsageError(f"node 0 closed the link before answering: {exc}") from None
+        if reply.get("type") != "welcome":
+            self.channel.close()
+            raise UsageError(str(reply.get("why", "node 0 refused this node"))[:4096])
 
     def pump(self) -> str | None:
         """Push new lines (at least every HEARD_EVERY_S, as a heartbeat); return node 0's stop
@@ -234,60 +315,56 @@ class Feeder:
         now = time.monotonic()
         if not lines and now - self._last_push < HEARD_EVERY_S:
             return None
-        try:
-            self._push({"node": self.spec.node_rank, "host": self.host, "ranks": lines})
-            self._last_push = now
-            stop_key = f"{self.spec.prefix}/stop"
-            if self.store.check([stop_key]):
-                return "node 0 ended the run: " + self.store.get(stop_key).decode()
-        except RuntimeError as exc:
-            self.link_error = f"lost the link to node 0: {_first_line(exc)}"
-        return None
+        stop = self._push(push(lines))
+        self._last_push = now
+        return None if stop is None else f"node 0 ended the run: {stop}"
 
     def finish(self, exits: dict[int, tuple[int | None, str | None]]) -> None:
-        """The local ranks ended: push the last lines and say so."""
+        """The local ranks ended: push the last lines, the exits and stack dumps, and say so."""
         if self.link_error is not None:
             return
-        lines = self._new_lines()
         stacks = {  # what this node's watchdog had its stuck ranks dump, for node 0's report
-            path.name.split(".")[0].split("-")[1]: path.read_text(encoding="utf-8", errors="replace")
+            int(rank): path.read_text(encoding="utf-8", errors="replace")
             for path in self.run_dir.glob("rank-*.stacks.txt")
-            if path.stat().st_size
+            if (rank := path.name.removeprefix("rank-").split(".")[0]).isdigit() and path.stat().st_size
         }
-        message = {"node": self.spec.node_rank, "host": self.host, "ranks": lines, "done": True, "exits": exits}
-        message["stacks"] = stacks
-        try:
-            self._push(message)
-        except RuntimeError as exc:
-            self.link_error = f"lost the link to node 0: {_first_line(exc)}"
+        self._push(push(self._new_lines(), done=True, exits=exits, stacks=stacks))
+        self.channel.close()
 
     def _new_lines(self) -> dict[int, list[str]]:
-        return {r: [line.decode() for line in new] for r, new in self.tail.poll().items() if new}
+        return {r: [line.decode(errors="replace") for line in new] for r, new in self.tail.poll().items() if new}
 
-    def _push(self, message: dict[str, Any]) -> None:
-        self.store.queue_push(f"{self.spec.prefix}/samples", json.dumps(message, separators=(",", ":")))
+    def _push(self, message: dict[str, Any]) -> str | None:
+        """Send; return node 0's stop request from its answer. A link that fails is noted, not raised."""
+        try:
+            reply = self._ask(message)
+            stop = reply.get("stop")
+            if reply.get("type") != "ack" or not (stop is None or isinstance(stop, str)):
+                raise Dropped(NOT_A_MESSAGE, "node 0's answer is not an ack")
+        except (OSError, Dropped) as exc:
+            self.link_error = f"lost the link to node 0: {exc}"
+            self.channel.close()
+            return None
+        return stop
+
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.channel.send(message)
+        return self.channel.receive()
 
 
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Send file descriptor 2 to /dev/null for a while: torch's C++ logging writes there directly."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
+def _connect(spec: NodeSpec, timeout_s: float) -> Channel:
+    where = f"{spec.rdzv_host}:{spec.sample_port}"
     try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-def _differences(head: dict[str, Any], mine: dict[str, Any]) -> str:
-    keys = sorted(k for k in set(head) | set(mine) if head.get(k) != mine.get(k))
-    return ", ".join(f"{k} {mine.get(k)!r} here, {head.get(k)!r} on node 0" for k in keys)
+        sock = connect_until(spec.rdzv_host, spec.sample_port, timeout_s)
+    except OSError as exc:
+        raise UsageError(f"node 0's sample store at {where} is not reachable: {exc.strerror or exc}") from None
+    try:  # a loopback run's secret is where node 0 left it, before it listened: there by now, or never
+        secret = spec.run_secret or read_local_secret(local_secret_file(spec.rdzv_id, spec.sample_port), 2.0)
+        sock.settimeout(REPLY_S)
+        return client_handshake(sock, secret)
+    except (OSError, Dropped) as exc:
+        sock.close()
+        raise UsageError(f"node 0's sample store at {where} did not greet this node: {exc}") from None
+    except UsageError:
+        sock.close()
+        raise

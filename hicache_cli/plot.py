@@ -6,10 +6,12 @@ only when a plot is asked for.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 from hicache_cli.errors import UsageError
+from hicache_cli.rundir import write_atomically
 
 MIB = 1024 * 1024
 
@@ -25,13 +27,17 @@ def _pyplot():  # noqa: ANN202 - the module, typed loosely on purpose
     return plt
 
 
+def output_path(out: Path) -> Path:
+    """Where a plot asked for at `out` is written: a name without a suffix gets `.png`."""
+    return out if out.suffix else out.with_suffix(".png")
+
+
 def plot_reports(reports: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
     """One figure: RSS (top) and depth (bottom) for every rank of every (label, report).
 
-    A name without a suffix gets `.png`; returns the path written.
+    Returns the path written (see output_path).
     """
-    if not out.suffix:
-        out = out.with_suffix(".png")
+    out = output_path(out)
     plt = _pyplot()
     if out.suffix.lstrip(".").lower() not in plt.gcf().canvas.get_supported_filetypes():
         plt.close("all")
@@ -61,10 +67,10 @@ def plot_reports(reports: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="upper left")
     fig.tight_layout()
+    image = io.BytesIO()
     try:
-        fig.savefig(out, dpi=110)
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+        fig.savefig(image, dpi=110, format=out.suffix.lstrip(".").lower())
     finally:
         plt.close(fig)
+    write_atomically(out, image.getvalue())  # the same write as every other output
     return out

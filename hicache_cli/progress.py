@@ -5,6 +5,8 @@ Renderers only turn data into text or rich renderables; printing is the caller's
 
 from __future__ import annotations
 
+import codecs
+import io
 import os
 import sys
 from typing import Any
@@ -16,6 +18,7 @@ from rich.table import Table
 from hicache_cli.dashboard import Dashboard, render
 from hicache_cli.sample import Sample
 from hicache_cli.sglang_target.extract import how_it_frees
+from hicache_cli.trace_views import trace_lines, trace_table
 from hicache_cli.units import format_bytes, format_duration
 
 
@@ -29,10 +32,43 @@ class RunConsole(Console):
         os.dup2(devnull, sys.stdout.fileno())
 
 
+def ensure_stdout() -> None:
+    """Give the process a stdout any command can print anything to, whatever it was given.
+
+    Started with stdout closed (`hicache stress >&-`) Python has none: fd 1 is pointed at
+    /dev/null (so no file hicache opens later, and no child, gets it as its stdout) and the
+    output is dropped; the run goes on and writes its report. An encoding that cannot spell
+    a character (PYTHONIOENCODING=ascii, a non-ASCII run directory) escapes it, never raises.
+    """
+    if sys.stdout is None:
+        try:
+            os.fstat(1)
+        except OSError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != 1:
+                os.dup2(devnull, 1)
+                os.close(devnull)
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # kept open for the process's life
+    elif isinstance(sys.stdout, io.TextIOWrapper) and _may_raise(sys.stdout):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
+def _may_raise(stream: io.TextIOWrapper) -> bool:
+    """Whether writing some text can raise: strict errors, or surrogateescape (a C locale's)
+    on an encoding short of UTF-8, which the dashboard's block characters exceed."""
+    utf = codecs.lookup(stream.encoding).name.startswith("utf")
+    return stream.errors == "strict" or (stream.errors == "surrogateescape" and not utf)
+
+
+def stdout_is_terminal() -> bool:
+    ensure_stdout()
+    return sys.stdout.isatty()
+
+
 def make_console(live: bool) -> Console:
     """A console for command output: colours only when live; off a terminal, wide enough
     for the tables (rich would assume 80 columns and cut them) and never markup."""
-    tty = sys.stdout.isatty()
+    tty = stdout_is_terminal()
     return RunConsole(markup=False, highlight=False, color_system="auto" if live else None, width=None if tty else 160)
 
 
@@ -63,11 +99,12 @@ class PlainProgress:
 def progress_line(latest: dict[int, Sample], duration_s: float) -> str:
     run_t = max(s.t for s in latest.values())
     parts = [
-        f"r{r} {format_bytes(s.rss_bytes)} depth {s.depth} rounds {s.rounds}"
+        f"r{r} {format_bytes(s.rss_bytes)} {'depth' if s.works is None else 'live Works'} {s.depth} rounds {s.rounds}"
         + (f" [{s.state}]" if s.state != "running" else "")
         for r, s in sorted(latest.items())
     ]
-    return f"[{format_duration(run_t):>6} / {format_duration(duration_s)}] " + " | ".join(parts)
+    total = f" / {format_duration(duration_s)}" if duration_s > 0 else ""  # 0: a trace, until the program ends
+    return f"[{format_duration(run_t):>6}{total}] " + " | ".join(parts)
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -76,6 +113,8 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def summary_table(report: dict[str, Any], width: int = 160) -> Table:
     """The per-rank result table; under 110 columns RSS end and p50/max are left out."""
+    if (report.get("target") or {}).get("kind") == "trace":
+        return trace_table(report, width)
     cfg = report["config"]
     title = (
         f"{cfg['policy']}  pp={cfg['pp']} tp={cfg['tp']}  {cfg['duration_s']:g}s  "
@@ -127,6 +166,8 @@ def target_line(report: dict[str, Any]) -> str | None:
 
 
 def verdict_lines(report: dict[str, Any]) -> list[str]:
+    if (report.get("target") or {}).get("kind") == "trace":
+        return trace_lines(report)
     lines = [line] if (line := target_line(report)) else []
     lines += [f"rank {r['rank']}: {r['verdict']} - {r['verdict_reason']}" for r in report["ranks"]]
     lines += [f"failure: rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"]]

@@ -13,13 +13,15 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
 
+from hicache_cli.lifecycle import Lifeline
 from hicache_cli.nodes import NODE_ENV
-from hicache_cli.probe import RING_MASK, STOP_SIGNALS
+from hicache_cli.probe import EARLY_STOP, LIFELINE_EVERY_S, ORPHANED_EXIT, RING_MASK, STOP_SIGNALS
 from hicache_cli.watchdog import stack_file
 
 END_SKEW_S = 0.5
@@ -34,10 +36,28 @@ def _redirect_output(log_path: Path) -> None:
     os.close(fd)
 
 
+def _guard_start_up(lifeline: Lifeline, probing: threading.Event) -> None:
+    """Until the probe runs: leave at once when stopped or orphaned (there are no samples
+    to lose yet, and a rank stuck in the rendezvous would otherwise wait out its timeout)."""
+    while not probing.is_set():
+        info = signal.sigtimedwait(STOP_SIGNALS, LIFELINE_EVERY_S)
+        if info is not None and probing.is_set():
+            os.kill(os.getpid(), info.si_signo)  # the probe has started: it is the probe's to take
+            return
+        if info is not None and info.si_signo != EARLY_STOP:
+            os._exit(128 + info.si_signo)
+        if (lost := lifeline.lost()) is not None:
+            print(f"hicache rank: {lost} before the workload started; leaving", flush=True)
+            os._exit(ORPHANED_EXIT)
+
+
 def main(argv: list[str]) -> int:
     # Block stop signals in every thread (torch's included); the probe takes them with
     # sigtimedwait, so a rank blocked in C code still writes its final line.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    lifeline = Lifeline(watch_parent=True)  # hicache or torchrun killed: stop, never run on unwatched
+    probing = threading.Event()
+    threading.Thread(target=_guard_start_up, args=(lifeline, probing), name="hicache-start-up", daemon=True).start()
     run_dir = Path(argv[1])
     rank = int(os.environ["RANK"])
     _redirect_output(run_dir / f"rank-{rank}.log")
@@ -47,6 +67,7 @@ def main(argv: list[str]) -> int:
     stacks = stack_file(run_dir, rank).open("w", encoding="utf-8")
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
 
+    import numpy
     import torch.distributed as dist
 
     from cache.faults import FaultPlan
@@ -77,7 +98,10 @@ def main(argv: list[str]) -> int:
         started=started,
         deadline=started + config.duration_s,
         stop_grace_s=config.stop_grace_s,
+        lifeline=lifeline,
+        numpy=numpy,  # a view on the latency ring, never a copy
     )
+    probing.set()
     probe.start()
     plan = FaultPlan.for_rank(list(config.faults), rank, topo.world_size)
     if plan.keep_every:  # the model's WorkList; the CLI refuses the keep fault for --target sglang

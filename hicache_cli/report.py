@@ -11,7 +11,7 @@ import math
 import os
 import platform
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,12 @@ from hicache_cli.assess import assess_rank
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.histogram import LatencyHistogram
+from hicache_cli.report_schema import ReportShapeError, check_report
 from hicache_cli.rundir import REPORT_FILE, write_atomically
 from hicache_cli.sample import Sample
 from hicache_cli.sglang_target.extract import waits_on_next_stage
-from hicache_cli.torchrun_log import WorkerExit
+from hicache_cli.torchrun_log import WorkerExit, signal_name
+from hicache_cli.trace_report import top_site_line, works_summary
 from hicache_cli.watchdog import Stall, blocked_frame, stack_file
 
 SCHEMA_VERSION = 1
@@ -36,9 +38,12 @@ SERIES_POINTS = 200
 class RunOutcome:
     """How the run ended, as the launcher saw it."""
 
-    interrupted: bool = False
+    interrupted: bool = False  # hicache itself was asked to stop
+    interrupted_by: str | None = None  # the signal it got (SIGINT, SIGTERM, SIGHUP)
     killed_reason: str | None = None  # the launcher stopped the ranks itself, and why
     torchrun_exit_code: int | None = 0
+    program_exit_code: int | None = None  # hicache trace: the traced command's exit status
+    program_stopped: str | None = None  # hicache trace: why hicache stopped the program, if it did
     wall_s: float = 0.0
     launcher_cpu_s: float | None = None  # CPU the launching process used (follower, views)
     stalls: tuple[Stall, ...] = ()  # what the watchdog found
@@ -70,19 +75,16 @@ def build_report(
 ) -> dict[str, Any]:
     finals = {r: s[-1] for r, s in samples.items() if s and s[-1].kind == "final"}
     ranks = [
-        rank_summary(rank, samples.get(rank, []), samples.get(rank - config.tp, []), config)
-        for rank in range(config.world_size)
+        rank_summary(rank, samples.get(rank, []), [] if config.traced else samples.get(rank - config.tp, []), config)
+        for rank in slots(config, samples)
     ]
     failures = _failures(config, samples, finals, outcome, run_dir)
-    if outcome.interrupted:
-        status = "interrupted"
-    elif failures:
-        status = "failed"
-    else:
-        status = "completed"
+    stopped = interruption(outcome, finals, failures)
+    status = "interrupted" if stopped else "failed" if failures else "completed"
     return {
         "schema_version": SCHEMA_VERSION,
         "status": status,
+        "interruption": stopped,
         "config": config.to_dict(),
         "target": target_summary(config, ranks),
         "environment": {
@@ -98,14 +100,43 @@ def build_report(
         "wall_s": round(outcome.wall_s, 2),
         "startup_s": _startup_s(samples, outcome.launched_wall),
         "torchrun_exit_code": outcome.torchrun_exit_code,
+        "program_exit_code": outcome.program_exit_code,
+        "program_stopped": outcome.program_stopped,
         "launcher_cpu_s": None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
         "ranks": ranks,
     }
 
 
+def interruption(
+    outcome: RunOutcome, finals: dict[int, Sample], failures: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Who stopped the run from outside, if anyone: a signal to hicache, to torchrun (which
+    nothing of ours ever signals), or to the ranks (their final lines say so). Ranks
+    stopped after another rank failed were not interrupted: torchrun stops the rest after
+    one fails; but a broken connection is what a rank sees when its peer was stopped."""
+    if outcome.interrupted:
+        return {"signal": outcome.interrupted_by or "SIGINT", "to": "hicache", "message": None}
+    code = outcome.torchrun_exit_code
+    if code is not None and code < 0:
+        return {"signal": signal_name(code), "to": "torchrun", "message": f"torchrun was killed by {signal_name(code)}"}
+    stopped = [f for _, f in sorted(finals.items()) if f.state == "interrupted"]
+    if stopped and all(_is_connection_error(f["message"]) for f in failures):
+        return {"signal": stopped[0].signal, "to": "ranks", "message": f"rank {stopped[0].rank}: {stopped[0].message}"}
+    return None
+
+
 def target_summary(config: StressConfig, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """What ran the PP sync. For SGLang: which code (version, file, hash, drain method) and
-    how many PP-sync messages a round sends, measured on rank 0."""
+    how many PP-sync messages a round sends, measured on rank 0. For a traced program: the
+    command, the --loop function, and how many processes were observed."""
+    if config.traced and config.trace is not None:
+        return {
+            "kind": "trace",
+            "command": config.trace["command"],
+            "cwd": config.trace.get("cwd"),
+            "loop": config.trace.get("loop"),
+            "processes": sum(1 for r in ranks if r.get("samples")),
+        }
     if config.target != "sglang" or config.sglang is None:
         return {"kind": "model", "policy": config.policy}
     first = ranks[0] if ranks else {}
@@ -137,8 +168,16 @@ def pp_consistency(samples: dict[int, list[Sample]]) -> dict[str, Any]:
     }
 
 
+def slots(config: StressConfig, samples: dict[int, list[Sample]]) -> list[int]:
+    """The rank files a report covers: every rank of the run, and (`hicache trace`, where
+    processes are discovered) every file the run directory holds."""
+    return sorted(set(range(config.world_size)) | set(samples))
+
+
 def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config: StressConfig) -> dict[str, Any]:
     pp_rank, tp_rank = divmod(rank, config.tp)
+    if config.traced and series:
+        return _traced_summary(rank, series, config)
     if not series:
         return {
             "rank": rank,
@@ -156,6 +195,8 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
     up_final = upstream[-1] if upstream and config.tp <= rank else None
     unreceived = max(0, up_final.sent - last.received) if up_final else 0
     reason = verdict.reason
+    if (top := top_site_line(works_summary(series))) is not None and verdict.verdict == "LEAK":
+        reason += f"; {top}"
     if unreceived:
         # gloo keeps state per pending message on the receiving side too
         reason += f"; {unreceived} messages from rank {rank - config.tp} unreceived at the stop"
@@ -205,6 +246,24 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
     }
 
 
+def _traced_summary(slot: int, series: list[Sample], config: StressConfig) -> dict[str, Any]:
+    """A traced process: `rank` is its torch.distributed rank, `slot` its rank file's
+    number (the same, unless several process groups used the same ranks); `works` says
+    what became of the Works it was handed, by creation site."""
+    summary = rank_summary(slot, series, [], replace(config, target="model"))
+    summary.pop("series", None)
+    last = series[-1]
+    works = works_summary(series)
+    return {
+        **summary,
+        "rank": last.rank,
+        "slot": slot,
+        "world_size": int(last.counters.get("world_size", 0)) or None,
+        "works": works,
+        "series": _series(series),
+    }
+
+
 def _latency(series: list[Sample], cut: int) -> dict[str, float | None]:
     """Loop latency after warm-up (samples from `cut` on): histogram quantiles, exact max."""
     window = LatencyHistogram.from_json(series[-1].lat_hist)
@@ -245,7 +304,7 @@ def _failures(
     """One entry per rank that failed, earliest first (the first is the root cause)."""
     stalls = {s.rank: s for s in outcome.stalls}
     failures = []
-    for rank in range(config.world_size):
+    for rank in slots(config, samples):
         final, series = finals.get(rank), samples.get(rank, [])
         exit_ = outcome.worker_exits.get(rank)
         code = exit_.exit_code if exit_ else None
@@ -265,7 +324,9 @@ def _failures(
             failures.append(failure)
         elif final is not None and final.state == "error":
             failures.append(_failure(rank, "error", final.message, final.t, code, sig))
-        elif final is None and not outcome.interrupted:
+        elif final is None and not outcome.interrupted and not config.traced:
+            # (a traced program's process may leave without a final line, by a signal or an
+            # os._exit from a forked child: not a failure of the run)
             node = series[-1].node if series else None
             if node in outcome.lost_nodes:
                 kind, message = "crash", f"{outcome.lost_nodes[node]}; last sample at {last_t:.1f} s"
@@ -291,26 +352,40 @@ def _failures(
 def _root_cause_first(failures: list[dict[str, Any]], tp: int) -> list[dict[str, Any]]:
     """Earliest first, except for consequences, which follow with `consequence_of` naming
     their cause: a rank blocked on a stage that itself failed, or a rank whose connection
-    broke after another rank had already failed for a reason of its own."""
+    broke after another rank had already failed for a reason of its own.
+
+    A rank whose own timed-out wait closed a gloo pair (ClosedAfterTimeout, "isend to rank
+    P failed: an earlier timed-out wait ...") reports it only at its next isend, often after
+    P has already seen the pair reset: it began no later than P's connection error."""
     failed_stages = {f["rank"] // tp: f["rank"] for f in failures}
     for f in failures:
         stage = f.pop("waiting_on_pp", None)
         if stage is not None and stage in failed_stages and failed_stages[stage] != f["rank"]:
             f["consequence_of"] = failed_stages[stage]
+    broken = {f["rank"]: f["at_s"] for f in failures if _is_connection_error(f["message"])}
+    began = {f["rank"]: f["at_s"] for f in failures}
+    for f in failures:
+        head, marker, rest = (f["message"] or "").partition(" isend to rank ")
+        if head.startswith("ClosedAfterTimeout:") and marker and rest.split(" ")[0].isdigit():
+            peer = int(rest.split(" ")[0])
+            began[f["rank"]] = min(f["at_s"], broken.get(peer, f["at_s"]))
     causes = sorted(
-        (f for f in failures if "consequence_of" not in f and not _is_connection_error(f["message"])),
-        key=lambda f: f["at_s"],
+        (f for f in failures if "consequence_of" not in f and f["rank"] not in broken),
+        key=lambda f: began[f["rank"]],
     )
     for f in failures:
         if "consequence_of" in f or not causes or causes[0] is f:
             continue
-        if f["kind"] == "error" and causes[0]["at_s"] <= f["at_s"] and _is_connection_error(f["message"]):
+        if f["kind"] == "error" and began[causes[0]["rank"]] <= f["at_s"] and f["rank"] in broken:
             f["consequence_of"] = causes[0]["rank"]
-    return sorted(failures, key=lambda f: ("consequence_of" in f, f["at_s"]))
+    return sorted(failures, key=lambda f: ("consequence_of" in f, began[f["rank"]]))
 
 
 def _is_connection_error(message: str | None) -> bool:
+    """A connection that broke under the rank; not a rank whose own timeout closed it."""
     text = (message or "").lower()
+    if text.startswith("closedaftertimeout:"):  # cache.pp_sync: this rank's timed-out wait closed the pair
+        return False
     return any(word in text for word in ("connection", "closed by peer", "pair closure", "reset by peer"))
 
 
@@ -396,4 +471,8 @@ def load_report(path: Path) -> dict[str, Any]:
         raise UsageError(
             f"{path}: report schema version {report['schema_version']!r}; this hicache reads version {SCHEMA_VERSION}"
         )
+    try:
+        check_report(report)
+    except ReportShapeError as exc:
+        raise UsageError(f"{path}: not a valid hicache report: {exc}") from None
     return report

@@ -10,10 +10,12 @@ from typing import Any
 
 from hicache_cli.config import StressConfig
 from hicache_cli.launcher import EarlyStop, LaunchConfig, LaunchResult, launch
+from hicache_cli.lifecycle import STOPS
 from hicache_cli.nodes import NodeSpec
 from hicache_cli.report import RunOutcome, build_report, write_report
 from hicache_cli.sample import Sample, read_run
 from hicache_cli.torchrun_log import WorkerExit, worker_exits_in
+from hicache_cli.trace_launcher import TraceLaunch, launch_traced
 
 
 @dataclass(frozen=True)
@@ -33,16 +35,35 @@ def execute(
     refresh_s: float = 0.5,
     early_stop: EarlyStop | None = None,
     nodes: NodeSpec | None = None,
+    passthrough: bool = True,
 ) -> RunResult:
     """Launch the run in `run_dir`, wait for it, and write its report, whatever happened.
 
-    `on_tick` gets the samples so far every `refresh_s` seconds.
+    `on_tick` gets the samples so far every `refresh_s` seconds. A traced program's output
+    goes to ours with `passthrough`, else to program.log in the run directory.
     """
     stress.save(run_dir)
     cpu_before = time.process_time()
     launched_wall = time.time()
-    launch_config = LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s, nodes=nodes)
-    result = launch(launch_config, on_tick, early_stop)
+    if stress.traced:
+        traced = TraceLaunch(run_dir=run_dir, stress=stress, passthrough=passthrough, poll_interval_s=refresh_s)
+        result = launch_traced(traced, on_tick, early_stop)
+    else:
+        launch_config = LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s, nodes=nodes)
+        result = launch(launch_config, on_tick, early_stop)
+    with STOPS.finishing():  # a stop signal now must not cost the report
+        return _write_up(stress, run_dir, result, report_copy, nodes, cpu_before, launched_wall)
+
+
+def _write_up(
+    stress: StressConfig,
+    run_dir: Path,
+    result: LaunchResult,
+    report_copy: Path | None,
+    nodes: NodeSpec | None,
+    cpu_before: float,
+    launched_wall: float,
+) -> RunResult:
     _drop_empty_stack_files(run_dir)
     if nodes is not None and not nodes.is_head:
         return RunResult(run_dir, None, None, result)
@@ -51,8 +72,12 @@ def execute(
         exits.setdefault(rank, WorkerExit(rank, code, sig))
     outcome = RunOutcome(
         interrupted=result.interrupted,
-        killed_reason=None if result.stalls else result.reason,
-        torchrun_exit_code=result.exit_code,
+        interrupted_by=result.interrupted_by,
+        # a traced program stopped at its duration is not a failure; only the watchdog's stop is
+        killed_reason=None if result.stalls or stress.traced else result.reason,
+        torchrun_exit_code=None if stress.traced else result.exit_code,
+        program_exit_code=result.exit_code if stress.traced else None,
+        program_stopped=result.reason if stress.traced else None,
         wall_s=result.wall_s,
         launcher_cpu_s=time.process_time() - cpu_before,
         stalls=result.stalls,

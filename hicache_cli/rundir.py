@@ -1,50 +1,131 @@
 """The run directory: the only contract between the ranks, the dashboard and the report.
 
-Layout: config.json, rank-<N>.jsonl (samples), rank-<N>.log (everything a rank
-printed), torchrun.log, report.json.
+Layout: .hicache-run (the claim), config.json, rank-<N>.jsonl (samples), rank-<N>.log
+(everything a rank printed), torchrun.log, report.json.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import stat
 import time
 from pathlib import Path
 
+from hicache_cli.config import CONFIG_FILE
 from hicache_cli.errors import UsageError
 
 DEFAULT_ROOT = Path("hicache-runs")
 REPORT_FILE = "report.json"
 TORCHRUN_LOG = "torchrun.log"
+# Created exclusively by the one run that gets the directory: of two runs started at once
+# on one --run-dir, exactly one creates it; the other is refused.
+CLAIM_FILE = ".hicache-run"
+# What an earlier run (or compare-policies, sglang-scan) leaves: never written over.
+EARLIER_RUN = (CLAIM_FILE, CONFIG_FILE, REPORT_FILE, TORCHRUN_LOG, "compare.json", "scan.json")
+EARLIER_RUN_GLOBS = ("rank-*.jsonl", "rank-*.log")
 
 
 def create_run_dir(requested: Path | None, policy: str) -> Path:
-    """Make a fresh run directory (default ./hicache-runs/<time>-<policy>/) or fail clearly."""
+    """Make and claim a fresh run directory (default ./hicache-runs/<time>-<policy>/) or fail clearly."""
     if requested is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = DEFAULT_ROOT / f"{stamp}-{policy}"
-        suffix = 1
-        while path.exists():
-            suffix += 1
-            path = DEFAULT_ROOT / f"{stamp}-{policy}-{suffix}"
+        path = _new_default_dir(policy)
     else:
         path = requested
-        if path.exists() and any(path.glob("rank-*.jsonl")):
-            raise UsageError(f"--run-dir {path} already holds a run; choose an empty or new directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("ok", encoding="utf-8")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
+        if (found := earlier_run(path)) is not None:
+            raise UsageError(f"--run-dir {path} already holds a run ({found}); choose an empty or new directory")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
+    _claim(path)
     return path
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` so that readers see the old file or the whole new one, never a part."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def earlier_run(path: Path) -> str | None:
+    """The first file of an earlier run that `path` holds, or None."""
+    for name in EARLIER_RUN:
+        if os.path.lexists(path / name):
+            return name
+    for pattern in EARLIER_RUN_GLOBS:
+        if found := next(path.glob(pattern), None):
+            return found.name
+    return None
+
+
+def _new_default_dir(policy: str) -> Path:
+    """./hicache-runs/<time>-<policy>[-N]/, made with an exclusive mkdir: never one another run made."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    suffix = 1
+    while True:
+        path = DEFAULT_ROOT / (f"{stamp}-{policy}" if suffix == 1 else f"{stamp}-{policy}-{suffix}")
+        try:
+            DEFAULT_ROOT.mkdir(parents=True, exist_ok=True)
+            path.mkdir()
+            return path
+        except FileExistsError:
+            suffix += 1
+        except OSError as exc:
+            raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
+
+
+def _claim(path: Path) -> None:
+    """Create the claim file exclusively (it also proves the directory writable)."""
+    try:
+        fd = os.open(path / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise UsageError(
+            f"--run-dir {path} already holds a run ({CLAIM_FILE}: another hicache claimed it); "
+            "choose an empty or new directory"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def output_problem(path: Path) -> str | None:
+    """Why write_atomically could not write `path`, or None: its directory is missing, or it
+    names something other than a regular file (followed through symlinks)."""
+    target = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return None if target.parent.is_dir() else f"directory {path.parent} does not exist"
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "something")
+    return f"{kind}, not a regular file (hicache writes files whole, by replacing them)"
+
+
+def write_atomically(path: Path, data: str | bytes) -> None:
+    """Write `data` (text goes as UTF-8) so that readers see the old file or the whole new one, never a part.
+
+    A symlink is followed to the file it names; anything but a regular file (a device, a
+    FIFO, a directory) is refused, never replaced: os.replace would put a file in its place.
+    """
+    if (problem := output_problem(path)) is not None:
+        raise UsageError(f"cannot write {path}: {problem}")
+    target = Path(os.path.realpath(path))
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)  # gone already once replaced

@@ -42,10 +42,15 @@ class Sample:
     digests: dict[str, int] = field(default_factory=dict)
     gpu_bytes: int | None = None  # torch.cuda.memory_allocated on the rank's GPU; None on CPU
     device_name: str | None = None  # "cpu" or the GPU model
+    # hicache trace: the process's Works (created, waited, completed, dropped, live), and
+    # (at most once a second, and in the final line) the top creation sites
+    works: dict[str, int] | None = None
+    sites: list[dict[str, Any]] | None = None
     node: int = 0  # the --node-rank of the hicache that launched the rank (0 on one machine)
     host: str | None = None  # the rank's host name
     kind: str = "sample"
     message: str | None = None  # final lines: how the rank stopped
+    signal: str | None = None  # final lines: the signal that stopped it (e.g. "SIGTERM"), if one did
 
     def to_json(self) -> str:
         # vars, not asdict: asdict deep-copies every nested dict, and this runs in every

@@ -141,6 +141,7 @@ class VerdictInputs:
     depth: Trend | None  # Works per second, after warm-up
     final_depth: int
     span_s: float  # seconds of post-warm-up data
+    live_works: bool = False  # depth counts a traced program's live Works, not a work list
 
 
 @dataclass(frozen=True)
@@ -175,15 +176,17 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
     if rss is None or depth is None or inputs.span_s < MIN_SPAN_S or rss.n < MIN_POINTS:
         return Verdict("INCONCLUSIVE", f"too little data after warm-up ({inputs.span_s:.1f} s)", "data")
     rss_text = f"RSS {per_hour_mb(rss.slope):+.0f} MB/h [95% {per_hour_mb(rss.lo):+.0f}, {per_hour_mb(rss.hi):+.0f}]"
+    held = "live Works" if inputs.live_works else "work list"
     if depth.lo > DEPTH_GROWTH_FLOOR and depth.slope * inputs.span_s >= DEPTH_MIN_GAIN:
+        grows = "live Works grow by" if inputs.live_works else "work list grows"
         return Verdict(
             "LEAK",
-            f"work list grows {depth.slope:.0f} Works/s (final {inputs.final_depth}); {rss_text}",
+            f"{grows} {depth.slope:.0f} Works/s (final {inputs.final_depth}); {rss_text}",
             "work-list",
         )
     threshold = leak_threshold_mb_per_h
     if per_hour_mb(rss.lo) > threshold:
-        return Verdict("LEAK", f"{rss_text} is above {threshold:.0f} MB/h; work list not growing")
+        return Verdict("LEAK", f"{rss_text} is above {threshold:.0f} MB/h; {held} not growing")
     if per_hour_mb(rss.floor) >= threshold:
         return Verdict(
             "INCONCLUSIVE",
@@ -192,9 +195,9 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
         )
     if per_hour_mb(rss.hi) < threshold:
         return Verdict(
-            "BOUNDED", f"{rss_text} is below {threshold:.0f} MB/h; work list bounded (final {inputs.final_depth})"
+            "BOUNDED", f"{rss_text} is below {threshold:.0f} MB/h; {held} bounded (final {inputs.final_depth})"
         )
-    return Verdict("INCONCLUSIVE", f"{rss_text} straddles {threshold:.0f} MB/h; work list not growing")
+    return Verdict("INCONCLUSIVE", f"{rss_text} straddles {threshold:.0f} MB/h; {held} not growing")
 
 
 def overall(verdicts: list[str]) -> str:

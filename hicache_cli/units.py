@@ -10,18 +10,38 @@ from hicache_cli.errors import UsageError
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
+# Past these a value is a typo, not a plan. They also keep every deadline hicache derives
+# (duration + grace, now + timeout) finite and far inside what timers and sleeps accept.
+# A week is the longest soak anyone has asked for (at 10 Hz, 6 M samples per rank): it
+# bounds what a run lasts (--duration, --max-duration, --warmup, which lies inside it).
+MAX_RUN_S = 7 * 86400.0
+# One scheduler round, or one round's drain, lasting an hour is a hang by any measure:
+# it bounds --stall-timeout and --wait-timeout.
+MAX_TIMEOUT_S = 3600.0
 
-def parse_duration(text: str, option: str = "duration") -> float:
-    """'15s', '2m', '500ms', '1h' or plain seconds -> seconds (must be positive)."""
+
+def parse_duration(text: str, option: str = "duration", maximum: float = MAX_RUN_S) -> float:
+    """'15s', '2m', '500ms', '1h' or plain seconds -> seconds (more than zero, at most `maximum`)."""
     match = _DURATION.match(str(text))
     if not match and str(text).strip().startswith("-"):
         raise UsageError(f"--{option}: must be more than zero, got {text!r}")
     if not match:
         raise UsageError(f"--{option}: cannot read {text!r} as a duration (use e.g. 15s, 2m, 500ms or seconds)")
     seconds = float(match.group(1)) * _SCALE[match.group(2)]
-    if not math.isfinite(seconds) or seconds <= 0:
+    if math.isnan(seconds) or seconds <= 0:
         raise UsageError(f"--{option}: must be more than zero, got {text!r}")
+    if seconds > maximum:  # inf included
+        raise UsageError(f"--{option}: {text!r} is longer than the most allowed, {format_limit(maximum)}")
     return seconds
+
+
+def format_limit(seconds: float) -> str:
+    """A limit in the largest whole unit: '7 days', '1 hour'."""
+    for unit, size in (("day", 86400.0), ("hour", 3600.0), ("minute", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds:g} s"
 
 
 def format_duration(seconds: float) -> str:

@@ -4,7 +4,8 @@
     .venv/bin/python scripts/benchmarks.py time-to-verdict
     .venv/bin/python scripts/benchmarks.py false-alarms --runs 20
 
-Sections: time-to-verdict, false-alarms, sensitivity, probe-cost, startup, scale, ceiling.
+Sections: time-to-verdict, false-alarms, sensitivity, probe-cost, startup, scale, ceiling,
+trace-cost.
 Every run is the real CLI with real ranks; results go to docs/performance.md by hand.
 """
 
@@ -211,6 +212,53 @@ def ceiling(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+TIGHT = REPO / "scripts" / "tight_p2p.py"
+
+
+def _tight_rate(tmp: Path, seconds: float, how: str) -> float:
+    """rounds/s of the tight isend/recv loop: untraced, with the tracer armed as `hicache
+    trace` arms it (its environment), or under the whole `hicache trace` command."""
+    from hicache_cli.lifecycle import owner_token
+    from hicache_cli.tracer.protocol import environment
+
+    program = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(TIGHT)]
+    program += ["--seconds", f"{seconds:g}"]
+    run_dir = tmp / f"trace-{time.monotonic_ns()}"
+    run_dir.mkdir()
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", PYTHONPATH=str(REPO))
+    if how == "tracer":
+        env = environment(env, run_dir, 10.0, None, owner_token())
+    elif how == "cli":
+        program = [sys.executable, "-m", "hicache_cli", "trace", "--no-live", "--run-dir", str(run_dir / "r"), "--"]
+        program += [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(TIGHT)]
+        program += ["--seconds", f"{seconds:g}"]
+    proc = subprocess.run(program, capture_output=True, text=True, check=False, env=env, cwd=tmp)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("rounds="))
+    return float(line.rsplit("rate=", 1)[1])
+
+
+def trace_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 14's budget: a traced tight loop keeps >= 95% of its untraced rounds/s. The
+    three ways alternate within each pair, so drift in the machine's load hits all alike."""
+    rows = []
+    for i in range(args.pairs):
+        rates = {how: _tight_rate(tmp, args.tight_seconds, how) for how in ("plain", "tracer", "cli")}
+        rows.append(rates)
+        print(
+            f"pair {i + 1}: untraced {rates['plain']:.0f} rounds/s, tracer {rates['tracer']:.0f} "
+            f"({rates['tracer'] / rates['plain']:.3f}), hicache trace {rates['cli']:.0f} "
+            f"({rates['cli'] / rates['plain']:.3f})"
+        )
+    plain = sum(r["plain"] for r in rows)
+    out = {
+        "rows": rows,
+        "tracer_ratio": sum(r["tracer"] for r in rows) / plain,
+        "cli_ratio": sum(r["cli"] for r in rows) / plain,
+    }
+    print(f"traced / untraced, all pairs: tracer {out['tracer_ratio']:.3f}, hicache trace {out['cli_ratio']:.3f}")
+    return out
+
+
 SECTIONS = {
     "time-to-verdict": time_to_verdict,
     "false-alarms": false_alarms,
@@ -219,6 +267,7 @@ SECTIONS = {
     "startup": startup,
     "scale": scale,
     "ceiling": ceiling,
+    "trace-cost": trace_cost,
 }
 
 
@@ -229,6 +278,8 @@ def main() -> int:
     parser.add_argument("--duration", default="15s")
     parser.add_argument("--sens-duration", default="30s")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--pairs", type=int, default=3, help="trace-cost: alternations of untraced and traced")
+    parser.add_argument("--tight-seconds", type=float, default=5.0, help="trace-cost: each run's loop time")
     args = parser.parse_args()
     chosen = list(SECTIONS) if args.section == "all" else [args.section]
     results = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}

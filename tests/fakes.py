@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -181,3 +184,49 @@ class RecordingWorkList:
         self.blocked_history.append(value)
         if self.on_blocked is not None:
             self.on_blocked(value)
+
+
+class FakeTracedWork:
+    """Mimics a torch.distributed Work after `hicache trace` patched its class: `wait()` and
+    `is_completed()` report to the tracer's table as the patches do. Unlike a real Work it
+    completes only when the test sets `done` (or waits it). `tensor(n)` stands for a tensor
+    of n bytes (all the tracer reads of one)."""
+
+    def __init__(self, table: Any = None) -> None:
+        self.table = table
+        self.done = False
+
+    def wait(self) -> bool:
+        self.done = True
+        if self.table is not None:
+            self.table.waited_work(self)
+        return True
+
+    def is_completed(self) -> bool:
+        if self.done and self.table is not None:
+            self.table.seen_complete(self)
+        return self.done
+
+    @staticmethod
+    def tensor(nbytes: int) -> Any:
+        return SimpleNamespace(nbytes=nbytes)
+
+
+class FakeTracedGroup:
+    """Mimics a ProcessGroup after `works.install`: `send`/`recv` hand out a Work and report
+    it to `table` with their caller's frame, as the patched methods do; no data moves."""
+
+    table: Any = None
+
+    def send(self, tensors: list[Any], dst: int, tag: int) -> FakeTracedWork:
+        return self._work("send", dst, tensors)
+
+    def recv(self, tensors: list[Any], src: int, tag: int) -> FakeTracedWork:
+        return self._work("recv", src, tensors)
+
+    def _work(self, name: str, peer: int, tensors: list[Any]) -> FakeTracedWork:
+        from hicache_cli.tracer.works import _nbytes
+
+        work = FakeTracedWork(self.table)
+        self.table.created_work(work, name, peer, sys._getframe(2), _nbytes(tensors))
+        return work

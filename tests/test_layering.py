@@ -27,3 +27,10 @@ def test_cache_model_does_not_import_the_cli_libraries() -> None:
 
 def test_policy_registry_does_not_import_torch() -> None:
     assert modules_loaded_by("import cache.policies", ["torch", "rich", "typer", "psutil"]) == []
+
+
+def test_the_tracer_uses_only_the_standard_library() -> None:
+    """`hicache trace` imports it into other programs, next to their own packages."""
+    statement = "import hicache_cli.tracer.hooks, hicache_cli.tracer.session, hicache_cli.tracer.works"
+    watched = ["torch", "numpy", "psutil", "rich", "typer", "matplotlib"]
+    assert modules_loaded_by(statement, watched) == []

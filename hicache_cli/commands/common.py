@@ -4,10 +4,10 @@ one workload with a progress view."""
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -19,12 +19,14 @@ from hicache_cli.config import StressConfig
 from hicache_cli.dashboard import Dashboard
 from hicache_cli.errors import UsageError
 from hicache_cli.launcher import LOOPBACK, EarlyStop, pick_port
+from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.nodes import NodeSpec
-from hicache_cli.progress import LiveView, PlainProgress
+from hicache_cli.progress import LiveView, PlainProgress, stdout_is_terminal
 from hicache_cli.run import RunResult, execute
+from hicache_cli.rundir import output_problem
 from hicache_cli.sglang_target.locate import parse_target
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES, resolve
-from hicache_cli.units import parse_duration
+from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
 
 MAX_WORLD_SIZE = 64
 
@@ -109,10 +111,10 @@ def config_from_options(opts: StressOptions, progress: Callable[[str], None] | N
         idle_fraction=opts.idle_fraction,
         seed=opts.seed,
         probe_hz=opts.probe_hz,
-        wait_timeout_s=parse_duration(opts.wait_timeout, "wait-timeout"),
+        wait_timeout_s=parse_duration(opts.wait_timeout, "wait-timeout", MAX_TIMEOUT_S),
         warmup_s=warmup,
         leak_threshold_mb_per_h=opts.leak_threshold,
-        stall_timeout_s=parse_duration(opts.stall_timeout, "stall-timeout"),
+        stall_timeout_s=parse_duration(opts.stall_timeout, "stall-timeout", MAX_TIMEOUT_S),
         faults=tuple(opts.faults),
         device=opts.device,
         pp_backend=opts.pp_backend,
@@ -171,10 +173,12 @@ def _require_cuda(device: str, pp_backend: str) -> None:
 
 
 def check_output_paths(**paths: Path | None) -> None:
-    """Files a command will write (option name -> path): their directories must exist."""
+    """Files a command will write (option name -> path), checked before any work starts:
+    each one's directory must exist, and it must be new or a regular file (a device, FIFO
+    or directory there is refused, never replaced)."""
     for option, path in paths.items():
-        if path is not None and not path.parent.exists():
-            raise UsageError(f"--{option}: directory {path.parent} does not exist")
+        if path is not None and (problem := output_problem(path)) is not None:
+            raise UsageError(f"--{option.replace('_', '-')} {path}: {problem}")
 
 
 def check_run_options(refresh: float, report: Path | None, port: int | None) -> None:
@@ -187,8 +191,18 @@ def check_run_options(refresh: float, report: Path | None, port: int | None) -> 
         pick_port(LOOPBACK, port)
 
 
+def exit_if_interrupted(*reports: dict[str, Any]) -> None:
+    """Exit 128 + the signal when a run was stopped from outside, or hicache was asked to
+    stop while it wrote its report; otherwise return."""
+    for report in reports:
+        if report["status"] == "interrupted":
+            raise typer.Exit(exit_code_for((report.get("interruption") or {}).get("signal")))
+    if STOPS.signal is not None:
+        raise typer.Exit(STOPS.exit_code())
+
+
 def wants_live(no_live: bool) -> bool:
-    return not no_live and sys.stdout.isatty()
+    return not no_live and stdout_is_terminal()
 
 
 def run_with_progress(

@@ -12,8 +12,9 @@ from cache.policies import POLICIES
 from hicache_cli.commands import common
 from hicache_cli.commands.common import StressOptions, config_from_options
 from hicache_cli.compare import bundle, compare_table, markdown_table, summarize
-from hicache_cli.errors import EXIT_INTERRUPTED, UsageError
-from hicache_cli.plot import plot_reports
+from hicache_cli.errors import UsageError
+from hicache_cli.lifecycle import STOPS
+from hicache_cli.plot import output_path, plot_reports
 from hicache_cli.progress import make_console
 from hicache_cli.rundir import create_run_dir, write_atomically
 from hicache_cli.sglang_target.locate import parse_target
@@ -61,6 +62,7 @@ def compare_policies(
 ) -> None:
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
+    common.check_output_paths(output=output, markdown=markdown, plot=None if plot is None else output_path(plot))
     options = StressOptions(
         pp=pp,
         tp=tp,
@@ -85,7 +87,6 @@ def compare_policies(
         configs.append(config_from_options(replace(options, policy=None, target=spec), common.say))
     if len({c.policy for c in configs}) != len(configs):
         raise UsageError("--target: the same SGLang is named twice")
-    common.check_output_paths(output=output, markdown=markdown, plot=plot)
     parent = create_run_dir(run_dir, "compare")
     live = common.wants_live(no_live)
     console = make_console(live)
@@ -103,7 +104,7 @@ def compare_policies(
         console.print(
             f"[{i}/{len(configs)}] {config.policy}: {row.verdict} ({row.status}), peak depth {row.peak_depth}"
         )
-        if result.report["status"] == "interrupted":
+        if result.report["status"] == "interrupted" or STOPS.signal is not None:
             break
     dicts = [c.to_dict() for c in configs]
     common_config = {k: v for k, v in dicts[0].items() if all(d[k] == v for d in dicts)}
@@ -120,5 +121,4 @@ def compare_policies(
     if plot is not None:
         console.print(f"plot: {plot_reports([(r['config']['policy'], r) for r in reports], plot)}")
     console.print(f"bundle: {parent / 'compare.json'}")
-    if any(r["status"] == "interrupted" for r in reports):
-        raise typer.Exit(EXIT_INTERRUPTED)
+    common.exit_if_interrupted(*reports)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from hicache_cli.plot import plot_reports
+from hicache_cli.commands.common import check_output_paths
+from hicache_cli.plot import output_path, plot_reports
 from hicache_cli.progress import make_console
 from hicache_cli.report import load_report
 from hicache_cli.report_views import report_diff, report_summary
@@ -38,6 +39,7 @@ def plot(
     out: Path = typer.Option(Path("hicache-plot.png"), "--output", "-o", help="PNG to write."),
 ) -> None:
     """RSS and work-list depth against time, one line per rank (needs the plot extra)."""
+    check_output_paths(output=output_path(out))
     reports = [(str(f), load_report(f)) for f in files]
     path = plot_reports(reports, out)
-    typer.echo(f"wrote {path}")
+    make_console(live=False).print(f"wrote {path}", soft_wrap=True)

@@ -10,7 +10,8 @@ import typer
 
 from hicache_cli.commands import common
 from hicache_cli.commands.common import StressOptions, config_from_options
-from hicache_cli.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
+from hicache_cli.errors import EXIT_RUN_FAILED
+from hicache_cli.lifecycle import STOPS
 from hicache_cli.progress import make_console
 from hicache_cli.rundir import create_run_dir, write_atomically
 from hicache_cli.sglang_target.extract import NotApplicable
@@ -74,7 +75,7 @@ def sglang_scan(
         reports[version] = result.report
         rows.append(row_from_report(version, result.report))
         console.print(f"[{i}/{len(chosen)}] {version}: {rows[-1].verdict}")
-        if result.report["status"] == "interrupted":
+        if result.report["status"] == "interrupted" or STOPS.signal is not None:
             break
     text = json.dumps(scan_bundle(rows, asdict(base) | {"versions": versions}, reports), indent=2) + "\n"
     write_atomically(parent / "scan.json", text)
@@ -86,7 +87,6 @@ def sglang_scan(
     if markdown is not None:
         write_atomically(markdown, markdown_table(rows, f"hicache sglang-scan: pp={pp}, {duration} per release"))
     console.print(f"bundle: {parent / 'scan.json'}")
-    if any(r["status"] == "interrupted" for r in reports.values()):
-        raise typer.Exit(EXIT_INTERRUPTED)
+    common.exit_if_interrupted(*reports.values())
     if any(r.status == "failed" for r in rows):
         raise typer.Exit(EXIT_RUN_FAILED)

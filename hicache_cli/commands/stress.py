@@ -9,8 +9,10 @@ from rich.console import Console
 
 from hicache_cli.commands import common
 from hicache_cli.commands.common import StressOptions, config_from_options
-from hicache_cli.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, UsageError
-from hicache_cli.nodes import NodeSpec, node_spec
+from hicache_cli.errors import EXIT_RUN_FAILED, UsageError
+from hicache_cli.lifecycle import exit_code_for
+from hicache_cli.node_wire import SECRET_ENV
+from hicache_cli.nodes import NodeSpec, link_summary, node_spec
 from hicache_cli.progress import make_console, summary_table, verdict_lines
 from hicache_cli.run import RunResult
 from hicache_cli.rundir import create_run_dir
@@ -50,10 +52,20 @@ def stress(
     sample_port: int = typer.Option(
         None, "--sample-port", help="Port of node 0's sample store (default: the rendezvous port + 1)."
     ),
+    run_secret: str = typer.Option(
+        None,
+        "--run-secret",
+        envvar=SECRET_ENV,
+        show_envvar=True,
+        show_default=False,
+        help="Across machines: the secret every node of the run is given (16+ characters; the environment "
+        "variable keeps it out of `ps`). On loopback node 0 makes one for this user.",
+    ),
     no_live: bool = common.NO_LIVE,
     refresh: float = common.REFRESH,
 ) -> None:
     """Run a real multi-rank HiCache PP-sync workload under one drain policy and report on it."""
+    common.check_run_options(refresh, report, port)  # cheap, and before a release is fetched
     config = config_from_options(
         StressOptions(
             pp=pp,
@@ -78,8 +90,9 @@ def stress(
         ),
         common.say,
     )
-    common.check_run_options(refresh, report, port)
-    nodes = node_spec(config.world_size, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port)
+    nodes = node_spec(
+        config.world_size, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port, run_secret
+    )
     if nodes is not None and port is not None:
         raise UsageError("--port is for one machine; across nodes the rendezvous is --rdzv-endpoint")
     if nodes is not None and not nodes.is_head and report is not None:
@@ -101,11 +114,11 @@ def stress(
     console.print(summary_table(result.report, console.width))
     for line in verdict_lines(result.report):
         console.print(line)
+    if nodes is not None and (dropped := link_summary(result.run_dir)) is not None:
+        console.print(dropped)
     console.print(f"report: {result.report_path}")
-    status = result.report["status"]
-    if status == "interrupted":
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if status == "failed":
+    common.exit_if_interrupted(result.report)
+    if result.report["status"] == "failed":
         raise typer.Exit(EXIT_RUN_FAILED)
 
 
@@ -123,7 +136,7 @@ def _node_summary(console: Console, result: RunResult, nodes: NodeSpec) -> None:
     else:
         console.print(f"node {nodes.node_rank}: the report is written on node 0")
     if launched.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(exit_code_for(launched.interrupted_by))
     if launched.killed or launched.exit_code != 0:
         console.print(f"node {nodes.node_rank}: {launched.reason or f'torchrun exited with {launched.exit_code}'}")
         raise typer.Exit(EXIT_RUN_FAILED)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -11,7 +10,14 @@ import typer
 from hicache_cli.config import CONFIG_FILE, StressConfig
 from hicache_cli.dashboard import Dashboard
 from hicache_cli.errors import UsageError
-from hicache_cli.progress import LiveView, PlainProgress, make_console, summary_table, verdict_lines
+from hicache_cli.progress import (
+    LiveView,
+    PlainProgress,
+    make_console,
+    stdout_is_terminal,
+    summary_table,
+    verdict_lines,
+)
 from hicache_cli.report import load_report
 from hicache_cli.rundir import REPORT_FILE
 from hicache_cli.sample import RunFollower, Sample
@@ -41,7 +47,10 @@ def follow(run_dir: Path, config: StressConfig, view, refresh_s: float) -> str: 
 
 
 def _all_final(samples: dict[int, list[Sample]], world_size: int) -> bool:
-    return len(samples) == world_size and all(s and s[-1].kind == "final" for s in samples.values())
+    """Every rank wrote its final line; a trace (world size 0: ranks come as the program
+    starts them) needs at least one."""
+    enough = len(samples) >= max(1, world_size)
+    return enough and all(s and s[-1].kind == "final" for s in samples.values())
 
 
 def watch(
@@ -55,7 +64,7 @@ def watch(
     if not 0.2 <= refresh <= 20:
         raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
     config = StressConfig.load(run_dir)
-    live = not no_live and sys.stdout.isatty()
+    live = not no_live and stdout_is_terminal()
     console = make_console(live)
     if live:
         with LiveView(Dashboard(config, str(run_dir)), console) as view:

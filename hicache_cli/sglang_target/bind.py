@@ -16,6 +16,7 @@ import __future__
 
 import ast
 import builtins
+import enum
 import logging
 import types
 import typing
@@ -27,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from hicache_cli.errors import HicacheError
-from hicache_cli.sglang_target.extract import ENTRY, ExtractedClass
+from hicache_cli.sglang_target.extract import ENTRY, ExtractedClass, read_int_enum
 
 HOST_MEMORY_MODE = "cache"  # UnifiedRadixCache's default (the other is "buffer_only")
 
@@ -67,12 +68,14 @@ class CountingCollectives:
         dist.isend, dist.recv, dist.all_reduce = self.isend, self.recv, self.all_reduce
 
     def isend(self, tensor: torch.Tensor, *args: Any, **kwargs: Any):  # noqa: ANN201 - a torch Work
+        __tracebackhide__ = True  # `hicache trace` names SGLang's line, not this wrapper
         work = self._isend(tensor, *args, **kwargs)
         self.traffic.sent += 1
         self.traffic.sent_bytes += tensor.numel() * tensor.element_size()
         return work
 
     def recv(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
         self.traffic.blocked_on = self.traffic.in_recv
         try:
             result = self._recv(tensor, *args, **kwargs)
@@ -82,6 +85,7 @@ class CountingCollectives:
         return result
 
     def all_reduce(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
         self.traffic.all_reduces += 1
         return self._all_reduce(tensor, *args, **kwargs)
 
@@ -139,12 +143,11 @@ def compile_methods(extracted: ExtractedClass, tags_file: Path | None) -> dict[s
     return {name: namespace[name] for name in extracted.methods}
 
 
-def _p2p_tag(tags_file: Path | None) -> Any:
+def _p2p_tag(tags_file: Path | None) -> type[enum.IntEnum]:
+    """P2PTag rebuilt from the values in the tags file, read with ast: the file never runs."""
     if tags_file is None:
         raise HicacheError("these methods use P2PTag, but this SGLang has no distributed/communication_tags.py")
-    module: dict[str, Any] = {"__name__": "sglang_communication_tags"}
-    exec(compile(tags_file.read_text(encoding="utf-8"), str(tags_file), "exec"), module)  # noqa: S102
-    return module["P2PTag"]
+    return enum.IntEnum("P2PTag", read_int_enum(tags_file, "P2PTag"), module="sglang_communication_tags")
 
 
 def bind(holder: SGLangHolder, functions: dict[str, types.FunctionType]) -> None:

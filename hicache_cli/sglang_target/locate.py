@@ -133,14 +133,24 @@ def _version_at(root: Path) -> str:
     return match.group(1) if match else "unknown"
 
 
+# A checkout is the user's but may come from anyone, and its .git/config can name commands
+# git runs: core.fsmonitor and clean filters run when git reads the index and work tree
+# (`describe --dirty` does), hooks on other commands. So git reads only refs and commits
+# (no --dirty: the file's SHA-256 says which code ran), with fsmonitor and hooks off from the
+# command line (which overrides the repository), no optional index writes, and git's own
+# safe.directory check left as it is (a checkout owned by another user is not read).
+GIT_SAFELY = ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-optional-locks"]
+
+
 def _git_describe(path: Path) -> str | None:
     try:
         done = subprocess.run(
-            ["git", "-C", str(path), "describe", "--tags", "--always", "--dirty"],
+            ["git", "-C", str(path), *GIT_SAFELY, "describe", "--tags", "--always"],
             capture_output=True,
             text=True,
             timeout=10,
             check=False,
+            stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None

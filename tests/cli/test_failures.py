@@ -234,6 +234,49 @@ def test_the_root_cause_is_never_itself_a_consequence(make_series: MakeSeries) -
     assert report["root_cause"] == 1
 
 
+# What `compare-policies` measured for `adaptive` (pp 2, 30 s, seed 0): its 1 ms probe wait
+# timed out, gloo closed the pair, rank 1's recv saw the reset at 0.117 s, and rank 0 said so
+# at its next isend, at 0.119 s.
+PAIR_CLOSED_BY_TIMEOUT = (
+    "ClosedAfterTimeout: isend to rank 1 failed: an earlier timed-out wait on a send to it closed the "
+    "gloo connection (gloo closes a pair when a wait times out)"
+)
+RESET_BY_PEER = "RuntimeError: Read error [127.0.0.1]:64152: Connection reset by peer"
+
+
+def adaptive_pair_closure(make_series: MakeSeries, pp: int = 2) -> dict[int, list[Sample]]:
+    samples = {
+        0: make_series(0, n=119, hz=1000.0, final_state="error", message=PAIR_CLOSED_BY_TIMEOUT),
+        1: make_series(1, n=117, hz=1000.0, final_state="error", message=RESET_BY_PEER),
+    }
+    for rank in range(2, pp):  # further stages lose their upstream a little later
+        samples[rank] = make_series(rank, n=118, hz=1000.0, final_state="error", message=CONNECTION_CLOSED)
+    return samples
+
+
+def test_a_timeout_that_closed_the_pair_is_the_root_cause_of_its_peers_reset(make_series: MakeSeries) -> None:
+    exits = {r: WorkerExit(r, 1, None) for r in (0, 1)}
+    report = build_report(PP2, adaptive_pair_closure(make_series), RunOutcome(torchrun_exit_code=1, worker_exits=exits))
+    assert failures_of(report) == [(0, "error", None), (1, "error", 0)]
+    assert [f["at_s"] for f in report["failures"]] == [0.119, 0.117]  # the times as measured
+    assert report["root_cause"] == 0
+
+
+def test_a_closed_pair_explains_every_connection_error_after_the_peers(make_series: MakeSeries) -> None:
+    config = StressConfig(pp=3, duration_s=10.0)
+    report = build_report(config, adaptive_pair_closure(make_series, pp=3), RunOutcome(torchrun_exit_code=1))
+    assert failures_of(report) == [(0, "error", None), (1, "error", 0), (2, "error", 0)]
+
+
+def test_a_pair_closing_timeout_is_not_a_consequence_of_a_later_failure(make_series: MakeSeries) -> None:
+    samples = {
+        0: make_series(0, n=20, final_state="error", message=PAIR_CLOSED_BY_TIMEOUT),
+        1: running(make_series, 1, 4.0),
+    }
+    report = build_report(PP2, samples, RunOutcome(worker_exits={1: WorkerExit(1, -9, "SIGKILL")}))
+    assert failures_of(report) == [(0, "error", None), (1, "crash", None)]
+
+
 def test_a_completed_run_has_no_failures_and_no_root_cause(make_series: MakeSeries) -> None:
     report = build_report(PP2, {0: make_series(0, n=100), 1: make_series(1, n=100)}, RunOutcome())
     assert report["status"] == "completed"

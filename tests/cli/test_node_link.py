@@ -1,29 +1,37 @@
-"""nodes.Head and nodes.Feeder over a real torch TCPStore on loopback, in one process.
+"""nodes.Head and nodes.Feeder over a real link on loopback, in one process.
 
-The head hosts the store on a free port; feeders connect to it as another node's hicache
-would. Time is a fake clock (nodes' own `time`), so heartbeats, silence and grace are
-decided without sleeping; the store itself runs in real time.
+The head listens on a free port; feeders connect to it as another node's hicache would,
+with the secret the head left for this user (XDG_RUNTIME_DIR points into tmp_path). Time
+is a fake clock (nodes' own `time`), so heartbeats, silence and grace are decided without
+sleeping; the link itself runs in real time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
+import os
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
-from hicache_cli import nodes
+from hicache_cli import node_server, nodes
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.nodes import HEARD_EVERY_S, LOST_AFTER_S, Feeder, Head, NodeSpec
+from hicache_cli.node_messages import BAD_LINES, FOREIGN_LINES
+from hicache_cli.node_server import MAX_UNPROVEN, TOO_MANY, TWICE, Pushed
+from hicache_cli.node_wire import NOT_THE_PROTOCOL, REFUSED_PROOF, UNPROVEN, receive_frame
+from hicache_cli.nodes import HEARD_EVERY_S, LINK_FILE, LOST_AFTER_S, Feeder, Head, NodeSpec, link_summary
 from hicache_cli.sample import read_run
 from hicache_cli.watchdog import stack_file
 from tests.cli.conftest import build_sample
+from tests.outsider import forge, send_raw
 
 CONFIG = json.dumps(StressConfig(pp=4).to_dict(), sort_keys=True)  # as launcher.open_link writes it
 
@@ -51,6 +59,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def private_runtime_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Where a loopback run's head leaves its secret: here, not in the user's own."""
+    path = tmp_path / "runtime"
+    path.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(path))
+    return path
 
 
 @pytest.fixture
@@ -117,8 +134,8 @@ def append(run_dir: Path, rank: int, text: str) -> None:
 
 
 def queued(head: Head) -> int:
-    """Messages the feeders pushed that the head has not taken yet."""
-    return head.store.queue_len(f"{head.spec.prefix}/samples")
+    """Pushes the feeders made that the head has not taken yet."""
+    return sum(isinstance(event, Pushed) for event in list(head.server.events.queue))
 
 
 def text(path: Path) -> str:
@@ -214,10 +231,11 @@ def test_new_lines_are_pushed_without_waiting_for_the_heartbeat(
     assert queued(head) == 2
 
 
-def test_a_heartbeat_is_an_empty_message_from_the_node(head: Head, feeder: Feeder) -> None:
+def test_a_heartbeat_is_an_empty_push_from_the_node(head: Head, feeder: Feeder) -> None:
     feeder.pump()
-    message = json.loads(head.store.queue_pop(f"{head.spec.prefix}/samples", False))
-    assert message == {"node": 1, "host": socket.gethostname(), "ranks": {}}
+    (pushed,) = [event for event in head.server.take() if isinstance(event, Pushed)]
+    assert (pushed.node, pushed.host) == (1, socket.gethostname())
+    assert (pushed.push.lines, pushed.push.dropped, pushed.push.done) == ({}, {}, False)
 
 
 # --- stop --------------------------------------------------------------------------------
@@ -360,6 +378,32 @@ def test_a_feeder_whose_options_differ_is_refused(head: Head, spec: NodeSpec, no
     )
 
 
+def test_node_0_learns_of_a_refusal_at_once_and_names_the_difference(
+    head: Head, spec: NodeSpec, node_dir: Path, clock: Clock
+) -> None:
+    mine = json.dumps(StressConfig(pp=4, duration_s=20.0).to_dict(), sort_keys=True)
+    with pytest.raises(UsageError):
+        make_feeder(spec, node_dir, config=mine)
+    assert head.pump() == (
+        "node 1 refused to start: its options differ from node 0's: duration_s 20.0 on node 1, 15.0 on node 0"
+    )
+    head.finish(60.0)  # nothing to wait for: the node that refused will send nothing
+    assert clock.slept == 0.0
+    assert head.lost() == {}  # refused, not lost
+    link = json.loads((head.run_dir / LINK_FILE).read_text())
+    assert link["refused"] == {"1": "its options differ from node 0's: duration_s 20.0 on node 1, 15.0 on node 0"}
+
+
+def test_a_second_node_with_the_same_index_is_refused_and_the_run_goes_on(
+    head: Head, feeder: Feeder, spec: NodeSpec, tmp_path: Path
+) -> None:
+    with pytest.raises(UsageError, match="^node 1 is already connected to node 0, from 127.0.0.1: give each node"):
+        make_feeder(spec, tmp_path)
+    assert head.pump() is None
+    assert head.dropped == {TWICE: 1}
+    assert feeder.pump() is None and feeder.link_error is None
+
+
 def test_a_feeder_without_a_head_is_refused_quickly(spec: NodeSpec, node_dir: Path) -> None:
     started = time.monotonic()
     with pytest.raises(UsageError) as caught:
@@ -377,13 +421,13 @@ def test_a_head_on_a_busy_port_is_refused(spec: NodeSpec, head_dir: Path) -> Non
         taken = dataclasses.replace(spec, sample_port=busy.getsockname()[1])
         with pytest.raises(UsageError) as caught:
             Head(taken, CONFIG, head_dir)
-    assert str(caught.value).startswith(f"cannot host the sample store on port {taken.sample_port}: ")
+    assert str(caught.value).startswith(f"cannot host the sample store on 127.0.0.1:{taken.sample_port}: ")
 
 
-def test_two_runs_with_different_ids_share_nothing(head: Head, spec: NodeSpec, node_dir: Path) -> None:
-    with pytest.raises(UsageError, match="is not reachable"):
-        # the other run's config key is never set: the feeder's wait for it times out
-        Feeder(dataclasses.replace(spec, node_rank=1, rdzv_id="other"), CONFIG, node_dir, 1.0)
+def test_a_node_of_another_run_is_refused(head: Head, spec: NodeSpec, node_dir: Path) -> None:
+    other = dataclasses.replace(spec, node_rank=1, rdzv_id="other", run_secret=head.server.secret)
+    with pytest.raises(UsageError, match="^this node's options differ from node 0's: rdzv_id 'other' here, 'test'"):
+        Feeder(other, CONFIG, node_dir, 1.0)
 
 
 # --- a link that drops -------------------------------------------------------------------
@@ -424,3 +468,148 @@ def test_a_feeder_without_a_head_prints_no_cpp_stack(
     err = capfd.readouterr().err
     assert "Exception raised from" not in err
     assert "frame #0" not in err
+
+
+# --- strangers: who cannot prove the run secret ---------------------------------------------
+
+
+def test_the_link_listens_on_the_rendezvous_address_only(head: Head, spec: NodeSpec) -> None:
+    assert head.server.address[0] == "127.0.0.1"
+    elsewhere = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET]
+    for address in [a for a in elsewhere if not a.startswith("127.")]:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((address, spec.sample_port), timeout=2.0).close()
+
+
+def test_a_loopback_head_leaves_its_secret_to_this_user_only(spec: NodeSpec, head_dir: Path) -> None:
+    hosted = Head(spec, CONFIG, head_dir)
+    (secret,) = (Path(os.environ["XDG_RUNTIME_DIR"]) / "hicache-run-secrets").glob("*.secret")
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert secret.parent.stat().st_mode & 0o777 == 0o700
+    assert secret.read_text() == hosted.server.secret
+    del hosted
+    gc.collect()
+    assert not secret.exists()  # gone with the head
+
+
+def test_a_line_that_is_not_the_protocol_is_dropped_and_counted(
+    head: Head, feeder: Feeder, spec: NodeSpec, head_dir: Path
+) -> None:
+    answer = send_raw("127.0.0.1", spec.sample_port, b"this is not JSON\n")
+    assert REFUSED_PROOF not in answer  # only node 0's greeting, then it closed
+    assert head.pump() is None
+    assert head.dropped == {NOT_THE_PROTOCOL: 1}
+    assert feeder.pump() is None and feeder.link_error is None  # the run's own link is untouched
+
+
+def test_a_stranger_that_trickles_its_greeting_is_cut_off(
+    head: Head, spec: NodeSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(node_server, "HANDSHAKE_S", 0.5)
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", spec.sample_port), timeout=5.0) as sock:
+        receive_frame(sock)  # node 0's greeting
+        with contextlib.suppress(OSError):
+            for byte in (b"\x00", b"\x00", b"\x00", b"\x1e", b"h", b"i"):
+                sock.sendall(byte)  # each within the socket's timeout, the whole never done
+                time.sleep(0.2)
+        assert sock.recv(1) == b""  # closed by node 0
+    assert time.monotonic() - started < 3.0
+    head.pump()
+    assert head.dropped == {NOT_THE_PROTOCOL: 1}
+
+
+def test_strangers_holding_connections_cannot_crowd_out_a_node_that_joined(
+    head: Head, feeder: Feeder, spec: NodeSpec, clock: Clock
+) -> None:
+    held = [socket.create_connection(("127.0.0.1", spec.sample_port)) for _ in range(MAX_UNPROVEN + 1)]
+    try:
+        assert held[-1].recv(4096) == b""  # the one over the limit: closed at once
+        clock.advance(HEARD_EVERY_S)
+        assert feeder.pump() is None and feeder.link_error is None
+    finally:
+        for sock in held:
+            sock.close()
+    head.pump()
+    assert head.dropped[TOO_MANY] == 1
+
+
+def test_an_outsider_cannot_forge_samples_or_stop_the_run(
+    head: Head, feeder: Feeder, spec: NodeSpec, clock: Clock, head_dir: Path, node_dir: Path
+) -> None:
+    options = {**json.loads(CONFIG), "nnodes": 2, "rdzv_id": "test"}
+    assert forge("127.0.0.1", spec.sample_port, node=1, rank=3, options=options) == REFUSED_PROOF
+    assert head.pump() is None  # no refusal, no stop
+    assert head.dropped == {UNPROVEN: 1}
+    assert not list(head_dir.glob("rank-*"))  # nothing written for the outsider
+    assert head.nodes[1].host == socket.gethostname()  # the real node 1, not "outsider"
+    assert not head.nodes[1].done
+    clock.advance(HEARD_EVERY_S)
+    assert feeder.pump() is None
+
+
+def test_a_feeder_with_another_secret_is_refused_and_node_0_says_why_it_never_came(
+    head: Head, spec: NodeSpec, node_dir: Path, clock: Clock
+) -> None:
+    other = dataclasses.replace(spec, node_rank=1, run_secret="another-secret-of-16+")
+    with pytest.raises(UsageError, match="^the link to node 0 failed the run secret's check: give every node the same"):
+        Feeder(other, CONFIG, node_dir, 2.0)
+    head.pump()
+    clock.advance(LOST_AFTER_S + 0.5)
+    assert head.lost() == {
+        1: "node 1 never reached node 0 (its hicache did not connect to the sample store; 1 messages without the "
+        "run secret's proof were refused: is the run secret the same on every node?)"
+    }
+
+
+# --- what a node sends is checked ------------------------------------------------------------
+
+
+def test_lines_that_are_not_samples_of_the_node_are_dropped_and_counted(
+    head: Head, feeder: Feeder, head_dir: Path, node_dir: Path
+) -> None:
+    good = line(2, 0.1)
+    bad = [
+        "this line is not JSON\n",
+        '{"t": NaN}\n',
+        line(2, 0.2, rss_bytes="99 GB"),  # wrong type
+        line(2, 0.3, node=0),  # claims a rank on node 0
+        line(3, 0.4),  # in rank 2's file
+        json.dumps({**json.loads(line(2, 0.5)), "extra": 1}) + "\n",
+    ]
+    append(node_dir, 2, good + "".join(bad))
+    append(node_dir, 7, line(7, 0.1))  # no such rank in a run of 4
+    feeder.pump()
+    head.pump()
+    assert text(head_dir / "rank-2.jsonl") == good
+    assert not (head_dir / "rank-7.jsonl").exists()
+    assert head.dropped == {BAD_LINES: len(bad) + 1}
+    head.finish(0.0)
+    assert link_summary(head_dir) == f"node 0's link dropped 7 {BAD_LINES} (see {LINK_FILE})"
+
+
+def test_a_rank_another_node_holds_is_not_written_over(
+    spec: NodeSpec, head_dir: Path, node_dir: Path, tmp_path: Path, clock: Clock
+) -> None:
+    three = dataclasses.replace(spec, nnodes=3, nproc_per_node=1)
+    config = json.dumps(StressConfig(pp=3).to_dict(), sort_keys=True)
+    head = Head(three, config, head_dir)
+    other_dir = tmp_path / "node2"
+    other_dir.mkdir()
+    one = make_feeder(three, node_dir, 1, config)
+    two = make_feeder(three, other_dir, 2, config)
+    append(node_dir, 1, line(1, 0.1))
+    one.pump()
+    head.pump()
+    append(other_dir, 1, line(1, 0.2, node=2))
+    two.pump()
+    head.pump()
+    assert text(head_dir / "rank-1.jsonl") == line(1, 0.1)
+    assert head.dropped == {FOREIGN_LINES: 1}
+
+
+def test_a_link_without_drops_has_no_summary(head: Head, feeder: Feeder, head_dir: Path) -> None:
+    feeder.finish({})
+    head.finish(1.0)
+    assert json.loads((head_dir / LINK_FILE).read_text()) == {"dropped": {}, "refused": {}}
+    assert link_summary(head_dir) is None

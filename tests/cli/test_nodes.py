@@ -11,6 +11,8 @@ import pytest
 from hicache_cli.errors import UsageError
 from hicache_cli.nodes import NodeSpec, node_spec
 
+SECRET = "0123456789abcdef-secret"  # what an operator gives every node of a run across machines
+
 # world_size, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port
 GOOD: dict[str, Any] = {
     "world_size": 4,
@@ -56,11 +58,11 @@ def test_given_values_are_kept() -> None:
         rdzv_endpoint="node0.cluster:1234",
         rdzv_id="run-7",
         sample_port=4000,
+        run_secret=SECRET,
     )
-    assert got == NodeSpec(4, 3, 2, "node0.cluster", 1234, "run-7", 4000)
+    assert got == NodeSpec(4, 3, 2, "node0.cluster", 1234, "run-7", 4000, SECRET)
     assert got is not None
     assert got.endpoint == "node0.cluster:1234"
-    assert got.prefix == "hicache/run-7"
     assert not got.is_head
 
 
@@ -78,13 +80,13 @@ def test_nproc_per_node_defaults_to_world_over_nnodes() -> None:
 
 
 def test_the_edge_ports_are_accepted() -> None:
-    got = spec(rdzv_endpoint="h:1", sample_port=65535)
+    got = spec(rdzv_endpoint="h:1", sample_port=65535, run_secret=SECRET)
     assert got is not None
     assert (got.rdzv_port, got.sample_port) == (1, 65535)
 
 
 def test_the_host_keeps_everything_before_the_last_colon() -> None:
-    got = spec(rdzv_endpoint="[::1]:29500")
+    got = spec(rdzv_endpoint="[::1]:29500", run_secret=SECRET)
     assert got is not None
     assert (got.rdzv_host, got.rdzv_port) == ("[::1]", 29500)
 
@@ -156,7 +158,42 @@ def test_an_unresolvable_host_is_not_loopback(monkeypatch: pytest.MonkeyPatch) -
     def unresolvable(name: str) -> str:
         raise socket.gaierror(-2, "Name or service not known")
 
-    monkeypatch.setattr(socket, "gethostbyname", unresolvable)
     base = spec()
     assert base is not None
+    monkeypatch.setattr(socket, "gethostbyname", unresolvable)
     assert dataclasses.replace(base, rdzv_host="node0.cluster").loopback is False
+
+
+# --- the run secret ----------------------------------------------------------------------
+
+
+def test_on_loopback_no_secret_is_needed() -> None:
+    got = spec()
+    assert got is not None
+    assert got.run_secret is None  # node 0 makes one and leaves it for this user
+
+
+def test_a_given_secret_is_kept_and_never_shown() -> None:
+    got = spec(rdzv_endpoint="10.0.0.1:29500", run_secret=SECRET)
+    assert got is not None
+    assert got.run_secret == SECRET
+    assert SECRET not in repr(got)
+
+
+@pytest.mark.parametrize(
+    ("changes", "start"),
+    [
+        ({"rdzv_endpoint": "10.0.0.1:29500"}, "--run-secret (or HICACHE_RUN_SECRET) is needed across machines"),
+        ({"rdzv_endpoint": "10.0.0.1:29500", "run_secret": ""}, "--run-secret (or HICACHE_RUN_SECRET) is needed"),
+        ({"run_secret": "short"}, "--run-secret (HICACHE_RUN_SECRET): at least 16 characters"),
+    ],
+)
+def test_a_missing_or_weak_secret_is_refused(changes: dict[str, Any], start: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        spec(**changes)
+    assert str(caught.value).startswith(start)
+    assert caught.value.exit_code == 2
+
+
+def test_one_machine_ignores_a_secret_from_the_environment() -> None:
+    assert node_spec(4, 1, None, None, None, "hicache", None, "short") is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -108,7 +110,19 @@ def test_report_plot_into_a_missing_directory(
     assert main(["report", "plot", str(saved[0]), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [err.rstrip("\n")]
-    assert err.startswith(f"hicache: error: cannot write {out}")
+    assert err.startswith(f"hicache: error: --output {out}: directory {out.parent} does not exist")
+
+
+def test_report_plot_onto_a_fifo_is_refused_before_reading(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, saved: list[Path]
+) -> None:
+    fifo = tmp_path / "plot.png"
+    os.mkfifo(fifo)
+    assert main(["report", "plot", str(saved[0]), "-o", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hicache: error: --output {fifo}: a FIFO, not a regular file")
+    assert len(err.splitlines()) == 1
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
 def test_report_plot_to_an_unknown_format(

@@ -5,11 +5,10 @@ from __future__ import annotations
 import io
 import json
 import time
-import types
 
-import psutil
 import pytest
 
+from hicache_cli import loop_stats
 from hicache_cli.histogram import LatencyHistogram, bucket_of
 from hicache_cli.probe import RING, LoopStats, Probe, RankIdentity, Readings, latency_summary
 from hicache_cli.sample import Sample
@@ -105,13 +104,13 @@ def test_the_latency_histogram_is_cumulative(reader: CountingReader) -> None:
     assert (third.lat_p50_ms, third.lat_p99_ms, third.lat_max_ms) == (None, None, None)
 
 
-def test_an_rss_that_cannot_be_read_is_none(reader: CountingReader) -> None:
+def test_an_rss_that_cannot_be_read_is_none(reader: CountingReader, monkeypatch: pytest.MonkeyPatch) -> None:
     probe = make_probe(LoopStats(), reader, io.StringIO())
 
-    def gone() -> None:
-        raise psutil.NoSuchProcess(pid=1)
+    def unreadable(*_args: object, **_kwargs: object) -> None:
+        raise OSError("no /proc here")
 
-    probe._process = types.SimpleNamespace(memory_info=gone)  # the process it watches is gone
+    monkeypatch.setattr(loop_stats, "open", unreadable, raising=False)
     assert probe.sample().rss_bytes is None
 
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import socket
+import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hicache_cli.errors import UsageError
-from hicache_cli.rundir import DEFAULT_ROOT, create_run_dir, write_atomically
+from hicache_cli.rundir import CLAIM_FILE, DEFAULT_ROOT, create_run_dir, output_problem, write_atomically
 
 
 def test_default_run_dir_is_named_by_time_and_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,7 +30,7 @@ def test_default_run_dir_is_named_by_time_and_policy(tmp_path: Path, monkeypatch
     assert other == DEFAULT_ROOT / "20250101-120000-drain"
     for path in (first, second, third, other):
         assert (tmp_path / path).is_dir()
-        assert list((tmp_path / path).iterdir()) == []  # the write test leaves nothing behind
+        assert [p.name for p in (tmp_path / path).iterdir()] == [CLAIM_FILE]  # the claim, nothing else
 
 
 def test_default_name_uses_the_real_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,3 +90,132 @@ def test_write_atomically_replaces_the_whole_file(tmp_path: Path) -> None:
     write_atomically(path, "new\n")
     assert path.read_text() == "new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+@pytest.mark.parametrize(
+    "earlier", ["report.json", "config.json", "torchrun.log", "rank-3.log", "compare.json", "scan.json", CLAIM_FILE]
+)
+def test_a_dir_with_an_earlier_runs_files_is_refused_and_left_alone(tmp_path: Path, earlier: str) -> None:
+    (tmp_path / earlier).write_text("the earlier run's")
+    with pytest.raises(UsageError) as info:
+        create_run_dir(tmp_path, "reap")
+    assert str(info.value) == (
+        f"--run-dir {tmp_path} already holds a run ({earlier}); choose an empty or new directory"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == [earlier]
+    assert (tmp_path / earlier).read_text() == "the earlier run's"
+
+
+def test_a_dir_is_claimed_once(tmp_path: Path) -> None:
+    run = create_run_dir(tmp_path / "run", "reap")
+    assert (run / CLAIM_FILE).read_text().startswith(f"pid {os.getpid()} on ")
+    with pytest.raises(UsageError, match="already holds a run"):
+        create_run_dir(run, "reap")
+
+
+def test_losing_the_claim_race_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another hicache claims the directory between this one's look and its claim."""
+    from hicache_cli import rundir
+
+    monkeypatch.setattr(rundir, "earlier_run", lambda path: (path / CLAIM_FILE).write_text("other") and None)
+    with pytest.raises(UsageError) as info:
+        create_run_dir(tmp_path, "reap")
+    assert "another hicache claimed it" in str(info.value)
+    assert (tmp_path / CLAIM_FILE).read_text() == "other"
+
+
+def _claim_after(barrier: Any, path: Path, results: Any) -> None:
+    barrier.wait()
+    try:
+        create_run_dir(path, "reap")
+        results.put("claimed")
+    except UsageError as exc:
+        results.put(f"refused: {exc}")
+
+
+@pytest.mark.slow
+def test_two_processes_creating_one_run_dir_at_once_one_wins(tmp_path: Path) -> None:
+    """Real processes released together by a barrier, twenty times: exactly one claims each directory."""
+    ctx = multiprocessing.get_context("fork")
+    for attempt in range(20):
+        path = tmp_path / f"run-{attempt}" / ("deeper" if attempt % 2 else "")  # new, and already there
+        if not attempt % 2:
+            path.mkdir(parents=True)
+        barrier, results = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_claim_after, args=(barrier, path, results)) for _ in range(2)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=30)
+        outcomes = sorted(results.get(timeout=5) for _ in procs)
+        assert outcomes[0] == "claimed", outcomes
+        assert outcomes[1].startswith(f"refused: --run-dir {path} already holds a run"), outcomes
+
+
+def test_write_atomically_leaves_no_temporary_file_when_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "report.json"
+    path.write_text("old")
+
+    def full(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(UsageError, match=f"^cannot write {path}: No space left on device$"):
+        write_atomically(path, "new")
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+    assert path.read_text() == "old"
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _socket(path: Path) -> None:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()  # the socket file stays
+
+
+def _symlink_to_a_device(path: Path) -> None:
+    path.symlink_to("/dev/null")  # only ever looked at: a write is refused before anything happens
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "is_it"),
+    [
+        (_fifo, "a FIFO", stat.S_ISFIFO),
+        (_socket, "a socket", stat.S_ISSOCK),
+        (_symlink_to_a_device, "a character device", stat.S_ISCHR),
+        (Path.mkdir, "a directory", stat.S_ISDIR),
+    ],
+)
+def test_write_atomically_never_replaces_what_is_not_a_regular_file(
+    tmp_path: Path, make: Callable[[Path], None], kind: str, is_it: Callable[[int], bool]
+) -> None:
+    path = tmp_path / "report.json"
+    make(path)
+    before = os.lstat(path)
+    assert output_problem(path) == f"{kind}, not a regular file (hicache writes files whole, by replacing them)"
+    with pytest.raises(UsageError) as info:
+        write_atomically(path, "{}")
+    assert str(info.value).startswith(f"cannot write {path}: {kind}, not a regular file")
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)  # the same node, untouched
+    assert is_it(os.stat(path).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary file left
+
+
+def test_write_atomically_writes_through_a_symlink_to_a_file(tmp_path: Path) -> None:
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "report.json"
+    link.symlink_to(real)
+    write_atomically(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_output_problem_of_a_missing_directory(tmp_path: Path) -> None:
+    assert output_problem(tmp_path / "no" / "r.json") == f"directory {tmp_path / 'no'} does not exist"
+    assert output_problem(tmp_path / "r.json") is None

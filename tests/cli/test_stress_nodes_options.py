@@ -78,9 +78,31 @@ def test_every_node_option_is_taken(fake_execute: FakeExecute, tmp_path: Path) -
         "run-7",
         "--sample-port",
         "4000",
+        "--run-secret",
+        "0123456789abcdef",
     )
     (call,) = fake_execute.calls
-    assert call["nodes"] == NodeSpec(4, 0, 2, "node0.cluster", 1234, "run-7", 4000)
+    assert call["nodes"] == NodeSpec(4, 0, 2, "node0.cluster", 1234, "run-7", 4000, "0123456789abcdef")
+
+
+def test_the_run_secret_comes_from_the_environment_too(
+    fake_execute: FakeExecute, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HICACHE_RUN_SECRET", "from-the-environment")
+    stress(tmp_path, "--pp", "4", "--nnodes", "2", "--rdzv-endpoint", "10.0.0.1:29500", "--node-rank", "1")
+    (call,) = fake_execute.calls
+    assert call["nodes"].run_secret == "from-the-environment"
+    assert "from-the-environment" not in capsys.readouterr().out
+
+
+def test_across_machines_a_run_without_a_secret_is_refused(
+    fake_execute: FakeExecute, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HICACHE_RUN_SECRET", raising=False)
+    options = ["--pp", "4", "--nnodes", "2", "--rdzv-endpoint", "10.0.0.1:29500", "--node-rank", "0"]
+    assert_refused(
+        ["stress", *options], "--run-secret (or HICACHE_RUN_SECRET) is needed", capsys, fake_execute, tmp_path
+    )
 
 
 def test_node_0_writes_the_report(

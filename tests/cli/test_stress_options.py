@@ -108,6 +108,13 @@ def test_the_largest_world_is_accepted() -> None:
         ({"probe_hz": float("inf")}, "--probe-hz"),
         ({"leak_threshold": 0.0}, "--leak-threshold"),
         ({"leak_threshold": -10.0}, "--leak-threshold"),
+        # past the documented maxima (units.MAX_RUN_S, MAX_TIMEOUT_S): every parse_duration user
+        ({"duration": "99999999999999999999999999h"}, "--duration"),
+        ({"duration": "169h"}, "--duration"),
+        ({"warmup": "200h", "duration": "168h"}, "--warmup"),
+        ({"wait_timeout": "2h"}, "--wait-timeout"),
+        ({"stall_timeout": "61m"}, "--stall-timeout"),
+        ({"stall_timeout": "9" * 400}, "--stall-timeout"),
     ],
 )
 def test_bad_options_are_refused_in_one_line_naming_the_option(changes: dict[str, Any], option: str) -> None:

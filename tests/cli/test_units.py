@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hicache_cli.errors import UsageError
-from hicache_cli.units import format_bytes, format_duration, parse_duration
+from hicache_cli.units import MAX_RUN_S, MAX_TIMEOUT_S, format_bytes, format_duration, format_limit, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -61,3 +61,29 @@ def test_format_bytes(n: float | None, text: str) -> None:
 @pytest.mark.parametrize(("seconds", "text"), [(0.0, "0.0s"), (15.0, "15.0s"), (119.9, "119.9s"), (150.0, "2.5m")])
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+def test_a_week_is_the_longest_run() -> None:
+    assert parse_duration("168h") == MAX_RUN_S == 7 * 86400
+
+
+@pytest.mark.parametrize("text", ["169h", "99999999999999999999999999h", "604801", "9" * 400])
+def test_parse_duration_refuses_past_the_maximum(text: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_duration(text, "duration")
+    message = str(info.value)
+    assert message.startswith("--duration")
+    assert "\n" not in message
+    if len(text) < 100:
+        assert message == f"--duration: {text!r} is longer than the most allowed, 7 days"
+
+
+def test_parse_duration_takes_a_maximum_of_its_own() -> None:
+    assert parse_duration("1h", "stall-timeout", MAX_TIMEOUT_S) == 3600.0
+    with pytest.raises(UsageError, match=r"^--stall-timeout: '61m' is longer than the most allowed, 1 hour$"):
+        parse_duration("61m", "stall-timeout", MAX_TIMEOUT_S)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(7 * 86400.0, "7 days"), (3600.0, "1 hour"), (90.0, "90 s")])
+def test_format_limit(seconds: float, text: str) -> None:
+    assert format_limit(seconds) == text

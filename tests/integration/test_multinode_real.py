@@ -1,5 +1,6 @@
 """Two `hicache stress` processes on this machine acting as two nodes: torchrun's c10d
-rendezvous on loopback, pp 4 spread 2 + 2, samples gathered on node 0."""
+rendezvous on loopback, pp 4 spread 2 + 2 (or pp 2, 1 + 1), samples gathered on node 0;
+a node that refuses to start, and an outsider to the run's link."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from hicache_cli.node_messages import BAD_LINES
+from hicache_cli.node_wire import NOT_THE_PROTOCOL, REFUSED_PROOF, UNPROVEN
 from tests.integration.helpers import REPO
+from tests.outsider import forge, send_raw
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +40,8 @@ def _two_free_ports() -> int:
     raise RuntimeError("no two consecutive free ports")
 
 
-def _node(tmp: Path, node: int, port: int, *args: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--pp", "4", "--nnodes", "2"]
+def _node(tmp: Path, node: int, port: int, *args: str, pp: int = 4) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--pp", str(pp), "--nnodes", "2"]
     cmd += ["--node-rank", str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-dir", str(tmp / f"node{node}")]
     return subprocess.Popen(
         [*cmd, *args],
@@ -115,9 +119,9 @@ def test_a_node_that_dies_is_reported_as_lost_on_time(tmp_path: Path) -> None:
             assert failure.get("consequence_of") in lost
 
 
-def _running_for(run_dir: Path, seconds: float) -> bool:
+def _running_for(run_dir: Path, seconds: float, ranks: int = 2) -> bool:
     files = list(run_dir.glob("rank-*.jsonl"))
-    if len(files) < 2:
+    if len(files) < ranks:
         return False
     for path in files:
         text = path.read_text()
@@ -125,3 +129,86 @@ def _running_for(run_dir: Path, seconds: float) -> bool:
         if not complete or json.loads(complete[-1])["t"] < seconds:
             return False
     return True
+
+
+def test_node_0_learns_at_once_that_a_node_refused_to_start(tmp_path: Path) -> None:
+    port = _two_free_ports()
+    head = _node(tmp_path, 0, port, "--duration", "5s")
+    other = _node(tmp_path, 1, port, "--duration", "6s")
+    other_out, _ = other.communicate(timeout=120)
+    refused = time.monotonic()
+    head_out, _ = head.communicate(timeout=120)
+    told_s = time.monotonic() - refused
+
+    assert other.returncode == 2, other_out
+    assert "this node's options differ from node 0's: duration_s 6.0 here, 5.0 on node 0" in other_out
+    assert head.returncode == 3, head_out
+    assert told_s < 10  # was the whole start-up timeout, 90 s
+    why = "node 1 refused to start: its options differ from node 0's: duration_s 6.0 on node 1, 5.0 on node 0"
+    assert why in " ".join(head_out.split())  # the console may wrap it
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    assert report["status"] == "failed"
+    assert all(why in f["message"] and "never reached" not in f["message"] for f in report["failures"])
+
+
+# What a stranger on this machine tries with torch's own client, as against the old TCPStore:
+# read the config, push a forged line, stop the run. It must not get past the greeting.
+TCPSTORE_OUTSIDER = """
+import sys
+from datetime import timedelta
+from torch.distributed import DistError, TCPStore
+try:
+    store = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=timedelta(seconds=1))
+    store.get("hicache/hicache/config")
+    store.queue_push("hicache/hicache/samples", "not JSON")
+    store.set("hicache/hicache/stop", "an outsider")
+    print("got in")
+except DistError:
+    print("kept out")
+"""
+
+
+def test_an_outsider_cannot_read_forge_into_or_stop_a_two_node_run(tmp_path: Path) -> None:
+    port = _two_free_ports()
+    head = _node(tmp_path, 0, port, "--duration", "6s", pp=2)
+    other = _node(tmp_path, 1, port, "--duration", "6s", pp=2)
+    try:
+        deadline = time.monotonic() + 120
+        while not _running_for(tmp_path / "node0", 1.0, ranks=2):
+            assert time.monotonic() < deadline, "the ranks never started"
+            assert head.poll() is None and other.poll() is None
+            time.sleep(0.2)
+        assert send_raw("127.0.0.1", port + 1, b"this line is not JSON\n").find(REFUSED_PROOF) == -1
+        options = {**json.loads((tmp_path / "node0" / "config.json").read_text()), "nnodes": 2, "rdzv_id": "hicache"}
+        assert forge("127.0.0.1", port + 1, node=1, rank=1, options=options) == REFUSED_PROOF
+        store = subprocess.run(
+            [sys.executable, "-c", TCPSTORE_OUTSIDER, str(port + 1)], capture_output=True, text=True, timeout=60
+        )
+        assert store.stdout.strip() == "kept out", store.stdout + store.stderr
+        (remote,) = (tmp_path / "node1").glob("rank-*.jsonl")  # a rank's file on node 1 gets a line that is not JSON
+        with remote.open("a", encoding="utf-8") as fh:
+            fh.write("this line is not JSON\n")
+        other_out, _ = other.communicate(timeout=120)
+        head_out, _ = head.communicate(timeout=120)
+    finally:
+        for proc in (head, other):
+            if proc.poll() is None:
+                proc.kill()
+
+    assert head.returncode == 0, head_out
+    assert other.returncode == 0, other_out
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    assert (report["status"], report["stopped_early"], report["failures"]) == ("completed", None, [])
+    assert all(r["rss"]["peak_bytes"] < 10e9 for r in report["ranks"])  # no forged 99 GB peak
+    assert "outsider" not in (tmp_path / "node0" / "report.json").read_text()
+    kept = [line for line in remote.read_text().splitlines() if line != "this line is not JSON"]
+    assert (tmp_path / "node0" / remote.name).read_text().splitlines() == kept  # all but that line, byte for byte
+    link = json.loads((tmp_path / "node0" / "node-link.json").read_text())
+    assert link["dropped"][UNPROVEN] == 1
+    assert link["dropped"][BAD_LINES] == 1
+    assert link["dropped"][NOT_THE_PROTOCOL] >= 2  # the line, and each of the TCPStore client's tries
+    assert "node 0's link dropped" in head_out
+    names = {p.name for p in (tmp_path / "node0").iterdir()}
+    assert names <= {".hicache-run", "config.json", "torchrun.log", "report.json", "node-link.json"} | {
+        f"rank-{r}.{ext}" for r in (0, 1) for ext in ("jsonl", "log")
+    }

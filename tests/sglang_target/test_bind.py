@@ -398,3 +398,20 @@ def test_all_reduce_is_counted_and_passed_through(restore_collectives: None) -> 
     assert counter.traffic.all_reduces == 2
     assert seen == [(tensor, (), {"op": "min", "group": "tp"}), (tensor, (), {})]
     assert counter.traffic.sent == 0
+
+
+def test_the_tags_file_is_read_never_run(tmp_path: Path) -> None:
+    """Each rank exec'd the checkout's communication_tags.py: its top level (and class body) ran."""
+    extracted, tags = family(tmp_path, "drain-tagged")
+    marker = tmp_path / "ran"
+    tags.write_text(
+        f"from enum import IntEnum\n"
+        f"open({str(marker)!r}, 'w').write('top level')\n"
+        f"class P2PTag(IntEnum):\n"
+        f"    open({str(marker)!r}, 'w').write('class body')\n"
+        f"    HICACHE_PP_SYNC = 1234\n",
+        encoding="utf-8",
+    )
+    tag = compile_methods(extracted, tags)["_pp_sync"].__globals__["P2PTag"]
+    assert not marker.exists()
+    assert tag.HICACHE_PP_SYNC == 1234 and isinstance(tag.HICACHE_PP_SYNC, int)

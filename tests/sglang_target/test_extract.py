@@ -18,9 +18,11 @@ from hicache_cli.sglang_target.extract import (
     ExtractedClass,
     Method,
     NotApplicable,
+    SourceError,
     extract,
     file_sha256,
     free_names,
+    read_int_enum,
 )
 from tests.sglang_target.families import BLANK_LINES, DRAIN, DRAIN_TAGGED, MINIMAL, NO_PP_SYNC, REAP, UNIFIED, def_line
 
@@ -268,3 +270,79 @@ def test_a_local_import_binds_its_name() -> None:
 
 def test_a_nested_def_binds_its_name() -> None:
     assert free_names("def f(self):\n    def helper():\n        return 1\n    return helper()\n") == set()
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"\x7fELF\x02\x01\x01\x00binary\xff\xfe", "is not Python source: it holds NUL bytes (a binary file?)"),
+        (b"# a file cut short\nclass HiRadixCache:\n    def f(self:\n", "does not parse as Python ("),
+    ],
+)
+def test_a_file_that_is_not_python_is_bad_input(tmp_path: Path, content: bytes, reason: str) -> None:
+    """Was a HicacheError (exit 1) saying 'line None' for a binary file."""
+    path = tmp_path / "hiradix_cache.py"
+    path.write_bytes(content)
+    with pytest.raises(SourceError) as caught:
+        extract(path, "HiRadixCache")
+    message = str(caught.value)
+    assert isinstance(caught.value, UsageError) and caught.value.exit_code == 2
+    assert message.startswith(f"{path} {reason}")
+    assert "None" not in message and "\n" not in message
+
+
+TAGS_WITH_EVERY_FORM = '''\
+"""Tags, in every form read_int_enum takes."""
+from enum import IntEnum, auto
+import enum
+
+BASE = 1 << 10
+OFFSET: int = BASE + 6
+
+
+class P2PTag(IntEnum):
+    """Point-to-point tags."""
+
+    DEFAULT = 0
+    HICACHE_PP_SYNC = OFFSET * 2 - 1
+    NEXT = auto()
+    AFTER = enum.auto()
+    NEGATIVE = -(BASE // 4)
+    SAME = HICACHE_PP_SYNC
+    _ignore_ = ["x"]
+    COMPUTED = len("skipped: a call is never run")
+
+    def method(self) -> int:
+        return 1
+'''
+
+
+def test_read_int_enum_takes_the_values_without_running_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "communication_tags.py"
+    path.write_text(TAGS_WITH_EVERY_FORM, encoding="utf-8")
+    assert read_int_enum(path, "P2PTag") == {
+        "DEFAULT": 0,
+        "HICACHE_PP_SYNC": 2059,
+        "NEXT": 2060,
+        "AFTER": 2061,
+        "NEGATIVE": -256,
+        "SAME": 2059,
+    }
+
+
+@pytest.mark.parametrize("value", ["10 ** 10 ** 10", "1 << 10 ** 9", "2 ** 64", "1 // 0", "(1 << 62) * 4"])
+def test_read_int_enum_leaves_out_what_it_does_not_compute(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "communication_tags.py"
+    path.write_text(f"class P2PTag:\n    BIG = {value}\n    OK = 1\n", encoding="utf-8")
+    assert read_int_enum(path, "P2PTag") == {"OK": 1}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("X = 1\n", "defines no class P2PTag"), ("class P2PTag(:\n", "does not parse as Python")],
+)
+def test_read_int_enum_refuses_a_file_without_the_enum(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "communication_tags.py"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SourceError, match=message):
+        read_int_enum(path, "P2PTag")

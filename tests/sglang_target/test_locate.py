@@ -6,6 +6,7 @@ is replaced by a fake that answers as pip would.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import zipfile
 from importlib import metadata
@@ -449,3 +450,29 @@ def test_the_version_and_tags_files_are_wanted() -> None:
     assert VERSION_REL in WANTED_FILES
     assert TAGS_REL in WANTED_FILES
     assert FALLBACK_VERSION_REL not in WANTED_FILES or FALLBACK_VERSION_REL == VERSION_REL
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_describe_runs_nothing_the_checkout_configures(tmp_path: Path) -> None:
+    """A checkout's .git/config named commands (core.fsmonitor, a clean filter) that `git
+    describe --dirty` ran; the version is still read from the tags."""
+    root = make_checkout(tmp_path / "evil", version=None)
+    ran = tmp_path / "ran"
+    script = tmp_path / "payload.sh"
+    script.write_text(f"#!/bin/sh\necho $0 >> {ran}\ncat\n", encoding="utf-8")
+    script.chmod(0o755)
+
+    def git(*args: str) -> None:
+        identity = ["-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "commit.gpgsign=false"]
+        subprocess.run(["git", "-C", str(root), *identity, *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "a checkout")
+    git("tag", "v0.5.99")
+    git("config", "core.fsmonitor", str(script))
+    git("config", "filter.evil.clean", str(script))
+    (root / ".gitattributes").write_text("* filter=evil\n", encoding="utf-8")
+    (root / "python" / HIRADIX_REL).touch()  # stat-dirty: an index refresh would re-read it through the filter
+    assert locate(TargetSpec("path", str(root))).version == "v0.5.99"
+    assert not ran.exists(), ran.read_text()

@@ -1,0 +1,212 @@
+"""One observed process: its rank file in the run directory, the probe that samples it,
+and how its last line gets written however it ends.
+
+A process becomes observed when it starts a process group. Its file is `rank-N.jsonl`
+with N its torch.distributed rank, or, when that name is taken (a second process group
+with the same ranks: test after test), the next N of the same residue modulo the world
+size. The probe is a daemon thread that waits on an event, so the program's signals stay
+the program's: nothing is blocked, no handler is replaced.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from hicache_cli.lifecycle import Lifeline
+from hicache_cli.probe import LIFELINE_EVERY_S, ORPHANED_EXIT, LoopStats, Probe, RankIdentity, Readings
+from hicache_cli.sample import Sample, rank_file
+from hicache_cli.tracer.protocol import STOP_FILE, TraceEnv
+from hicache_cli.tracer.works import SITES_REPORTED, WorkTable
+from hicache_cli.watchdog import stack_file
+
+SITES_EVERY_S = 1.0  # sites ride on a sample at most this often (and on the final line)
+FINAL_SITES = 50
+ORPHAN_GRACE_S = 3.0  # after SIGTERM to itself, how long an orphaned program gets to end
+
+
+def claim_rank_file(run_dir: Path, rank: int, world_size: int, tries: int = 10_000) -> tuple[int, IO[str]]:
+    """Create this process's rank file exclusively: its rank's, or the next free slot
+    rank + k * world_size. Two processes never share one."""
+    slot = rank
+    for _ in range(tries):
+        try:
+            fd = os.open(rank_file(run_dir, slot), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except FileExistsError:
+            slot += max(1, world_size)
+            continue
+        return slot, os.fdopen(fd, "a", encoding="utf-8")
+    raise RuntimeError(f"no free rank file in {run_dir}")
+
+
+class TracedProbe(Probe):
+    """The rank probe's sampling, inside a program hicache does not own: no deadline, no
+    signals; it stops when hicache asks (the stop file), at exit, or when hicache is gone.
+    A failure of its own ends the sampling, never the program."""
+
+    def __init__(self, *args: Any, stop_file: Path, table: WorkTable, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stop_file = stop_file
+        self.table = table
+        self._stopped = threading.Event()
+        self._sites_at = 0.0
+
+    def round_age(self) -> float:
+        """Only a call of the --loop function under way has an age: between calls the
+        program is not in a round."""
+        return time.perf_counter() - self.stats.round_started if self.stats.in_round else 0.0
+
+    def sample(self, kind: str = "sample", message: str | None = None, signal_name: str | None = None) -> Sample:
+        taken = super().sample(kind, message, signal_name)
+        now = time.monotonic()
+        if kind == "final" or now - self._sites_at >= SITES_EVERY_S:
+            self._sites_at = now
+            sites = self.table.top_sites(FINAL_SITES if kind == "final" else SITES_REPORTED)
+            taken = Sample(**{**vars(taken), "sites": sites})
+        return taken
+
+    def _run(self) -> None:
+        try:
+            self._sample_until_stopped()
+        except Exception:  # noqa: BLE001 - the program must go on without us
+            sys.stderr.write(f"hicache trace: sampling stopped in pid {os.getpid()}:\n{traceback.format_exc()}")
+
+    def _sample_until_stopped(self) -> None:
+        next_at = time.monotonic()
+        check_lifeline_at = next_at + LIFELINE_EVERY_S
+        while True:
+            next_at += self.interval
+            if self._stopped.wait(max(0.0, next_at - time.monotonic())):
+                return
+            now = time.monotonic()
+            if self.stop_file.exists():
+                self.finish("done", "stopped by hicache at the end of the trace")
+                return
+            if self.lifeline is not None and now >= check_lifeline_at:
+                check_lifeline_at = now + LIFELINE_EVERY_S
+                if (lost := self.lifeline.lost()) is not None:
+                    self._stop_orphaned(lost)
+                    return
+            if not self._write(self.sample()):
+                return
+            if next_at < now:
+                next_at = now
+
+    def _stop_orphaned(self, why: str) -> None:
+        """hicache is gone: nobody watches this program any more, so it is ended as
+        hicache would have ended it (SIGTERM, then SIGKILL if it does not go)."""
+        self.finish("interrupted", f"stopped: {why}")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(ORPHANED_EXIT)
+
+    def close(self, state: str, message: str) -> None:
+        self._stopped.set()
+        self.finish(state, message)
+
+
+class Session:
+    """The observed process: started once, when its first process group is."""
+
+    def __init__(self, env: TraceEnv, table: WorkTable, loop: LoopStats, rank: int, world_size: int) -> None:
+        self.env = env
+        self.table = table
+        self.rank = rank
+        self.world_size = world_size
+        self.slot, out = claim_rank_file(env.run_dir, rank, world_size)
+        self._stacks = _arm_stack_dumps(env.run_dir, self.slot)
+        self.error: str | None = None
+        now = time.monotonic()
+        self.probe = TracedProbe(
+            RankIdentity(rank, rank, 0, 0, socket.gethostname()),
+            loop,
+            self.read,
+            out,
+            env.hz,
+            now,
+            float("inf"),
+            0.0,
+            lifeline=Lifeline(env.owner) if env.owner else None,
+            stop_file=env.run_dir / STOP_FILE,
+            table=table,
+        )
+        self._gpu = _gpu_reader()
+        self.pid = os.getpid()
+        self._previous_hook = sys.excepthook
+        sys.excepthook = self._excepthook
+        self._real_exit = os._exit
+        os._exit = self._os_exit  # type: ignore[assignment] - the final line first, then the real exit
+        atexit.register(self._at_exit)
+        self.probe.start()
+
+    def read(self) -> Readings:
+        table = self.table
+        gpu_bytes, device = self._gpu()
+        return Readings(
+            depth=table.live,
+            held_bytes=max(0, table.live_bytes),
+            sent=table.sent,
+            received=table.received,
+            blocked_on=table.blocked_on,
+            counters={"world_size": self.world_size},
+            works=table.counts(),
+            gpu_bytes=gpu_bytes,
+            device_name=device,
+        )
+
+    def _excepthook(self, kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        self.error = f"{kind.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]
+        self._previous_hook(kind, exc, tb)
+
+    def _os_exit(self, code: int) -> None:
+        if os.getpid() == self.pid:  # not in a forked child, whose file this is not
+            state = "done" if code == 0 else "error"
+            self.probe.close(state, f"the process left with os._exit({code})")
+        self._real_exit(code)
+
+    def _at_exit(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        if self.error:
+            self.probe.close("error", self.error)
+        else:
+            self.probe.close("done", "the process exited")
+        if self._stacks is not None:
+            self._stacks.close()
+
+
+def _arm_stack_dumps(run_dir: Path, slot: int) -> IO[str] | None:
+    """SIGUSR1 dumps every thread's stack for the watchdog, as in hicache's own ranks, but
+    only where the program left SIGUSR1 alone (whose default would kill it)."""
+    if signal.getsignal(signal.SIGUSR1) != signal.SIG_DFL:
+        return None
+    try:
+        stacks = stack_file(run_dir, slot).open("w", encoding="utf-8")
+        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return stacks
+
+
+def _gpu_reader() -> Callable[[], tuple[int | None, str]]:
+    """CUDA memory allocated, read only once the program itself has initialised CUDA."""
+    torch = sys.modules.get("torch")
+
+    def read() -> tuple[int | None, str]:
+        cuda = getattr(torch, "cuda", None)
+        if cuda is not None and cuda.is_initialized():
+            index = cuda.current_device()
+            return int(cuda.memory_allocated(index)), f"cuda:{index}"
+        return None, "cpu"
+
+    return read

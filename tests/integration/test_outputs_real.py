@@ -1,0 +1,78 @@
+"""Real runs against what a shell and a shared machine hand them: stdout closed, a stdout that
+cannot spell the run directory's name, two runs started at once on one run directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+STRESS = [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--duration", "1s"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO), **extra)
+
+
+def test_a_run_with_stdout_closed_completes_and_writes_its_report(tmp_path: Path) -> None:
+    """Was: a traceback, exit 1, an empty run directory."""
+    run_dir = tmp_path / "run"
+    command = shlex.join([*STRESS, "--run-dir", str(run_dir)]) + " >&-"
+    proc = subprocess.run(["sh", "-c", command], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads((run_dir / "report.json").read_text())["status"] == "completed"
+
+
+def test_an_ascii_stdout_and_a_non_ascii_run_directory(tmp_path: Path) -> None:
+    """PYTHONIOENCODING=ascii with `--run-dir run-café`: was a traceback, exit 1."""
+    run_dir = tmp_path / "run-caf\u00e9"
+    proc = subprocess.run(
+        [*STRESS, "--run-dir", str(run_dir)],
+        cwd=tmp_path,
+        env=_env(PYTHONIOENCODING="ascii"),
+        capture_output=True,
+        timeout=120,
+    )
+    out, err = proc.stdout.decode("ascii"), proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "run-caf\\xe9" in out
+    assert json.loads((run_dir / "report.json").read_text())["status"] == "completed"
+
+
+def test_two_runs_started_at_once_on_one_run_dir(tmp_path: Path) -> None:
+    """Both passed the check and interleaved their samples into one report; now one claims the
+    directory and the other is refused in one line, exit 2."""
+    run_dir = tmp_path / "run"
+    procs = [
+        subprocess.Popen(
+            [*STRESS, "--run-dir", str(run_dir)],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    errors = [proc.communicate(timeout=120)[1] for proc in procs]
+    results = sorted((proc.returncode, err) for proc, err in zip(procs, errors, strict=True))
+    (ok, ok_err), (refused, refused_err) = results
+    assert (ok, refused) == (0, 2), results
+    (line,) = refused_err.splitlines()
+    assert line.startswith(f"hicache: error: --run-dir {run_dir} already holds a run")
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "completed"
+    for rank in (0, 1):  # every line from one rank process: nothing interleaved
+        pids = {json.loads(line)["pid"] for line in (run_dir / f"rank-{rank}.jsonl").read_text().splitlines()}
+        assert pids == {report["ranks"][rank]["pid"]}
