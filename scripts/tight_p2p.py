@@ -4,10 +4,14 @@ nothing else; rank 0 sets the pace and, after --seconds, sends the stop flag.
 
     torchrun --standalone --nproc-per-node 2 scripts/tight_p2p.py --seconds 5
 
-Prints `rounds=N seconds=S rate=R` on rank 0.
+prints `rounds=N seconds=S rate=R` on rank 0. With `--alternate` (hicache importable) the
+run switches the tracer's Work hooks on and off every `--block` seconds, on both ranks at
+the same round, and prints each block's rate: untraced and traced rounds measured in the
+same processes, minutes apart at most, so the machine's drift hits both alike.
 """
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -17,24 +21,38 @@ import torch.distributed as dist
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--alternate", action="store_true", help="switch the tracer's hooks on and off")
+    parser.add_argument("--block", type=float, default=1.0, help="seconds per block with --alternate")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    message = torch.zeros(2, dtype=torch.int64)
-    rounds, pending = 0, None
+    switch = _switch() if args.alternate else None
+    message = torch.zeros(3, dtype=torch.int64)
+    rounds, pending, phase = 0, None, 0
+    blocks: list[tuple[int, int, float]] = []  # (phase, rounds, seconds), rank 0
     dist.barrier()
-    started = time.perf_counter()
+    started = block_start = time.perf_counter()
+    block_rounds = 0
     while True:
         if rank == 0:
-            stop = time.perf_counter() - started >= args.seconds
+            now = time.perf_counter()
+            stop = now - started >= args.seconds
+            if switch is not None and now - block_start >= args.block:
+                blocks.append((phase, block_rounds, now - block_start))
+                block_start, block_rounds, phase = now, 0, 1 - phase
+                switch(phase)
             if pending is not None:
                 pending.wait()
-            message[0], message[1] = rounds, int(stop)
+            message[0], message[1], message[2] = rounds, int(stop), phase
             pending = dist.isend(message.clone(), dst=1)
         else:
             dist.recv(message, src=0)
             stop = bool(message[1])
+            if switch is not None and int(message[2]) != phase:
+                phase = int(message[2])
+                switch(phase)
         rounds += 1
+        block_rounds += 1
         if stop:
             break
     elapsed = time.perf_counter() - started
@@ -43,7 +61,43 @@ def main() -> None:
     dist.barrier()
     if rank == 0:
         print(f"rounds={rounds} seconds={elapsed:.3f} rate={rounds / elapsed:.1f}", flush=True)
+        if blocks:
+            _print_blocks(blocks)
     dist.destroy_process_group()
+
+
+def _switch():  # noqa: ANN202
+    """on(1)/off(0) for hicache's Work hooks, as `hicache trace` installs them."""
+    import os
+    import sys
+
+    from hicache_cli.tracer import works
+
+    c10d = dist.distributed_c10d
+    table = works.WorkTable(skip_prefixes=(os.path.dirname(sys.modules["torch"].__file__) + os.sep,))
+
+    def switch(on: int) -> None:
+        if on:
+            works.install(table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank)
+        else:
+            works.uninstall(c10d.ProcessGroup)
+
+    return switch
+
+
+def _print_blocks(blocks: list[tuple[int, int, float]]) -> None:
+    blocks = blocks[1:]  # the first block warms up
+    rate = {p: sum(r for q, r, _ in blocks if q == p) / sum(s for q, _, s in blocks if q == p) for p in (0, 1)}
+    pairs = [(blocks[i], blocks[i + 1]) for i in range(len(blocks) - 1)]
+    ratios = [
+        (b[1] / b[2]) / (a[1] / a[2]) if a[0] == 0 else (a[1] / a[2]) / (b[1] / b[2])  # traced / untraced
+        for a, b in pairs
+    ]
+    print(
+        f"untraced={rate[0]:.1f} traced={rate[1]:.1f} ratio={rate[1] / rate[0]:.3f} "
+        f"median_adjacent_ratio={statistics.median(ratios):.3f} blocks={len(blocks)}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

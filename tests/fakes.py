@@ -197,9 +197,11 @@ class FakeTracedWork:
         self.done = False
 
     def wait(self) -> bool:
+        from hicache_cli.tracer.works import _ref_of
+
         self.done = True
-        if self.table is not None:
-            self.table.waited_work(self)
+        if self.table is not None and (ref := _ref_of(self)) is not None:
+            self.table.waited_work(ref)
         return True
 
     def is_completed(self) -> bool:
@@ -225,8 +227,6 @@ class FakeTracedGroup:
         return self._work("recv", src, tensors)
 
     def _work(self, name: str, peer: int, tensors: list[Any]) -> FakeTracedWork:
-        from hicache_cli.tracer.works import _nbytes
-
         work = FakeTracedWork(self.table)
-        self.table.created_work(work, name, peer, sys._getframe(2), _nbytes(tensors))
+        self.table.created_work(work, name, sys._getframe(2), (self, tensors, peer, lambda group, rank: rank))
         return work

@@ -150,16 +150,16 @@ class Session:
         self.probe.start()
 
     def read(self) -> Readings:
-        table = self.table
+        totals = self.table.totals()
         gpu_bytes, device = self._gpu()
         return Readings(
-            depth=table.live,
-            held_bytes=max(0, table.live_bytes),
-            sent=table.sent,
-            received=table.received,
-            blocked_on=table.blocked_on,
+            depth=totals.live,
+            held_bytes=max(0, totals.live_bytes),
+            sent=totals.sent,
+            received=totals.received,
+            blocked_on=self.table.blocked_on,
             counters={"world_size": self.world_size},
-            works=table.counts(),
+            works=totals.counts(),
             gpu_bytes=gpu_bytes,
             device_name=device,
         )

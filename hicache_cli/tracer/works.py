@@ -51,15 +51,20 @@ WORK_METHODS = (
     "_reduce_scatter_base",
     "scatter",
 )
-SEND_METHODS = ("send",)
-RECV_METHODS = ("recv", "recv_anysource")
+POINT_TO_POINT = ("send", "recv")  # (tensors, peer, tag): the peer is known
+# torch.distributed functions that always hand their Work to the caller (collectives do
+# when called with async_op=True; send, recv and the rest wait it themselves)
+HANDED = frozenset({"isend", "irecv", "batch_isend_irecv"})
+_FOREIGN, _TORCH = object(), object()
 WAIT_METHODS = ("wait", "synchronize")
 MAX_SITES = 256
 SITES_REPORTED = 20
 OTHER = ("(other sites)", 0, "", "", None)
+SENDS = frozenset({"send", "isend", "batch_isend_irecv(isend)"})
+RECVS = frozenset({"recv", "irecv", "recv_anysource", "batch_isend_irecv(irecv)"})
 
 
-@dataclass
+@dataclass(eq=False)
 class Site:
     file: str
     line: int
@@ -70,8 +75,8 @@ class Site:
     waited: int = 0
     completed: int = 0  # seen complete by the program: wait() returned, or is_completed() was true
     dropped: int = 0  # released by the program without a wait()
-    live_bytes: int = 0
     live_max: int = 0  # the most live at once: a leak released at exit still shows here
+    bytes_per_work: int = 0  # tensor bytes the first Work made here carried (send/recv)
 
     @property
     def live(self) -> int:
@@ -90,107 +95,119 @@ class Site:
             "dropped": self.dropped,
             "live": self.live,
             "live_max": self.live_max,
-            "live_bytes": self.live_bytes,
+            "live_bytes": self.live * self.bytes_per_work,
         }
 
 
-class _WorkRef(weakref.ref):
-    """The table's only hold on a Work: weak, with the site it was made at."""
+@dataclass(frozen=True)
+class Totals:
+    """A process's Works, summed over its sites when the probe reads them."""
 
-    __slots__ = ("site", "nbytes", "seen_complete")
-
-    def __new__(cls, work: object, callback: Callable[[_WorkRef], None], site: Site, nbytes: int) -> _WorkRef:
-        return super().__new__(cls, work, callback)
-
-    def __init__(self, work: object, callback: Callable[[_WorkRef], None], site: Site, nbytes: int) -> None:
-        super().__init__(work, callback)
-        self.site = site
-        self.nbytes = nbytes
-        self.seen_complete = False
-
-
-class WorkTable:
-    """Counts by site; `live` = created - waited - dropped. Thread-safe enough for the
-    counts (one lock), and garbage-collector-safe: a weak-reference callback only counts
-    and queues its reference for removal, it never resizes a dict mid-operation."""
-
-    def __init__(self, skip_prefixes: tuple[str, ...] = (), max_sites: int = MAX_SITES) -> None:
-        self.skip_prefixes = tuple(os.path.normcase(p) for p in skip_prefixes)
-        self.max_sites = max_sites
-        self.sites: dict[tuple[Any, ...], Site] = {}
-        self.created = self.waited = self.completed = self.dropped = 0
-        self.sent = self.received = 0
-        self.live_bytes = 0
-        self.blocked_on: str | None = None  # what the program waits on right now
-        self._refs: dict[int, _WorkRef] = {}
-        self._gone: deque[_WorkRef] = deque()
-        self._lock = threading.RLock()
-        self._foreign: dict[Any, bool] = {}  # code object -> outside torch (and not hidden)?
-        self._peers: dict[tuple[int, int], int | None] = {}
+    created: int = 0
+    waited: int = 0
+    completed: int = 0
+    dropped: int = 0
+    live_bytes: int = 0
+    sent: int = 0  # point-to-point sends handed out
+    received: int = 0
 
     @property
     def live(self) -> int:
         return self.created - self.waited - self.dropped
 
+    def counts(self) -> dict[str, int]:
+        return {
+            "created": self.created,
+            "waited": self.waited,
+            "completed": self.completed,
+            "dropped": self.dropped,
+            "live": self.live,
+        }
+
+
+class _WorkRef(weakref.ref):
+    """The table's only hold on a Work: weak, with the site it was made at. (No Python
+    __init__: the slots are set after creation, which keeps a Work's cost down.)"""
+
+    __slots__ = ("site", "seen_complete")
+    site: Site
+    seen_complete: bool
+
+
+class WorkTable:
+    """Counts by site; `live` = created - waited - dropped.
+
+    The hot path (a Work made, a Work waited) is kept to a few dozen bytecodes: counts live
+    only on sites (totals are summed when read), and no lock is taken: dict operations are
+    atomic under the GIL, and a weak-reference callback (which may run inside any
+    allocation) only counts and queues its reference for removal. Works made at one site
+    by two threads at the very same moment may miss a count.
+    """
+
+    def __init__(self, skip_prefixes: tuple[str, ...] = (), max_sites: int = MAX_SITES) -> None:
+        self.skip_prefixes = tuple(os.path.normcase(p) for p in skip_prefixes)
+        self.max_sites = max_sites
+        self.sites: dict[tuple[Any, ...], Site] = {}
+        self.waiting_on: Site | None = None  # the site of the Work the program waits on right now
+        self._refs: dict[int, _WorkRef] = {}
+        self._gone: deque[_WorkRef] = deque()
+        self._new_site = threading.Lock()  # only when a site is added
+        self._kinds: dict[Any, object] = {}  # code object -> _FOREIGN, _TORCH or a c10d function's name
+        self._async_ops: set[str] = set()  # c10d functions that hand out their Work when async_op=True
+        self._peers: dict[tuple[int, int], int | None] = {}
+        self._places: dict[tuple[Any, ...], Site] = {}  # (code, instruction offset, op, peer) -> site
+
     # -- the program's side ------------------------------------------------------------
 
-    def created_work(self, work: object, op: str, peer: int | None, frame: Any, nbytes: int = 0) -> None:
-        site = self._site(op, peer, frame)
-        try:
-            ref: _WorkRef | None = _WorkRef(work, self._collected, site, nbytes)
-        except TypeError:  # a Work type without weak references: counted as created and waited
-            ref, site.waited, self.waited = None, site.waited + 1, self.waited + 1
-        with self._lock:
-            self._flush()
-            if ref is not None:
-                self._refs[id(ref)] = ref
-            site.created += 1
-            site.live_bytes += nbytes
-            if site.live > site.live_max:
-                site.live_max = site.live
-            self.created += 1
-            self.live_bytes += nbytes
-            if op in SEND_METHODS or op == "isend":
-                self.sent += 1
-            elif op in RECV_METHODS or op == "irecv":
-                self.received += 1
-
-    def waited_work(self, work: object) -> None:
-        ref = _ref_of(work)
-        if ref is None:
+    def created_work(self, work: object, method: str, frame: Any, sent: tuple[Any, ...] = ()) -> None:
+        """A ProcessGroup `method` returned a Work. It is counted when the program gets it;
+        one torch waits itself is not. For send and recv `sent` is (group, tensors, group
+        peer, to_global): the peer and the bytes are worked out only for a Work counted."""
+        walked = self._walk(method, frame)
+        if walked is None:
             return
-        with self._lock:
-            if self._refs.pop(id(ref), None) is None:
-                return  # waited before: counted once
-            site = ref.site
+        call, frame = walked
+        peer = None
+        if sent:
+            peer = self.peer_of(sent[0], sent[2], sent[3])
+        site = self._site(call, peer, frame)
+        if sent and not site.created:
+            site.bytes_per_work = _nbytes(sent[1])
+        try:
+            ref = _WorkRef(work, self._collected)
+        except TypeError:  # a Work type without weak references: counted as created and waited
+            site.created += 1
             site.waited += 1
-            site.live_bytes -= ref.nbytes
-            self.waited += 1
-            self.live_bytes -= ref.nbytes
-            if not ref.seen_complete:
-                ref.seen_complete = True
-                site.completed += 1
-                self.completed += 1
+            return
+        ref.site, ref.seen_complete = site, False
+        if self._gone:
+            self._flush()
+        self._refs[id(ref)] = ref
+        site.created += 1
+        live = site.created - site.waited - site.dropped
+        if live > site.live_max:
+            site.live_max = live
+
+    def waited_work(self, ref: _WorkRef) -> None:
+        if self._refs.pop(id(ref), None) is None:
+            return  # waited before: counted once
+        site = ref.site
+        site.waited += 1
+        if not ref.seen_complete:
+            ref.seen_complete = True
+            site.completed += 1
 
     def seen_complete(self, work: object) -> None:
         ref = _ref_of(work)
-        if ref is None or ref.seen_complete:
-            return
-        with self._lock:
+        if ref is not None and not ref.seen_complete:
             ref.seen_complete = True
             ref.site.completed += 1
-            self.completed += 1
 
     def _collected(self, ref: _WorkRef) -> None:
         """The program let go of a Work it never waited (weakref callback: count, queue)."""
-        if id(ref) not in self._refs:
-            return  # waited already
-        site = ref.site
-        site.dropped += 1
-        site.live_bytes -= ref.nbytes
-        self.dropped += 1
-        self.live_bytes -= ref.nbytes
-        self._gone.append(ref)
+        if id(ref) in self._refs:
+            ref.site.dropped += 1
+            self._gone.append(ref)
 
     def _flush(self) -> None:
         while self._gone:
@@ -198,31 +215,50 @@ class WorkTable:
 
     # -- where a Work was created -----------------------------------------------------
 
-    def _site(self, op: str, peer: int | None, frame: Any) -> Site:
-        """The first frame outside torch (and outside functions that hide themselves with a
-        local `__tracebackhide__`, as pytest's helpers do); the op is the torch.distributed
-        function the program called, when there is one."""
-        foreign = self._foreign
-        inner = outer = None
+    def _walk(self, op: str, frame: Any) -> tuple[str, Any] | None:
+        """(the op, the creation frame): the first frame outside torch (and outside functions
+        that hide themselves with a local `__tracebackhide__`, as pytest's helpers do); the op
+        is the torch.distributed function the program called, when there is one. None for a
+        Work that function waits itself before returning (send, recv, a collective without
+        async_op, torch's own helpers): it never reaches the program, so it can never be kept."""
+        kinds = self._kinds
+        inner = outer = outer_frame = None
         while frame is not None:
             code = frame.f_code
-            outside = foreign.get(code)
-            if outside is None:
-                outside = foreign[code] = self._is_foreign(code)
-            if outside:
+            kind = kinds.get(code)
+            if kind is None:
+                kind = kinds[code] = self._kind(code)
+            if kind is _FOREIGN:
                 break
-            if code.co_filename.endswith("distributed_c10d.py") and not code.co_name.startswith("_"):
-                inner, outer = inner or code.co_name, code.co_name
+            if kind is not _TORCH:  # a public torch.distributed function, by name
+                if inner is None:
+                    inner = kind
+                outer, outer_frame = kind, frame
             frame = frame.f_back
-        if outer is not None:  # the call the program made: recv (not the irecv under it), but
+        if outer is not None:
+            if outer not in HANDED and not (outer in self._async_ops and outer_frame.f_locals.get("async_op")):
+                return None
             op = f"{outer}({inner})" if outer == "batch_isend_irecv" else outer  # a batch's isend/irecv
+        return op, frame
+
+    def _site(self, op: str, peer: int | None, frame: Any) -> Site:
+        """The site of a creation frame, found by its code object and instruction offset
+        (working out a line number scans the code's line table: done once per place)."""
         if frame is None:
-            key: tuple[Any, ...] = ("(torch internals)", 0, "", op, peer)
-        else:
-            key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, op, peer)
+            return self._site_by_key(("(torch internals)", 0, "", op, peer))
+        place = (frame.f_code, frame.f_lasti, op, peer)
+        site = self._places.get(place)
+        if site is None:
+            code = frame.f_code
+            site = self._site_by_key((code.co_filename, frame.f_lineno, code.co_name, op, peer))
+            if len(self._places) < 4 * self.max_sites:
+                self._places[place] = site
+        return site
+
+    def _site_by_key(self, key: tuple[Any, ...]) -> Site:
         site = self.sites.get(key)
         if site is None:
-            with self._lock:
+            with self._new_site:
                 if len(self.sites) >= self.max_sites:
                     key = OTHER
                 site = self.sites.get(key)
@@ -230,39 +266,65 @@ class WorkTable:
                     site = self.sites[key] = Site(*key)
         return site
 
-    def _is_foreign(self, code: Any) -> bool:
+    def _kind(self, code: Any) -> object:
+        """_FOREIGN (the program's), _TORCH, or the name of a public torch.distributed
+        function (for those taking async_op, noted as such). Computed once per code object."""
         if "__tracebackhide__" in code.co_varnames:
-            return False
-        name = os.path.normcase(code.co_filename)
-        return not name.startswith(self.skip_prefixes)
+            return _TORCH
+        if not os.path.normcase(code.co_filename).startswith(self.skip_prefixes):
+            return _FOREIGN
+        if code.co_filename.endswith("distributed_c10d.py") and not code.co_name.startswith("_"):
+            if "async_op" in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
+                self._async_ops.add(code.co_name)
+            return sys.intern(code.co_name)
+        return _TORCH
 
     def peer_of(self, group: Any, group_rank: int, to_global: Callable[[Any, int], int]) -> int | None:
         key = (id(group), group_rank)
-        if key not in self._peers:
-            try:
-                self._peers[key] = int(to_global(group, group_rank))
-            except (RuntimeError, ValueError, TypeError):
-                self._peers[key] = group_rank if len(self._peers) < 4096 else None
-        return self._peers[key]
+        peer = self._peers.get(key, -1)
+        if peer != -1:
+            return peer
+        try:
+            peer = int(to_global(group, group_rank))
+        except (RuntimeError, ValueError, TypeError):
+            peer = group_rank
+        if len(self._peers) < 4096:
+            self._peers[key] = peer
+        return peer
 
     # -- what the probe reads ---------------------------------------------------------
 
-    def counts(self) -> dict[str, int]:
-        with self._lock:
+    def totals(self) -> Totals:
+        if self._gone:
             self._flush()
-            return {
-                "created": self.created,
-                "waited": self.waited,
-                "completed": self.completed,
-                "dropped": self.dropped,
-                "live": self.live,
-            }
+        created = waited = completed = dropped = live_bytes = sent = received = 0
+        for site in list(self.sites.values()):
+            created += site.created
+            waited += site.waited
+            completed += site.completed
+            dropped += site.dropped
+            live_bytes += site.live * site.bytes_per_work
+            if site.op in SENDS:
+                sent += site.created
+            elif site.op in RECVS:
+                received += site.created
+        return Totals(created, waited, completed, dropped, live_bytes, sent, received)
+
+    def counts(self) -> dict[str, int]:
+        return self.totals().counts()
+
+    @property
+    def blocked_on(self) -> str | None:
+        """What the program waits on right now, in words (read by the probe, not per wait)."""
+        site = self.waiting_on
+        if site is None:
+            return None
+        return f"wait on {site.op}{'' if site.peer is None else f' with rank {site.peer}'} ({site.file}:{site.line})"
 
     def top_sites(self, n: int = SITES_REPORTED) -> list[dict[str, Any]]:
         """The sites with the most live Works (then the most created), largest first."""
-        with self._lock:
-            ranked = sorted(self.sites.values(), key=lambda s: (-s.live, -s.live_max, -s.created, s.file, s.line))
-            return [s.to_json() for s in ranked[:n]]
+        ranked = sorted(list(self.sites.values()), key=lambda s: (-s.live, -s.live_max, -s.created, s.file, s.line))
+        return [s.to_json() for s in ranked[:n]]
 
 
 def _ref_of(work: object) -> _WorkRef | None:
@@ -274,6 +336,8 @@ def _ref_of(work: object) -> _WorkRef | None:
 
 def _nbytes(tensors: Any) -> int:
     try:
+        if len(tensors) == 1:  # send/recv: one tensor
+            return int(tensors[0].nbytes)
         return sum(int(t.nbytes) for t in tensors)
     except (TypeError, AttributeError):
         return 0
@@ -282,37 +346,44 @@ def _nbytes(tensors: Any) -> int:
 def install(table: WorkTable, process_group: type, work: type, to_global: Callable[[Any, int], int]) -> list[str]:
     """Patch `process_group`'s Work-returning methods and `work`'s waits to report to
     `table`; returns the methods patched. Patching twice is refused (once per process)."""
-    if getattr(process_group, "__hicache_traced__", False):
+    if "__hicache_originals__" in process_group.__dict__:
         return []
+    originals: list[tuple[type, str, Any]] = []
     patched = []
     for name in WORK_METHODS:
         original = process_group.__dict__.get(name)
         if original is None:
             continue
+        originals.append((process_group, name, original))
         setattr(process_group, name, _creating(table, name, original, to_global))
         patched.append(name)
-    for name in WAIT_METHODS:
+    for name, wrap in (*((n, _waiting) for n in WAIT_METHODS), ("is_completed", _polling)):
         original = work.__dict__.get(name)
         if original is not None:
-            setattr(work, name, _waiting(table, original))
-    original_poll = work.__dict__.get("is_completed")
-    if original_poll is not None:
-        work.is_completed = _polling(table, original_poll)
-    process_group.__hicache_traced__ = True
+            originals.append((work, name, original))
+            setattr(work, name, wrap(table, original))
+    process_group.__hicache_originals__ = originals
     return patched
 
 
+def uninstall(process_group: type) -> None:
+    """Put back what `install` replaced (the trace-cost benchmark switches the tracer off)."""
+    for owner, name, original in process_group.__dict__.get("__hicache_originals__", []):
+        setattr(owner, name, original)
+    if "__hicache_originals__" in process_group.__dict__:
+        delattr(process_group, "__hicache_originals__")
+
+
 def _creating(table: WorkTable, name: str, original: Callable[..., Any], to_global: Callable[[Any, int], int]):  # noqa: ANN202
-    point_to_point = name in SEND_METHODS or name in RECV_METHODS
+    point_to_point = name in POINT_TO_POINT
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         work = original(self, *args, **kwargs)
         if work is not None:
-            peer, nbytes = None, 0
-            if point_to_point and len(args) >= 2 and isinstance(args[1], int):
-                peer = table.peer_of(self, args[1], to_global)
-                nbytes = _nbytes(args[0])
-            table.created_work(work, name, peer, sys._getframe(1), nbytes)
+            if point_to_point and len(args) >= 2 and type(args[1]) is int:
+                table.created_work(work, name, sys._getframe(1), (self, args[0], args[1], to_global))
+            else:
+                table.created_work(work, name, sys._getframe(1))
         return work
 
     method.__name__ = name
@@ -324,14 +395,14 @@ def _creating(table: WorkTable, name: str, original: Callable[..., Any], to_glob
 def _waiting(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         ref = _ref_of(self)
-        if ref is not None:
-            site = ref.site
-            table.blocked_on = f"wait on {site.op}{'' if site.peer is None else f' with rank {site.peer}'}"
+        if ref is None:
+            return original(self, *args, **kwargs)
+        table.waiting_on = ref.site
         try:
             result = original(self, *args, **kwargs)
         finally:
-            table.blocked_on = None
-        table.waited_work(self)
+            table.waiting_on = None
+        table.waited_work(ref)
         return result
 
     wait.__name__ = original.__name__

@@ -83,8 +83,9 @@ def test_a_leaky_program_is_a_leak_named_by_its_isend_line(leaky2: Traced) -> No
 def test_the_last_stage_of_a_leaky_program_is_not_a_leak(leaky2: Traced) -> None:
     rank1 = leaky2.rank(1)
     assert rank1["verdict"] != "LEAK"
-    assert rank1["works"]["live_max"] <= 1
-    assert rank1["works"]["sites"][0]["op"] == "recv"
+    # its blocking recv's Works are torch's, waited before recv returns: none is the program's
+    assert rank1["works"]["created"] == rank1["works"]["live_max"] == 0
+    assert rank1["samples"] > 10
 
 
 def test_the_programs_output_passes_through_and_the_run_directory_holds_every_rank(leaky2: Traced) -> None:
@@ -98,9 +99,9 @@ def test_the_programs_output_passes_through_and_the_run_directory_holds_every_ra
 
 def test_a_draining_twin_passes_the_gate_stopped_at_its_duration(tmp_path: Path) -> None:
     run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("draining_p2p.py"), "--seconds", "120",
-                verb="check", options=("--duration", "12s"))  # fmt: skip
+                verb="check", options=("--duration", "15s"))  # fmt: skip
     assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
-    assert run.report["program_stopped"] == "reached the duration (12 s)"
+    assert run.report["program_stopped"] == "reached the duration (15 s)"
     for r in run.report["ranks"]:
         assert r["verdict"] == "BOUNDED"
         assert r["works"]["live_max"] <= 2

@@ -36,6 +36,12 @@ def irecv(tensor, src, group):
 def batch_isend_irecv(ops):
     return [op[0](op[1], op[2], op[3]) for op in ops]
 
+def all_reduce(tensor, group, async_op=False):
+    work = group.recv([tensor], 0, 0)  # stands for group.allreduce: a Work either way
+    if async_op:
+        return work
+    work.wait()
+
 def _private_helper(tensor, dst, group):
     return group.send([tensor], dst, 0)
 """
@@ -62,7 +68,7 @@ def test_an_isend_is_attributed_to_the_user_line_with_its_op_and_peer(table: Wor
     assert (site["file"], site["line"], site["function"]) == (__file__, line, _this_function())
     assert (site["op"], site["peer"], site["created"], site["live"]) == ("isend", 1, 1, 1)
     assert table.counts() == {"created": 1, "waited": 0, "completed": 0, "dropped": 0, "live": 1}
-    assert table.sent == 1
+    assert table.totals().sent == 1
     del work
 
 
@@ -72,12 +78,25 @@ def _this_function() -> str:
 
 def test_the_op_is_the_call_the_program_made(table: WorkTable) -> None:
     group = FakeTracedGroup()
-    c10d["recv"]([0.0], 0, group)  # recv() is irecv().wait() inside torch: the program called recv
     works_ = c10d["batch_isend_irecv"]([(c10d["isend"], [1.0], 1, group), (c10d["irecv"], [0.0], 1, group)])
+    kept = c10d["irecv"]([0.0], 1, group)
     ops = sorted(s["op"] for s in table.top_sites())
-    assert ops == ["batch_isend_irecv(irecv)", "batch_isend_irecv(isend)", "recv"]
-    assert table.received == 2
-    del works_
+    assert ops == ["batch_isend_irecv(irecv)", "batch_isend_irecv(isend)", "irecv"]
+    assert table.totals().received == 2
+    del works_, kept
+
+
+def test_works_that_torch_waits_itself_are_not_the_programs(table: WorkTable) -> None:
+    """recv() is irecv().wait() inside torch; a collective without async_op waits too: the
+    program never holds those Works, so they are not counted (and cost only the walk)."""
+    group = FakeTracedGroup()
+    c10d["recv"]([0.0], 0, group)
+    c10d["all_reduce"]([0.0], group)
+    assert table.counts()["created"] == 0 and table.top_sites() == []
+    work = c10d["all_reduce"]([0.0], group, async_op=True)
+    (site,) = table.top_sites()
+    assert (site["op"], site["live"]) == ("all_reduce", 1)
+    del work
 
 
 def test_a_private_torch_helper_is_not_the_op(table: WorkTable) -> None:
@@ -146,13 +165,15 @@ def test_sites_are_bounded(table: WorkTable) -> None:
 
 
 def test_live_bytes_follow_the_tensors_of_live_sends(table: WorkTable) -> None:
+    """Bytes are counted per site, by the size of the first Work made there (a site sends
+    the same message every round): an estimate that keeps each Work's cost down."""
     group = FakeTracedGroup()
-    first = c10d["isend"](FakeTracedWork.tensor(64), 1, group)
-    second = c10d["isend"](FakeTracedWork.tensor(32), 1, group)
-    assert table.live_bytes == 96
-    second.wait()
-    assert table.live_bytes == 64
-    del first
+    kept = [c10d["isend"](FakeTracedWork.tensor(64), 1, group) for _ in range(3)]
+    assert table.totals().live_bytes == 192
+    kept.pop().wait()
+    assert table.totals().live_bytes == 128
+    assert table.top_sites()[0]["live_bytes"] == 128
+    del kept
 
 
 def test_install_patches_the_classes_once_and_keeps_what_they_return(table: WorkTable) -> None:
