@@ -25,7 +25,7 @@ class Settler:
 
     def __call__(self, samples: dict[int, list[Sample]]) -> str | None:
         series = [s for s in samples.values() if s]
-        if len(series) < self.config.world_size:
+        if not series or len(series) < self.config.world_size:  # a traced program's world is 0: not known
             return None
         t = max(s[-1].t for s in series)
         if t - self._last_check_t < 1.0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import sys
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from hicache_cli.config import StressConfig
 from hicache_cli.probe import EARLY_STOP, LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
 from hicache_cli.settle import CONFIRMATIONS, MIN_BOUNDED_S, MIN_LEAK_S, Settler
+from hicache_cli.trace_launcher import trace_config
 
 MakeRun = Callable[..., dict[int, list[Sample]]]
 MakeSeries = Callable[..., list[Sample]]
@@ -119,6 +121,15 @@ def test_nothing_settles_until_every_rank_has_samples(make_pp2_run: MakeRun) -> 
     assert spy.times == []  # not even checked
 
     assert first_settled(settler, run) is not None  # and once they have, it does
+
+
+def test_a_traced_program_with_files_but_no_samples_yet_is_not_checked(make_pp2_run: MakeRun) -> None:
+    # a traced program's world size is unknown (0): its ranks' files appear before their lines
+    settler = Settler(trace_config([sys.executable], duration="60s"))
+    assert settler({}) is None
+    assert settler({0: [], 1: []}) is None
+    run = make_pp2_run(leaking=True, n=200)
+    assert first_settled(settler, run) is not None
 
 
 @pytest.mark.parametrize("leaking", [True, False])

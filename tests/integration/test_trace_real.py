@@ -50,7 +50,9 @@ def hicache_args(*args: str, cwd: Path, timeout: float = 240) -> subprocess.Comp
 def trace(tmp: Path, *command: str, verb: str = "trace", options: tuple[str, ...] = ()) -> Traced:
     run_dir = tmp / "run"
     proc = hicache_args(verb, "--no-live", "--run-dir", str(run_dir), *options, "--", *command, cwd=tmp)
-    return Traced(proc, run_dir, json.loads((run_dir / "report.json").read_text()))
+    report = run_dir / "report.json"
+    assert report.is_file(), f"no report (exit {proc.returncode})\n{proc.stdout}\n{proc.stderr}"
+    return Traced(proc, run_dir, json.loads(report.read_text()))
 
 
 def program(name: str) -> str:
