@@ -1,5 +1,5 @@
 import sys
 
-from hicache_cli.main import main
+from hicache_cli.cli.main import main
 
 sys.exit(main())

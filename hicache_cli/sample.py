@@ -36,7 +36,7 @@ class Sample:
     blocked_on: str | None = None  # e.g. "recv from rank 0", while blocked
     counters: dict[str, float] = field(default_factory=dict)
     # Cumulative loop-latency histogram since the start: {bucket: rounds}, sparse;
-    # see hicache_cli.histogram for the bucket scale.
+    # see hicache_cli.analysis.histogram for the bucket scale.
     lat_hist: dict[str, int] = field(default_factory=dict)
     # PP consistency: {event round: digest of the counts applied up to it}, new ones only
     digests: dict[str, int] = field(default_factory=dict)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from rich.console import Console  # noqa: E402
 
 from hicache_cli.config import StressConfig  # noqa: E402
-from hicache_cli.dashboard import Dashboard, render  # noqa: E402
+from hicache_cli.present.dashboard import Dashboard, render  # noqa: E402
 from hicache_cli.sample import read_run  # noqa: E402
 
 

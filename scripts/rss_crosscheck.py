@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hicache_cli.stats import per_hour_mb, theil_sen  # noqa: E402
+from hicache_cli.analysis.stats import per_hour_mb, theil_sen  # noqa: E402
 
 
 @dataclass

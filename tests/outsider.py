@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import socket
 
-from hicache_cli.node_messages import hello, push
-from hicache_cli.node_wire import client_handshake, receive_frame
+from hicache_cli.launch.node_messages import hello, push
+from hicache_cli.launch.node_wire import client_handshake, receive_frame
 from tests.cli.conftest import build_sample
 
 WRONG_SECRET = "not-the-run-secret-at-all"

@@ -34,3 +34,38 @@ def test_the_tracer_uses_only_the_standard_library() -> None:
     statement = "import hicache_cli.tracer.hooks, hicache_cli.tracer.session, hicache_cli.tracer.works"
     watched = ["torch", "numpy", "psutil", "rich", "typer", "matplotlib"]
     assert modules_loaded_by(statement, watched) == []
+
+
+def test_the_analysis_layer_is_pure() -> None:
+    """Statistics, verdicts, the report and the gate: no terminal, no torch."""
+    statement = "import " + ", ".join(f"hicache_cli.analysis.{m}" for m in ANALYSIS)
+    assert modules_loaded_by(statement, ["torch", "rich", "typer", "matplotlib"]) == []
+
+
+def test_presentation_imports_no_torch() -> None:
+    statement = "import " + ", ".join(f"hicache_cli.present.{m}" for m in PRESENT)
+    assert modules_loaded_by(statement, ["torch"]) == []
+
+
+def test_the_rank_side_renders_nothing() -> None:
+    statement = "import hicache_cli.rank.entry, hicache_cli.rank.probe"
+    assert modules_loaded_by(statement, ["rich", "typer", "matplotlib"]) == []
+
+
+def test_the_launch_side_renders_nothing() -> None:
+    """The launcher, nodes and run: the CLI and the library API call them alike."""
+    statement = "import " + ", ".join(f"hicache_cli.launch.{m}" for m in _modules("launch"))
+    assert modules_loaded_by(statement, ["rich", "typer", "torch", "matplotlib"]) == []
+
+
+def test_the_library_api_loads_no_terminal_and_no_torch() -> None:
+    """`import hicache_cli` is what a notebook or a pytest plugin pays."""
+    assert modules_loaded_by("import hicache_cli", ["torch", "rich", "typer", "matplotlib"]) == []
+
+
+def _modules(package: str) -> list[str]:
+    return sorted(p.stem for p in (REPO / "hicache_cli" / package).glob("*.py") if p.stem != "__init__")
+
+
+ANALYSIS = _modules("analysis")
+PRESENT = _modules("present")

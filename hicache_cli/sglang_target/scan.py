@@ -1,5 +1,5 @@
 """`hicache sglang-scan`: one row per SGLang release, a bisection of the leak. Pure: version
-ranges, rows from reports, the table, the Markdown and the JSON bundle."""
+ranges, rows from reports, their cells and the JSON bundle (present/tables.py renders them)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
-from rich.table import Table
-
-from hicache_cli.compare import summarize
+from hicache_cli.analysis.compare import summarize
 from hicache_cli.errors import UsageError
 from hicache_cli.sglang_target.locate import version_key
 
@@ -88,21 +86,6 @@ def cells(row: ScanRow) -> tuple[str, ...]:
         "-" if row.slope_mb_per_h is None else f"{row.slope_mb_per_h:+.0f}",
         row.verdict,
     )
-
-
-def scan_table(rows: list[ScanRow]) -> Table:
-    table = Table(box=None, padding=(0, 1), pad_edge=False)
-    for header in HEADERS:
-        table.add_column(header, justify="right" if header in ("sends/round", "depth at end", "RSS MB/h") else "left")
-    for row in rows:
-        table.add_row(*cells(row))
-    return table
-
-
-def markdown_table(rows: list[ScanRow], title: str) -> str:
-    lines = [f"### {title}", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(cells(row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def first_change(rows: list[ScanRow]) -> str | None:

@@ -15,7 +15,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from hicache_cli.loop_stats import RING_MASK, LoopStats
+from hicache_cli.rank.loop_stats import RING_MASK, LoopStats
 from hicache_cli.tracer import works
 from hicache_cli.tracer.protocol import TraceEnv
 from hicache_cli.tracer.session import Session

@@ -23,12 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from hicache_cli.analysis.watchdog import stack_file
 from hicache_cli.lifecycle import Lifeline
-from hicache_cli.probe import LIFELINE_EVERY_S, ORPHANED_EXIT, LoopStats, Probe, RankIdentity, Readings
+from hicache_cli.rank.probe import LIFELINE_EVERY_S, ORPHANED_EXIT, LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample, rank_file
 from hicache_cli.tracer.protocol import STOP_FILE, TraceEnv
 from hicache_cli.tracer.works import SITES_REPORTED, WorkTable
-from hicache_cli.watchdog import stack_file
 
 SITES_EVERY_S = 1.0  # sites ride on a sample at most this often (and on the final line)
 FINAL_SITES = 50

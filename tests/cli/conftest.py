@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.commands import common as run_commands
+from hicache_cli.analysis.histogram import LatencyHistogram
+from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.cli.commands import common as run_commands
 from hicache_cli.config import StressConfig
-from hicache_cli.histogram import LatencyHistogram
-from hicache_cli.nodes import NodeSpec
-from hicache_cli.report import RunOutcome, build_report, write_report
-from hicache_cli.run import RunResult
+from hicache_cli.launch.nodes import NodeSpec
+from hicache_cli.launch.run import RunResult
 from hicache_cli.sample import Sample
 
 
@@ -166,8 +166,8 @@ def make_pp2_report() -> Callable[..., dict[str, Any]]:
 # main thread (the one that took the signal) with run_loop among its frames.
 PROBE_THREAD_STACK = """\
 Thread 0x00007f3a9bfff640 (most recent call first):
-  File "/work/main/hicache_cli/probe.py", line 199 in _sample_until_stopped
-  File "/work/main/hicache_cli/probe.py", line 190 in _run
+  File "/work/main/hicache_cli/rank/probe.py", line 199 in _sample_until_stopped
+  File "/work/main/hicache_cli/rank/probe.py", line 190 in _run
   File "/usr/lib/python3.11/threading.py", line 975 in run
   File "/usr/lib/python3.11/threading.py", line 1038 in _bootstrap_inner
   File "/usr/lib/python3.11/threading.py", line 995 in _bootstrap
@@ -187,9 +187,9 @@ Current thread 0x00007f3ab1e4b740 (most recent call first):
   File "/work/main/cache/policies.py", line 95 in at_round_start
   File "/work/main/cache/hiradix_cache.py", line 164 in check_hicache_events
   File "/work/main/cache/scheduler.py", line 25 in run_round
-  File "/work/main/hicache_cli/rank.py", line 163 in run_loop
-  File "/work/main/hicache_cli/rank.py", line 125 in main
-  File "/work/main/hicache_cli/rank.py", line 203 in <module>
+  File "/work/main/hicache_cli/rank/entry.py", line 163 in run_loop
+  File "/work/main/hicache_cli/rank/entry.py", line 125 in main
+  File "/work/main/hicache_cli/rank/entry.py", line 203 in <module>
   File "<frozen runpy>", line 88 in _run_code
   File "<frozen runpy>", line 198 in _run_module_as_main
 """
@@ -202,7 +202,7 @@ def stack_dump() -> str:
 
 
 class FakeExecute:
-    """Stands in for hicache_cli.run.execute, the one call through which a command launches ranks.
+    """Stands in for hicache_cli.launch.run.execute, the one call through which a command launches ranks.
 
     Nothing is launched. Each call records what the command passed and "runs" build_pp2_run's
     two stages for the configured duration at 10 Hz: leaking for `reap`, bounded for every
@@ -260,7 +260,7 @@ def assert_refused(
     argv: list[str], start: str, capsys: pytest.CaptureFixture[str], fake_execute: Any, tmp_path: Path
 ) -> None:
     """Bad input: exit 2, one `hicache: error: <start>...` line, no traceback, nothing run or made."""
-    from hicache_cli.main import main
+    from hicache_cli.cli.main import main
 
     assert main(argv) == 2
     captured = capsys.readouterr()

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
-from hicache_cli.launcher import LOOPBACK, pick_port
-from hicache_cli.main import main
-from hicache_cli.progress import ensure_stdout
+from hicache_cli.launch.launcher import LOOPBACK, pick_port
+from hicache_cli.present.progress import ensure_stdout
 from tests.cli.conftest import FakeExecute
 from tests.sglang_target.families import REAP
 

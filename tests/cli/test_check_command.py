@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.launcher import GuardedView
-from hicache_cli.main import main
-from hicache_cli.progress import RunConsole
-from hicache_cli.settle import Settler
+from hicache_cli.analysis.settle import Settler
+from hicache_cli.cli.main import main
+from hicache_cli.launch.launcher import GuardedView
+from hicache_cli.present.progress import RunConsole
 from tests.cli.conftest import FakeExecute, assert_refused
 
 

@@ -11,20 +11,28 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from hicache_cli.compare import (
+from hicache_cli.analysis.compare import (
     BUNDLE_SCHEMA_VERSION,
     HEADERS,
     PolicyRow,
     best_of,
     bundle,
-    compare_table,
-    markdown_table,
     summarize,
 )
+from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import StressConfig
-from hicache_cli.report import RunOutcome, build_report
+from hicache_cli.present.tables import policy_table, to_markdown, to_rich
 from hicache_cli.sample import Sample
-from hicache_cli.watchdog import Stall
+
+
+def compare_table(rows: list[PolicyRow]) -> Any:
+    return to_rich(policy_table(rows))
+
+
+def markdown_table(rows: list[PolicyRow], title: str) -> str:
+    return to_markdown(policy_table(rows), title)
+
 
 MakeSeries = Callable[..., list[Sample]]
 MakeRun = Callable[..., dict[int, list[Sample]]]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from cache.policies import POLICIES
-from hicache_cli.commands.compare import parse_policies
+from hicache_cli.cli.commands.compare import parse_policies
+from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
-from hicache_cli.main import main
 from tests.cli.conftest import FakeExecute, assert_refused
 
 

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from hicache_cli.config import StressConfig
-from hicache_cli.dashboard import (
+from hicache_cli.present.dashboard import (
     SPARK,
     SPARK_POINTS,
     STALL_AGE_S,
@@ -21,7 +21,7 @@ from hicache_cli.dashboard import (
     render,
     sparkline,
 )
-from hicache_cli.progress import LiveView
+from hicache_cli.present.progress import LiveView
 from hicache_cli.sample import Sample
 
 MakeSample = Callable[..., Sample]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hicache_cli.commands.common import StressOptions, config_from_options
+from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.errors import UsageError
-from hicache_cli.rank import pick_device
+from hicache_cli.rank.entry import pick_device
 
 BASE = {"pp": 2, "tp": 1, "policy": "drain", "duration": "5s", "workload": "mixed", "seed": 0, "probe_hz": 10.0}
 

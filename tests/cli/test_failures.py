@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.analysis.report import RunOutcome, build_report, pp_consistency
+from hicache_cli.analysis.torchrun_log import WorkerExit
+from hicache_cli.analysis.watchdog import Stall, stack_file
 from hicache_cli.config import StressConfig
-from hicache_cli.report import RunOutcome, build_report, pp_consistency
 from hicache_cli.sample import Sample
-from hicache_cli.torchrun_log import WorkerExit
-from hicache_cli.watchdog import Stall, stack_file
 
 MakeSeries = Callable[..., list[Sample]]
 MakeSample = Callable[..., Sample]
@@ -354,7 +354,7 @@ SGLANG_DRAIN_DUMP = """Current thread 0x00007f (most recent call first):
   File "/cache/sglang/0.5.15/sglang/srt/mem_cache/hiradix_cache.py", line 242 in _drain_async_work
   File "/cache/sglang/0.5.15/sglang/srt/mem_cache/hiradix_cache.py", line 1396 in check_hicache_events
   File "/repo/hicache_cli/sglang_target/bind.py", line 160 in run_round
-  File "/repo/hicache_cli/rank.py", line 200 in run_loop
+  File "/repo/hicache_cli/rank/entry.py", line 200 in run_loop
 """
 
 

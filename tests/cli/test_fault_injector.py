@@ -11,9 +11,9 @@ import pytest
 
 from cache.faults import FaultPlan
 from cache.work_list import InjectedWaitError, WorkList
-from hicache_cli import rank as rank_module
-from hicache_cli.probe import LoopStats
-from hicache_cli.rank import FaultInjector, _one_line
+from hicache_cli.rank import entry as rank_module
+from hicache_cli.rank.entry import FaultInjector, _one_line
+from hicache_cli.rank.probe import LoopStats
 from tests.fakes import FakeWork, RecordingWorkList, work_list_of
 
 REAL_SLEEP = time.sleep
@@ -29,7 +29,7 @@ def injector(
 
 @pytest.fixture
 def kills(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """os.kill as hicache_cli.rank calls it, recorded instead of sent."""
+    """os.kill as hicache_cli.rank.entry calls it, recorded instead of sent."""
     sent: list[tuple[int, int]] = []
     monkeypatch.setattr(rank_module.os, "kill", lambda pid, sig: sent.append((pid, sig)))
     return sent
@@ -37,7 +37,7 @@ def kills(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """time.sleep as hicache_cli.rank calls it, recorded and not slept."""
+    """time.sleep as hicache_cli.rank.entry calls it, recorded and not slept."""
     slept: list[float] = []
     monkeypatch.setattr(rank_module.time, "sleep", slept.append)
     return slept

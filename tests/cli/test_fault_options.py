@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.commands.common import StressOptions, config_from_options
+from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.config import CONFIG_FILE, StressConfig
 from hicache_cli.errors import UsageError
 

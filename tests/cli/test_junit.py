@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.gate import Assertion, Thresholds, evaluate
-from hicache_cli.junit import github_annotations, junit_xml
+from hicache_cli.analysis.gate import Assertion, Thresholds, evaluate
+from hicache_cli.present.junit import github_annotations, junit_xml
 
 MakeReport = Callable[..., dict[str, Any]]
 

@@ -16,12 +16,13 @@ from typing import Any
 import psutil
 import pytest
 
-from hicache_cli import launcher, lifecycle
-from hicache_cli import probe as probe_module
+from hicache_cli import lifecycle
+from hicache_cli.analysis.report import RunOutcome, build_report
 from hicache_cli.config import StressConfig
+from hicache_cli.launch import launcher
 from hicache_cli.lifecycle import Lifeline, StopRequests, exit_code_for, owner_alive, owner_token
-from hicache_cli.probe import ORPHANED_EXIT, LoopStats, Probe, RankIdentity, Readings
-from hicache_cli.report import RunOutcome, build_report
+from hicache_cli.rank import probe as probe_module
+from hicache_cli.rank.probe import ORPHANED_EXIT, LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
 
 PP2 = StressConfig(pp=2, duration_s=60.0)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.analysis.report import SCHEMA_VERSION, load_report, write_report
 from hicache_cli.errors import UsageError
-from hicache_cli.report import SCHEMA_VERSION, load_report, write_report
 from hicache_cli.rundir import REPORT_FILE
 
 MakeReport = Callable[..., dict[str, Any]]

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from hicache_cli import launcher, run
+from hicache_cli.analysis.report import REPORT_FILE, RunOutcome, build_report
+from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import StressConfig
-from hicache_cli.launcher import LOOPBACK, LaunchConfig, LaunchResult, rank_environment, torchrun_command
-from hicache_cli.nodes import NODE_ENV, NodeSpec
-from hicache_cli.probe import LoopStats, Probe, RankIdentity, Readings
-from hicache_cli.report import REPORT_FILE, RunOutcome, build_report
+from hicache_cli.launch import launcher, run
+from hicache_cli.launch.launcher import LOOPBACK, LaunchConfig, LaunchResult, rank_environment, torchrun_command
+from hicache_cli.launch.nodes import NODE_ENV, NodeSpec
+from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.rundir import TORCHRUN_LOG
 from hicache_cli.sample import Sample, rank_file
-from hicache_cli.watchdog import Stall
 from tests.cli.conftest import build_sample, build_series
 
 PP4 = StressConfig(pp=4)
@@ -62,7 +62,7 @@ def test_one_machine_uses_the_master_address(tmp_path: Path) -> None:
         "--max-restarts=0",
         "--monitor-interval=0.2",
         "-m",
-        "hicache_cli.rank",
+        "hicache_cli.rank.entry",
         str(tmp_path),
     ]
 
@@ -82,7 +82,7 @@ def test_across_nodes_torchrun_meets_at_the_c10d_rendezvous(tmp_path: Path, node
         "--max-restarts=0",
         "--monitor-interval=0.2",
         "-m",
-        "hicache_cli.rank",
+        "hicache_cli.rank.entry",
         str(tmp_path),
     ]
 

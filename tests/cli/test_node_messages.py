@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.node_messages import (
+from hicache_cli.launch.node_messages import (
     BAD_LINES,
     BAD_PARTS,
     check_hello,
@@ -20,7 +20,7 @@ from hicache_cli.node_messages import (
     sample_line,
     sample_problem,
 )
-from hicache_cli.node_wire import Dropped
+from hicache_cli.launch.node_wire import Dropped
 from tests.cli.conftest import build_sample
 
 WORLD = 4

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hicache_cli.errors import UsageError
-from hicache_cli.node_wire import (
+from hicache_cli.launch.node_wire import (
     MAX_FRAME,
     NOT_A_MESSAGE,
     NOT_THE_PROTOCOL,

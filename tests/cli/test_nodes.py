@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hicache_cli.errors import UsageError
-from hicache_cli.nodes import NodeSpec, node_spec
+from hicache_cli.launch.nodes import NodeSpec, node_spec
 
 SECRET = "0123456789abcdef-secret"  # what an operator gives every node of a run across machines
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.analysis.report import write_report
+from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
-from hicache_cli.main import main
-from hicache_cli.plot import plot_reports
-from hicache_cli.report import write_report
+from hicache_cli.present.plot import plot_reports
 
 MakeReport = Callable[..., dict[str, Any]]
 PNG = b"\x89PNG\r\n\x1a\n"

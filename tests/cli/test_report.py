@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hicache_cli.analysis.report import SCHEMA_VERSION, SERIES_POINTS, RunOutcome, build_report, write_report
 from hicache_cli.config import StressConfig
-from hicache_cli.report import SCHEMA_VERSION, SERIES_POINTS, RunOutcome, build_report, write_report
 from hicache_cli.rundir import REPORT_FILE
 from hicache_cli.sample import Sample
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.analysis.report import load_report
+from hicache_cli.analysis.report_schema import ReportShapeError, check_report
+from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
-from hicache_cli.main import main
-from hicache_cli.report import load_report
-from hicache_cli.report_schema import ReportShapeError, check_report
 
 Report = dict[str, Any]
 

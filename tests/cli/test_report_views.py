@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
-from hicache_cli.main import main
-from hicache_cli.progress import summary_table
-from hicache_cli.report import RunOutcome, build_report, write_report
-from hicache_cli.report_views import diff_ranks, report_diff, report_summary, run_line
+from hicache_cli.present.progress import summary_table
+from hicache_cli.present.report_views import diff_ranks, report_diff, report_summary, run_line
 from hicache_cli.sample import Sample
 
 MakeSeries = Callable[..., list[Sample]]

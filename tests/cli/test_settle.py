@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from hicache_cli import launcher
-from hicache_cli import probe as probe_module
-from hicache_cli.assess import assess_rank
+from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.settle import CONFIRMATIONS, MIN_BOUNDED_S, MIN_LEAK_S, Settler
 from hicache_cli.config import StressConfig
-from hicache_cli.probe import EARLY_STOP, LoopStats, Probe, RankIdentity, Readings
+from hicache_cli.launch import launcher
+from hicache_cli.launch.trace_launcher import trace_config
+from hicache_cli.rank import probe as probe_module
+from hicache_cli.rank.probe import EARLY_STOP, LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
-from hicache_cli.settle import CONFIRMATIONS, MIN_BOUNDED_S, MIN_LEAK_S, Settler
-from hicache_cli.trace_launcher import trace_config
 
 MakeRun = Callable[..., dict[int, list[Sample]]]
 MakeSeries = Callable[..., list[Sample]]

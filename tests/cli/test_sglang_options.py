@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.commands.common import StressOptions, config_from_options
+from hicache_cli.analysis.report import RunOutcome, build_report, target_summary
+from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.progress import target_line, verdict_lines
-from hicache_cli.report import RunOutcome, build_report, target_summary
+from hicache_cli.present.progress import target_line, verdict_lines
 from hicache_cli.sglang_target.extract import NotApplicable, file_sha256
 from hicache_cli.sglang_target.locate import TargetError
 from tests.cli.conftest import build_pp2_run

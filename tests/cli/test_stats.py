@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from hicache_cli import stats
-from hicache_cli.stats import Trend, VerdictInputs
+from hicache_cli.analysis import stats
+from hicache_cli.analysis.stats import Trend, VerdictInputs
 
 
 def line(slope: float, intercept: float = 0.0, n: int = 100, dt: float = 0.1) -> list[tuple[float, float]]:

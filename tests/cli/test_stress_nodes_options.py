@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.commands import common as run_commands
+from hicache_cli.cli.commands import common as run_commands
+from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
-from hicache_cli.launcher import LaunchResult
-from hicache_cli.main import main
-from hicache_cli.nodes import NodeSpec
-from hicache_cli.run import RunResult
+from hicache_cli.launch.launcher import LaunchResult
+from hicache_cli.launch.nodes import NodeSpec
+from hicache_cli.launch.run import RunResult
 from hicache_cli.sample import rank_file
 from tests.cli.conftest import FakeExecute, assert_refused, build_sample
 

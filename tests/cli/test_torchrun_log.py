@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hicache_cli.torchrun_log import WorkerExit, signal_name, worker_exits
+from hicache_cli.analysis.torchrun_log import WorkerExit, signal_name, worker_exits
 
 # torchrun's output when rank 0 raised and torchrun then SIGTERMed rank 1 (ChildFailedError).
 TWO_FAILURES = """\
@@ -19,7 +19,7 @@ Traceback (most recent call last):
     run(args)
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-hicache_cli.rank FAILED
+hicache_cli.rank.entry FAILED
 ------------------------------------------------------------
 Failures:
 [1]:
@@ -45,7 +45,7 @@ Root Cause (first observed failure):
 ONE_KILLED = """\
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-hicache_cli.rank FAILED
+hicache_cli.rank.entry FAILED
 ------------------------------------------------------------
 Failures:
   <NO_OTHER_FAILURES>

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from hicache_cli.commands.trace import trace_exit_code
+from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.trace_report import site_text, top_site_line, works_summary
+from hicache_cli.cli.commands.trace import trace_exit_code
 from hicache_cli.errors import UsageError
-from hicache_cli.launcher import LaunchResult
-from hicache_cli.progress import summary_table, verdict_lines
-from hicache_cli.report import RunOutcome, build_report
-from hicache_cli.run import RunResult
+from hicache_cli.launch.launcher import LaunchResult
+from hicache_cli.launch.run import RunResult
+from hicache_cli.launch.trace_launcher import trace_config
+from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.sample import Sample
-from hicache_cli.trace_launcher import trace_config
-from hicache_cli.trace_report import site_text, top_site_line, works_summary
 
 PY = sys.executable
 LEAKY_SITE = {"file": "/srv/app/sync.py", "line": 42, "function": "sync_counts", "op": "isend", "peer": 1}
@@ -182,7 +182,7 @@ def test_the_exit_code_is_the_programs_unless_hicache_ended_it(
 
 
 def test_watch_waits_for_a_traced_process_before_calling_the_run_over(make_series: Callable[..., list[Sample]]) -> None:
-    from hicache_cli.commands.watch import _all_final
+    from hicache_cli.cli.commands.watch import _all_final
 
     assert not _all_final({}, 0)  # nothing started yet: a trace is not over
     assert _all_final({3: _traced(make_series(1, n=5), 1, [])}, 0)
@@ -190,7 +190,7 @@ def test_watch_waits_for_a_traced_process_before_calling_the_run_over(make_serie
 
 
 def test_the_dashboard_of_a_trace_shows_the_command_and_live_works(leak_and_drain: dict[int, list[Sample]]) -> None:
-    from hicache_cli.dashboard import Dashboard, render
+    from hicache_cli.present.dashboard import Dashboard, render
 
     config = trace_config([PY, "train.py"])
     model = Dashboard(config, "hicache-runs/x-trace").model(leak_and_drain, 20.0)

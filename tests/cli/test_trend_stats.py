@@ -14,10 +14,10 @@ from functools import cache
 
 import pytest
 
-from hicache_cli import stats
-from hicache_cli.assess import assess_rank
+from hicache_cli.analysis import stats
+from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.stats import Trend, VerdictInputs
 from hicache_cli.sample import Sample
-from hicache_cli.stats import Trend, VerdictInputs
 from tests.cli.conftest import build_sample
 
 MakeSeries = Callable[..., list[Sample]]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hicache_cli.commands import watch as watch_command
+from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.cli.commands import watch as watch_command
+from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
-from hicache_cli.main import main
-from hicache_cli.progress import PlainProgress, make_console, summary_table
-from hicache_cli.report import RunOutcome, build_report, write_report
+from hicache_cli.present.progress import PlainProgress, make_console, summary_table
 from hicache_cli.sample import Sample, rank_file
 
 Run = dict[int, list[Sample]]

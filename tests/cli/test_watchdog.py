@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hicache_cli.analysis.watchdog import Stall, blocked_frame, find_stalls, stack_file
 from hicache_cli.sample import Sample
-from hicache_cli.watchdog import Stall, blocked_frame, find_stalls, stack_file
 
 MakeSample = Callable[..., Sample]
 TIMEOUT_S = 5.0
@@ -122,7 +122,7 @@ def test_blocked_frame_is_none_when_no_thread_runs_the_loop(stack_dump: str) -> 
         "Current thread 0x00007f3ab1e4b740 (most recent call first):\n"
         '  File "/work/main/.venv/lib/python3.11/site-packages/torch/distributed/rendezvous.py", '
         "line 210 in _create_c10d_store\n"
-        '  File "/work/main/hicache_cli/rank.py", line 64 in main\n'
+        '  File "/work/main/hicache_cli/rank/entry.py", line 64 in main\n'
         '  File "<frozen runpy>", line 88 in _run_code\n'
     )
     assert blocked_frame("\n".join((probe + "\n", copier + "\n", starting))) is None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hicache_cli.doctor import Finding, as_json, measure_completion
+from hicache_cli.launch.doctor import Finding, as_json, measure_completion
 from tests.integration.helpers import hicache
 
 pytestmark = pytest.mark.slow

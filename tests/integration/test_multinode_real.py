@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hicache_cli.node_messages import BAD_LINES
-from hicache_cli.node_wire import NOT_THE_PROTOCOL, REFUSED_PROOF, UNPROVEN
+from hicache_cli.launch.node_messages import BAD_LINES
+from hicache_cli.launch.node_wire import NOT_THE_PROTOCOL, REFUSED_PROOF, UNPROVEN
 from tests.integration.helpers import REPO
 from tests.outsider import forge, send_raw
 

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from hicache_cli.analysis.report import RunOutcome, build_report
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.report import RunOutcome, build_report
+from hicache_cli.present.tables import release_table, to_markdown, to_rich
 from hicache_cli.sglang_target.scan import (
     HEADERS,
     NOT_APPLICABLE,
@@ -19,12 +20,10 @@ from hicache_cli.sglang_target.scan import (
     ScanRow,
     cells,
     first_change,
-    markdown_table,
     not_applicable,
     pick_versions,
     row_from_report,
     scan_bundle,
-    scan_table,
 )
 from tests.cli.conftest import build_pp2_run
 
@@ -227,6 +226,15 @@ def test_no_change(rows: list[ScanRow]) -> None:
 
 
 # --- rendering ---------------------------------------------------------------------------------
+
+
+def scan_table(rows: list[ScanRow]) -> Any:
+    return to_rich(release_table(rows))
+
+
+def markdown_table(rows: list[ScanRow], title: str) -> str:
+    return to_markdown(release_table(rows), title)
+
 
 ROWS = [
     not_applicable("0.5.12", "no _pp_sync"),

@@ -1,0 +1,131 @@
+"""Policies side by side: one summary row per policy's report, the best of each column,
+the JSON bundle. Pure: reports in, rows and the bundle out (present/tables.py renders them)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+BUNDLE_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    policy: str
+    status: str
+    verdict: str
+    slope_mb_per_h: float | None  # the steepest rank's RSS trend
+    slope_ci95: tuple[float, float] | None
+    peak_depth: int | None  # over all ranks
+    final_depth: int | None  # over all ranks
+    p50_ms: float | None  # PP0's loop: the one a blocking drain slows down
+    p99_ms: float | None
+    max_ms: float | None
+    rounds_per_s: float | None  # PP0's
+    messages_sent: int  # all ranks
+    stalls: int  # watchdog findings
+    failures: int
+
+
+def summarize(report: dict[str, Any]) -> PolicyRow:
+    ranks = [r for r in report["ranks"] if r.get("samples", 0) > 0]
+    sloped = [r for r in ranks if r["rss"]["slope_mb_per_h"] is not None]
+    steepest = max(sloped, key=lambda r: r["rss"]["slope_mb_per_h"], default=None)
+    pp0 = next((r for r in ranks if r["pp_rank"] == 0), None)
+    lat = pp0["loop_latency_ms"] if pp0 else {}
+    return PolicyRow(
+        policy=report["config"]["policy"],
+        status=report["status"],
+        verdict=report["verdict"],
+        slope_mb_per_h=steepest["rss"]["slope_mb_per_h"] if steepest else None,
+        slope_ci95=tuple(steepest["rss"]["slope_ci95_mb_per_h"]) if steepest else None,
+        peak_depth=max((r["work_list"]["max"] for r in ranks), default=None),
+        final_depth=max((r["work_list"]["final"] for r in ranks), default=None),
+        p50_ms=lat.get("p50"),
+        p99_ms=lat.get("p99"),
+        max_ms=lat.get("max"),
+        rounds_per_s=pp0["rounds_per_s"] if pp0 else None,
+        messages_sent=sum(r["messages"]["sent"] for r in ranks),
+        stalls=sum(f["kind"] in ("stall", "hang") for f in report["failures"]),
+        failures=len(report["failures"]),
+    )
+
+
+# column -> (attribute, lower is better)
+BEST = {
+    "slope": ("slope_mb_per_h", True),
+    "peak": ("peak_depth", True),
+    "final": ("final_depth", True),
+    "p50": ("p50_ms", True),
+    "p99": ("p99_ms", True),
+    "max": ("max_ms", True),
+    "rps": ("rounds_per_s", False),
+    "sent": ("messages_sent", True),
+    "stalls": ("stalls", True),
+}
+
+
+def best_of(rows: list[PolicyRow]) -> dict[str, str]:
+    """Column -> the policy with the best value in it (ties: the first). Only policies that
+    completed BOUNDED compete, when there are any: a leaking policy's speed is no prize."""
+    completed = [r for r in rows if r.status == "completed"]
+    contenders = [r for r in completed if r.verdict == "BOUNDED"] or completed
+    best = {}
+    for column, (attr, lower) in BEST.items():
+        candidates = [r for r in contenders if getattr(r, attr) is not None]
+        if candidates:
+            pick = min if lower else max
+            best[column] = pick(candidates, key=lambda r: getattr(r, attr)).policy
+    return best
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def cells(row: PolicyRow) -> dict[str, str]:
+    ci = row.slope_ci95
+    slope = "-" if row.slope_mb_per_h is None else f"{row.slope_mb_per_h:+.0f} [{ci[0]:+.0f},{ci[1]:+.0f}]"
+    return {
+        "policy": row.policy,
+        "verdict": row.verdict if row.status == "completed" else f"{row.verdict} ({row.status})",
+        "slope": slope,
+        "peak": _num(row.peak_depth, "d"),
+        "final": _num(row.final_depth, "d"),
+        "p50": _num(row.p50_ms, ".3f"),
+        "p99": _num(row.p99_ms, ".2f"),
+        "max": _num(row.max_ms, ".1f"),
+        "rps": _num(row.rounds_per_s, ".0f"),
+        "sent": str(row.messages_sent),
+        "stalls": str(row.stalls),
+    }
+
+
+HEADERS = {
+    "policy": "policy",
+    "verdict": "verdict",
+    "slope": "RSS MB/h [95%]",
+    "peak": "peak depth",
+    "final": "final depth",
+    "p50": "p50 ms",
+    "p99": "p99 ms",
+    "max": "max ms",
+    "rps": "rounds/s",
+    "sent": "sent",
+    "stalls": "stalls",
+}
+
+
+def bundle(reports: list[dict[str, Any]], common: dict[str, Any]) -> dict[str, Any]:
+    """The JSON bundle: the shared settings and, per policy, its verdict, summary and full report."""
+    rows = [summarize(r) for r in reports]
+    return {
+        "schema_version": BUNDLE_SCHEMA_VERSION,
+        "kind": "compare-policies",
+        "config": common,
+        "best": best_of(rows),
+        "policies": [
+            {"policy": row.policy, "verdict": row.verdict, "status": row.status, "summary": asdict(row), "report": rep}
+            for row, rep in zip(rows, reports, strict=True)
+        ],
+    }

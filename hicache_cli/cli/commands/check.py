@@ -1,0 +1,171 @@
+"""The CI gate: run one policy (or, after --, any program, traced) and exit 0 when RSS is
+bounded and every threshold holds.
+
+Exit codes: 0 bounded and within every threshold; 1 a leak or a threshold exceeded (the
+message says which and by how much); 2 bad input; 3 the run failed or no verdict could be
+reached.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import typer
+
+from hicache_cli.analysis.gate import Thresholds, evaluate, exit_code
+from hicache_cli.analysis.settle import Settler
+from hicache_cli.cli.commands import common
+from hicache_cli.cli.commands import trace as trace_command
+from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.errors import UsageError
+from hicache_cli.launch.trace_launcher import trace_config
+from hicache_cli.present.junit import github_annotations, junit_xml
+from hicache_cli.present.progress import make_console, summary_table
+from hicache_cli.rundir import create_run_dir, write_atomically
+from hicache_cli.units import format_duration, parse_duration, parse_rate_mb_per_h
+
+CHECK_WARMUP = "3s"  # the cache warm-up already ran; a short trend warm-up settles sooner
+
+
+def check(
+    policy: str = typer.Option(None, "--policy", "-p", help=common.POLICY_HELP + " Default: drain."),
+    target: str = common.TARGET,
+    sglang_class: str = common.SGLANG_CLASS,
+    pp: int = common.PP,
+    tp: int = common.TP,
+    duration: str = typer.Option(None, "--duration", "-d", help="Run exactly this long (default 30s)."),
+    max_duration: str = typer.Option(
+        None, "--max-duration", help="Stop as soon as the verdict is settled, at the latest after this long."
+    ),
+    max_rss_slope: str = typer.Option(
+        "200MB/h", "--max-rss-slope", help="Fail when RSS grows faster (e.g. 200MB/h, 1GB/h, 50KB/s)."
+    ),
+    max_depth: int = typer.Option(None, "--max-depth", help="Fail when a work list ever holds more Works."),
+    max_p99_ms: float = typer.Option(None, "--max-p99-ms", help="Fail when a rank's loop p99 exceeds this."),
+    junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per assertion per rank)."),
+    report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
+    workload: str = common.WORKLOAD,
+    seed: int = common.SEED,
+    wait_timeout: str = common.WAIT_TIMEOUT,
+    warmup: str = typer.Option(
+        None,
+        "--warmup",
+        help=f"Start of the run left out of trends (default {CHECK_WARMUP}; a traced program's: auto).",
+    ),
+    fault: list[str] = common.FAULT,
+    stall_timeout: str = common.STALL_TIMEOUT,
+    device: str = common.DEVICE,
+    pp_backend: str = common.PP_BACKEND,
+    run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
+    port: int = common.PORT,
+    no_live: bool = common.NO_LIVE,
+    loop: str = trace_command.LOOP,
+    command: list[str] = trace_command.COMMAND,
+) -> None:
+    """The CI gate: exit 0 when RSS stays bounded and within every threshold, 1 when not."""
+    if command:
+        _refuse_model_options(
+            policy=policy is not None,
+            target=target != "model",
+            pp=pp != 2,
+            tp=tp != 1,
+            workload=workload != "mixed",
+            seed=seed != 0,
+            wait_timeout=wait_timeout != "5s",
+            fault=bool(fault),
+            device=device != "auto",
+            pp_backend=pp_backend != "gloo",
+            port=port is not None,
+        )
+    elif loop is not None:
+        raise UsageError("--loop names a function of a traced program: give the program after --")
+    else:
+        warmup = CHECK_WARMUP if warmup is None else warmup
+    if duration is not None and max_duration is not None:
+        raise UsageError("give --duration or --max-duration, not both")
+    if max_duration is not None:
+        longest = parse_duration(max_duration, "max-duration")
+        if warmup is not None and parse_duration(warmup, "warmup") >= longest:
+            raise UsageError(f"--warmup ({warmup}) must be shorter than --max-duration ({max_duration})")
+    limits = Thresholds(
+        max_rss_slope_mb_per_h=parse_rate_mb_per_h(max_rss_slope, "max-rss-slope"),
+        max_depth=max_depth,
+        max_p99_ms=max_p99_ms,
+    )
+    if max_depth is not None and max_depth < 0:
+        raise UsageError(f"--max-depth must be 0 or more, got {max_depth}")
+    if max_p99_ms is not None and not (math.isfinite(max_p99_ms) and max_p99_ms > 0):
+        raise UsageError(f"--max-p99-ms must be more than zero, got {max_p99_ms}")
+    common.check_output_paths(junit=junit)
+    common.check_run_options(4.0, report, port)
+    if command:
+        config = trace_config(
+            command, loop, max_duration or duration, 10.0, warmup, limits.max_rss_slope_mb_per_h, stall_timeout
+        )
+    else:
+        config = config_from_options(
+            StressOptions(
+                pp=pp,
+                tp=tp,
+                policy=policy if policy is not None or target != "model" else "drain",
+                duration=max_duration or duration or "30s",
+                workload=workload,
+                seed=seed,
+                probe_hz=10.0,
+                wait_timeout=wait_timeout,
+                warmup=warmup,
+                leak_threshold=limits.max_rss_slope_mb_per_h,
+                stall_timeout=stall_timeout,
+                faults=tuple(fault),
+                device=device,
+                pp_backend=pp_backend,
+                target=target,
+                sglang_class=sglang_class,
+            ),
+            common.say,
+        )
+    directory = create_run_dir(run_dir, config.policy)
+    settler = Settler(config) if max_duration else None
+    if command:
+        result, console = trace_command.run_traced(config, directory, no_live, 4.0, report, early_stop=settler)
+        what = f"trace of {' '.join(command)}"
+    else:
+        live = common.wants_live(no_live)
+        console = make_console(live)
+        mode = f"until settled, at most {max_duration}" if max_duration else format_duration(config.duration_s)
+        what = f"{config.policy}, pp={config.pp} tp={config.tp}"
+        console.print(f"hicache check: {what}, {mode}; run directory {directory}")
+        result = common.run_with_progress(
+            config, directory, console, live, port=port, report_copy=report, early_stop=settler
+        )
+    rep = result.report
+    common.exit_if_interrupted(rep)
+    results = evaluate(rep, limits)
+    code = exit_code(results)
+    console.print(summary_table(rep, console.width))
+    for a in results:
+        mark = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[a.passed]
+        console.print(f"{mark:>9}  {a.name:<10} {a.message}")
+    took = f"{rep['run_s']:.1f} s of workload, {rep['wall_s']:.1f} s in all"
+    if rep.get("stopped_early"):
+        took = f"{rep['stopped_early']}; {took}"
+    verdict = {0: "PASS", 1: "FAIL", 3: "UNDECIDED"}[code]
+    console.print(f"hicache check {verdict} ({what}): {took}")
+    console.print(f"report: {result.report_path}")
+    if junit is not None:
+        write_atomically(junit, junit_xml(results, rep, rep["wall_s"]))
+        console.print(f"junit: {junit}")
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in github_annotations(results, config.policy):
+            print(line)
+    raise typer.Exit(code)
+
+
+def _refuse_model_options(**given: bool) -> None:
+    """Options that shape hicache's own workload mean nothing for a traced program: say so."""
+    for name, was_given in given.items():
+        if was_given:
+            option = "--" + name.replace("_", "-")
+            raise UsageError(f"{option} shapes hicache's own workload; with -- COMMAND the program is the workload")

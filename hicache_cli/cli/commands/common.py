@@ -1,0 +1,269 @@
+"""What the commands that run workloads share: their options, checking them, and running
+one workload with a progress view."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from cache.faults import FaultSpecError, parse_fault
+from cache.policies import POLICIES
+from cache.workload import PRESETS
+from hicache_cli.config import StressConfig
+from hicache_cli.errors import UsageError
+from hicache_cli.launch.launcher import LOOPBACK, EarlyStop, pick_port
+from hicache_cli.launch.nodes import NodeSpec
+from hicache_cli.launch.run import RunResult, execute
+from hicache_cli.lifecycle import STOPS, exit_code_for
+from hicache_cli.present.dashboard import Dashboard
+from hicache_cli.present.progress import LiveView, PlainProgress, stdout_is_terminal
+from hicache_cli.rundir import output_problem
+from hicache_cli.sglang_target.locate import parse_target
+from hicache_cli.sglang_target.resolve import CLASS_CHOICES, resolve
+from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
+
+MAX_WORLD_SIZE = 64
+
+
+@dataclass(frozen=True)
+class StressOptions:
+    pp: int
+    tp: int
+    policy: str | None  # None: DEFAULT_POLICY for the model; must stay None for --target sglang
+    duration: str
+    workload: str
+    seed: int
+    probe_hz: float
+    wait_timeout: str
+    request_rate: float | None = None
+    prefix_sharing: float | None = None
+    idle_fraction: float | None = None
+    warmup: str | None = None
+    leak_threshold: float = 100.0
+    stall_timeout: str = "5s"
+    faults: tuple[str, ...] = ()
+    device: str = "auto"
+    pp_backend: str = "gloo"
+    target: str = "model"
+    sglang_class: str = "auto"
+
+
+def config_from_options(opts: StressOptions, progress: Callable[[str], None] | None = None) -> StressConfig:
+    """Check every option and build the run's config; bad input raises UsageError.
+
+    With `--target sglang...` the SGLang source is located (a release is fetched into the
+    cache, reporting through `progress`) and its methods taken, last, after the cheap checks.
+    """
+    target = parse_target(opts.target)
+    for name, value in (("pp", opts.pp), ("tp", opts.tp)):
+        if value < 1:
+            raise UsageError(f"--{name} must be at least 1, got {value}")
+    if opts.pp * opts.tp > MAX_WORLD_SIZE:
+        raise UsageError(f"--pp x --tp = {opts.pp * opts.tp} ranks; at most {MAX_WORLD_SIZE} are supported")
+    if target is not None:
+        _check_sglang_options(opts)
+    elif (opts.policy or DEFAULT_POLICY) not in POLICIES:
+        raise UsageError(f"--policy: unknown policy {opts.policy!r}; choose one of: {', '.join(POLICIES)}")
+    if opts.workload not in PRESETS:
+        raise UsageError(f"--workload: unknown workload {opts.workload!r}; choose one of: {', '.join(PRESETS)}")
+    for name, value in (
+        ("request-rate", opts.request_rate),
+        ("prefix-sharing", opts.prefix_sharing),
+        ("idle-fraction", opts.idle_fraction),
+    ):
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise UsageError(f"--{name} must be between 0 and 1, got {value}")
+    if not 0.1 <= opts.probe_hz <= 100:
+        raise UsageError(f"--probe-hz must be between 0.1 and 100, got {opts.probe_hz}")
+    if not (math.isfinite(opts.leak_threshold) and opts.leak_threshold > 0):
+        raise UsageError(f"--leak-threshold must be more than zero, got {opts.leak_threshold}")
+    if opts.device not in DEVICES:
+        raise UsageError(f"--device: {opts.device!r}; choose one of: {', '.join(DEVICES)}")
+    if opts.pp_backend not in PP_BACKENDS:
+        raise UsageError(f"--pp-backend: {opts.pp_backend!r}; choose one of: {', '.join(PP_BACKENDS)}")
+    if opts.pp_backend == "nccl" and opts.device == "cpu":
+        raise UsageError("--pp-backend nccl sends CUDA tensors: it needs --device cuda (or auto on a GPU machine)")
+    if opts.device == "cuda" or opts.pp_backend == "nccl":
+        _require_cuda(opts.device, opts.pp_backend)
+    duration = parse_duration(opts.duration, "duration")
+    for spec in opts.faults:
+        try:
+            parse_fault(spec, opts.pp * opts.tp)
+        except FaultSpecError as exc:
+            raise UsageError(f"--fault: {exc}") from None
+    warmup = parse_duration(opts.warmup, "warmup") if opts.warmup is not None else None
+    if warmup is not None and warmup >= duration:
+        raise UsageError(f"--warmup ({warmup:g}s) must be shorter than --duration ({duration:g}s)")
+    config = StressConfig(
+        pp=opts.pp,
+        tp=opts.tp,
+        policy=opts.policy or DEFAULT_POLICY,
+        duration_s=duration,
+        workload=opts.workload,
+        request_rate=opts.request_rate,
+        prefix_sharing=opts.prefix_sharing,
+        idle_fraction=opts.idle_fraction,
+        seed=opts.seed,
+        probe_hz=opts.probe_hz,
+        wait_timeout_s=parse_duration(opts.wait_timeout, "wait-timeout", MAX_TIMEOUT_S),
+        warmup_s=warmup,
+        leak_threshold_mb_per_h=opts.leak_threshold,
+        stall_timeout_s=parse_duration(opts.stall_timeout, "stall-timeout", MAX_TIMEOUT_S),
+        faults=tuple(opts.faults),
+        device=opts.device,
+        pp_backend=opts.pp_backend,
+    )
+    if target is None:
+        return config
+    resolved = resolve(target, opts.sglang_class, progress)
+    return replace(config, target="sglang", sglang=resolved.config_entry(), policy=resolved.label, workload="idle")
+
+
+DEFAULT_POLICY = "reap"
+
+
+def say(message: str) -> None:
+    """Progress of work done before a run starts (fetching a release), on stderr."""
+    typer.echo(f"hicache: {message}", err=True)
+
+
+# Faults that act on hicache's own work list, which SGLang's code does not use.
+MODEL_ONLY_FAULTS = ("raise-in-wait", "keep")
+
+
+def _check_sglang_options(opts: StressOptions) -> None:
+    """Options that shape hicache's own model mean nothing for SGLang's code: say so."""
+    if opts.policy is not None:
+        raise UsageError("--policy picks hicache's model policy; with --target sglang SGLang's own code drains")
+    if opts.sglang_class not in CLASS_CHOICES:
+        raise UsageError(f"--sglang-class: {opts.sglang_class!r}; choose one of: {', '.join(CLASS_CHOICES)}")
+    for name, value in (
+        ("request-rate", opts.request_rate),
+        ("prefix-sharing", opts.prefix_sharing),
+        ("idle-fraction", opts.idle_fraction),
+    ):
+        if value is not None:
+            raise UsageError(f"--{name} shapes hicache's model workload; it does not apply to --target sglang")
+    if opts.device == "cuda" or opts.pp_backend == "nccl":
+        raise UsageError("--target sglang: SGLang's PP sync runs on a gloo CPU group; use --device cpu/auto and gloo")
+    for spec in opts.faults:
+        if spec.split(":", 1)[0] in MODEL_ONLY_FAULTS:
+            raise UsageError(f"--fault {spec}: acts on hicache's own work list; not available with --target sglang")
+
+
+DEVICES = ("auto", "cpu", "cuda")
+PP_BACKENDS = ("gloo", "nccl")
+
+
+def _require_cuda(device: str, pp_backend: str) -> None:
+    """Asked for a GPU: say so now, in one line, rather than from inside every rank."""
+    import torch  # only here: the CLI otherwise never pays for importing torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"--device {device} / --pp-backend {pp_backend}: no CUDA device is available here")
+    if pp_backend == "nccl" and not dist.is_nccl_available():
+        raise UsageError("--pp-backend nccl: this torch has no NCCL")
+
+
+def check_output_paths(**paths: Path | None) -> None:
+    """Files a command will write (option name -> path), checked before any work starts:
+    each one's directory must exist, and it must be new or a regular file (a device, FIFO
+    or directory there is refused, never replaced)."""
+    for option, path in paths.items():
+        if path is not None and (problem := output_problem(path)) is not None:
+            raise UsageError(f"--{option.replace('_', '-')} {path}: {problem}")
+
+
+def check_run_options(refresh: float, report: Path | None, port: int | None) -> None:
+    """Options about running rather than the workload; a bad or busy port fails here,
+    before anything is created."""
+    if not 0.2 <= refresh <= 20:
+        raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
+    check_output_paths(report=report)
+    if port is not None:
+        pick_port(LOOPBACK, port)
+
+
+def exit_if_interrupted(*reports: dict[str, Any]) -> None:
+    """Exit 128 + the signal when a run was stopped from outside, or hicache was asked to
+    stop while it wrote its report; otherwise return."""
+    for report in reports:
+        if report["status"] == "interrupted":
+            raise typer.Exit(exit_code_for((report.get("interruption") or {}).get("signal")))
+    if STOPS.signal is not None:
+        raise typer.Exit(STOPS.exit_code())
+
+
+def wants_live(no_live: bool) -> bool:
+    return not no_live and stdout_is_terminal()
+
+
+def run_with_progress(
+    config: StressConfig,
+    directory: Path,
+    console: Console,
+    live: bool,
+    refresh: float = 4.0,
+    port: int | None = None,
+    report_copy: Path | None = None,
+    early_stop: EarlyStop | None = None,
+    nodes: NodeSpec | None = None,
+) -> RunResult:
+    """One workload, shown live on a terminal or as plain lines otherwise."""
+    if live:
+        with LiveView(Dashboard(config, str(directory)), console) as view:
+            return execute(config, directory, view, port, report_copy, 1.0 / refresh, early_stop, nodes)
+    view = PlainProgress(config.duration_s, write=console.print)
+    return execute(config, directory, view, port, report_copy, early_stop=early_stop, nodes=nodes)
+
+
+POLICY_HELP = "Drain policy: " + ", ".join(POLICIES) + ". See docs/policies.md."
+
+# Options shared by stress, check and compare-policies (typer reads these, never changes them).
+PP = typer.Option(2, "--pp", help="Pipeline-parallel stages (ranks per pipeline).")
+TP = typer.Option(1, "--tp", help="Tensor-parallel ranks per stage; world size is pp x tp.")
+WORKLOAD = typer.Option(
+    "mixed", "--workload", help="Preset: " + ", ".join(PRESETS) + " (idle = the incident's idle server)."
+)
+REQUEST_RATE = typer.Option(None, "--request-rate", help="Chance a busy round admits a request (0-1).")
+PREFIX_SHARING = typer.Option(None, "--prefix-sharing", help="Share of requests with a shared prefix (0-1).")
+IDLE_FRACTION = typer.Option(None, "--idle-fraction", help="Share of rounds with nothing to do (0-1).")
+SEED = typer.Option(0, "--seed", help="Workload seed; every rank uses the same.")
+PROBE_HZ = typer.Option(10.0, "--probe-hz", help="Samples per second per rank.")
+WAIT_TIMEOUT = typer.Option("5s", "--wait-timeout", help="bounded-drain: longest a round's drain may wait.")
+WARMUP = typer.Option(
+    None, "--warmup", help="Start of the run left out of trends (default: where each rank's RSS settles)."
+)
+FAULT = typer.Option(
+    [],
+    "--fault",
+    help="Inject a fault (repeatable): lag:RANK:MS, stall:RANK:AT:FOR, hang:RANK:AT, kill:RANK:AT, "
+    "raise-in-wait:RANK:AT. See docs/faults.md.",
+)
+STALL_TIMEOUT = typer.Option(
+    "5s", "--stall-timeout", help="A rank whose round runs longer is stalled: stacks dumped, run ended."
+)
+TARGET = typer.Option(
+    "model",
+    "--target",
+    help="What runs the PP sync: model (hicache's cache model, under --policy), sglang (the installed "
+    "SGLang's own methods), sglang==VERSION (a release, fetched once) or sglang:PATH (a checkout or file). "
+    "See docs/sglang.md.",
+)
+SGLANG_CLASS = typer.Option(
+    "auto", "--sglang-class", help="With --target sglang: " + ", ".join(CLASS_CHOICES) + " (auto: the first present)."
+)
+PORT = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one).")
+NO_LIVE = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard.")
+REFRESH = typer.Option(4.0, "--refresh", help="Live dashboard refreshes per second.")
+DEVICE = typer.Option("auto", "--device", help="auto (a GPU when there is one), cpu or cuda.")
+PP_BACKEND = typer.Option(
+    "gloo", "--pp-backend", help="Backend of the TP and PP-sync groups: gloo (as SGLang) or nccl (CUDA tensors)."
+)

@@ -1,0 +1,142 @@
+"""Run a real multi-rank HiCache PP-sync workload under one drain policy and report on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from hicache_cli.cli.commands import common
+from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.errors import EXIT_RUN_FAILED, UsageError
+from hicache_cli.launch.node_wire import SECRET_ENV
+from hicache_cli.launch.nodes import NodeSpec, link_summary, node_spec
+from hicache_cli.launch.run import RunResult
+from hicache_cli.lifecycle import exit_code_for
+from hicache_cli.present.progress import make_console, summary_table, verdict_lines
+from hicache_cli.rundir import create_run_dir
+from hicache_cli.sample import RunFollower
+
+
+def stress(
+    pp: int = common.PP,
+    tp: int = common.TP,
+    policy: str = typer.Option(None, "--policy", "-p", help=common.POLICY_HELP + " Default: reap."),
+    target: str = common.TARGET,
+    sglang_class: str = common.SGLANG_CLASS,
+    duration: str = typer.Option("15s", "--duration", "-d", help="Workload time per rank: 15s, 2m, or seconds."),
+    workload: str = common.WORKLOAD,
+    request_rate: float = common.REQUEST_RATE,
+    prefix_sharing: float = common.PREFIX_SHARING,
+    idle_fraction: float = common.IDLE_FRACTION,
+    seed: int = common.SEED,
+    probe_hz: float = common.PROBE_HZ,
+    wait_timeout: str = common.WAIT_TIMEOUT,
+    warmup: str = common.WARMUP,
+    leak_threshold: float = typer.Option(
+        100.0, "--leak-threshold", help="RSS slope in MB/h above which RSS counts as growing."
+    ),
+    fault: list[str] = common.FAULT,
+    stall_timeout: str = common.STALL_TIMEOUT,
+    device: str = common.DEVICE,
+    pp_backend: str = common.PP_BACKEND,
+    run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
+    report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
+    port: int = common.PORT,
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes the ranks span; run hicache on each (docs/multinode.md)."),
+    node_rank: int = typer.Option(None, "--node-rank", help="This node's index; node 0 shows the dashboard."),
+    nproc_per_node: int = typer.Option(None, "--nproc-per-node", help="Ranks on this node (default pp x tp / nnodes)."),
+    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of torchrun's c10d rendezvous."),
+    rdzv_id: str = typer.Option("hicache", "--rdzv-id", help="Run id, the same on every node."),
+    sample_port: int = typer.Option(
+        None, "--sample-port", help="Port of node 0's sample store (default: the rendezvous port + 1)."
+    ),
+    run_secret: str = typer.Option(
+        None,
+        "--run-secret",
+        envvar=SECRET_ENV,
+        show_envvar=True,
+        show_default=False,
+        help="Across machines: the secret every node of the run is given (16+ characters; the environment "
+        "variable keeps it out of `ps`). On loopback node 0 makes one for this user.",
+    ),
+    no_live: bool = common.NO_LIVE,
+    refresh: float = common.REFRESH,
+) -> None:
+    """Run a real multi-rank HiCache PP-sync workload under one drain policy and report on it."""
+    common.check_run_options(refresh, report, port)  # cheap, and before a release is fetched
+    config = config_from_options(
+        StressOptions(
+            pp=pp,
+            tp=tp,
+            policy=policy,
+            duration=duration,
+            workload=workload,
+            seed=seed,
+            probe_hz=probe_hz,
+            wait_timeout=wait_timeout,
+            request_rate=request_rate,
+            prefix_sharing=prefix_sharing,
+            idle_fraction=idle_fraction,
+            warmup=warmup,
+            leak_threshold=leak_threshold,
+            stall_timeout=stall_timeout,
+            faults=tuple(fault),
+            device=device,
+            pp_backend=pp_backend,
+            target=target,
+            sglang_class=sglang_class,
+        ),
+        common.say,
+    )
+    nodes = node_spec(
+        config.world_size, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port, run_secret
+    )
+    if nodes is not None and port is not None:
+        raise UsageError("--port is for one machine; across nodes the rendezvous is --rdzv-endpoint")
+    if nodes is not None and not nodes.is_head and report is not None:
+        raise UsageError("--report: node 0 writes the report; give it there")
+    directory = create_run_dir(run_dir, config.policy)
+    live = common.wants_live(no_live) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
+    console = make_console(live)
+    console.print(f"hicache stress: {config.policy}, pp={config.pp} tp={config.tp}, {config.duration_s:g}s")
+    if nodes is not None:
+        console.print(
+            f"node {nodes.node_rank} of {nodes.nnodes}, {nodes.nproc_per_node} ranks here, "
+            f"rendezvous {nodes.endpoint}, samples to node 0 on port {nodes.sample_port}"
+        )
+    console.print(f"run directory: {directory}")
+    result = common.run_with_progress(config, directory, console, live, refresh, port, report, nodes=nodes)
+    if result.report is None:  # another node: node 0 has the samples and writes the report
+        _node_summary(console, result, nodes)
+        return
+    console.print(summary_table(result.report, console.width))
+    for line in verdict_lines(result.report):
+        console.print(line)
+    if nodes is not None and (dropped := link_summary(result.run_dir)) is not None:
+        console.print(dropped)
+    console.print(f"report: {result.report_path}")
+    common.exit_if_interrupted(result.report)
+    if result.report["status"] == "failed":
+        raise typer.Exit(EXIT_RUN_FAILED)
+
+
+def _node_summary(console: Console, result: RunResult, nodes: NodeSpec) -> None:
+    """What a node other than node 0 says at the end: its ranks, where their samples are."""
+    launched = result.launch
+    assert launched is not None
+    ranks = sorted(RunFollower(result.run_dir).poll())
+    console.print(
+        f"node {nodes.node_rank}: ranks {', '.join(map(str, ranks)) or 'none'} ran here; "
+        f"their samples and logs are in {result.run_dir}"
+    )
+    if launched.link_error:
+        console.print(f"node {nodes.node_rank}: {launched.link_error}; node 0's report lacks what followed")
+    else:
+        console.print(f"node {nodes.node_rank}: the report is written on node 0")
+    if launched.interrupted:
+        raise typer.Exit(exit_code_for(launched.interrupted_by))
+    if launched.killed or launched.exit_code != 0:
+        console.print(f"node {nodes.node_rank}: {launched.reason or f'torchrun exited with {launched.exit_code}'}")
+        raise typer.Exit(EXIT_RUN_FAILED)

@@ -1,0 +1,79 @@
+"""Attach the dashboard to a run directory: a run in progress, or one that has finished."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from hicache_cli.analysis.report import load_report
+from hicache_cli.config import CONFIG_FILE, StressConfig
+from hicache_cli.errors import UsageError
+from hicache_cli.present.dashboard import Dashboard
+from hicache_cli.present.progress import (
+    LiveView,
+    PlainProgress,
+    make_console,
+    stdout_is_terminal,
+    summary_table,
+    verdict_lines,
+)
+from hicache_cli.rundir import REPORT_FILE
+from hicache_cli.sample import RunFollower, Sample
+
+STALE_S = 15.0  # no new sample for this long and no report: the run is gone
+
+
+def follow(run_dir: Path, config: StressConfig, view, refresh_s: float) -> str:  # noqa: ANN001
+    """Feed `view` until the run ends; returns why following stopped."""
+    follower = RunFollower(run_dir)
+    started = time.monotonic()
+    last_growth, last_count = started, -1
+    while True:
+        samples = follower.poll()
+        now = time.monotonic()
+        view(samples, now - started)
+        count = sum(len(s) for s in samples.values())
+        if count != last_count:
+            last_growth, last_count = now, count
+        if (run_dir / REPORT_FILE).exists():
+            return "finished"
+        if _all_final(samples, config.world_size):
+            return "all ranks stopped"
+        if now - last_growth > STALE_S:
+            return f"no new samples for {STALE_S:.0f} s and no report: the run seems to have stopped"
+        time.sleep(refresh_s)
+
+
+def _all_final(samples: dict[int, list[Sample]], world_size: int) -> bool:
+    """Every rank wrote its final line; a trace (world size 0: ranks come as the program
+    starts them) needs at least one."""
+    enough = len(samples) >= max(1, world_size)
+    return enough and all(s and s[-1].kind == "final" for s in samples.values())
+
+
+def watch(
+    run_dir: Path = typer.Argument(..., help="The run directory (hicache-runs/<time>-<policy>/)."),
+    no_live: bool = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard."),
+    refresh: float = typer.Option(4.0, "--refresh", help="Refreshes per second."),
+) -> None:
+    """Attach the dashboard to a run directory: a run in progress, or one that has finished."""
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise UsageError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
+    if not 0.2 <= refresh <= 20:
+        raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
+    config = StressConfig.load(run_dir)
+    live = not no_live and stdout_is_terminal()
+    console = make_console(live)
+    if live:
+        with LiveView(Dashboard(config, str(run_dir)), console) as view:
+            why = follow(run_dir, config, view, 1.0 / refresh)
+    else:
+        why = follow(run_dir, config, PlainProgress(config.duration_s, write=console.print), 1.0 / refresh)
+    console.print(f"watch ended: {why}")
+    if (run_dir / REPORT_FILE).exists():
+        report = load_report(run_dir / REPORT_FILE)
+        console.print(summary_table(report, console.width))
+        for line in verdict_lines(report):
+            console.print(line)

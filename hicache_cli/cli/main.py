@@ -1,0 +1,93 @@
+"""The `hicache` entry point: commands are registered here; errors become messages here."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from cache.policies import POLICIES, describe
+from hicache_cli.cli.commands import report
+from hicache_cli.cli.commands.check import check
+from hicache_cli.cli.commands.compare import compare_policies
+from hicache_cli.cli.commands.doctor import doctor
+from hicache_cli.cli.commands.sglang_scan import sglang_scan
+from hicache_cli.cli.commands.stress import stress
+from hicache_cli.cli.commands.trace import TRACE_EXAMPLES, trace
+from hicache_cli.cli.commands.watch import watch
+from hicache_cli.errors import HicacheError
+from hicache_cli.lifecycle import STOPS
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+ROOT_HELP = (
+    "Reproduce, explain and gate the HiCache PP-sync host-memory leak.\n\n"
+    "Under pipeline parallelism HiCache's PP sync isends a count every scheduler round and "
+    "keeps the Work in a list; on gloo nothing frees it unless wait() is called. "
+    "`hicache stress` runs that for real with torchrun and measures every rank."
+)
+
+
+@app.callback(help=ROOT_HELP)
+def root() -> None:
+    """The command group; each command is its own module under hicache_cli/cli/commands."""
+
+
+POLICY_LINES = "\n\n".join(f"{name}: {describe(name)}" for name in POLICIES)
+
+STRESS_EXAMPLES = f"""Policies:
+
+{POLICY_LINES}
+
+Examples:
+
+  hicache stress --pp 2 --policy reap       # the leak: rank 0's list grows
+
+  hicache stress --pp 2 --policy drain      # the fix: depth <= 2
+
+  hicache stress --pp 4 --workload idle     # the incident: an idle server
+
+  hicache stress --target sglang==0.5.14    # SGLang 0.5.14 itself
+
+  hicache stress --target sglang:~/sglang   # your checkout or patch
+"""
+
+app.command(epilog=STRESS_EXAMPLES)(stress)
+# Everything after the first argument of the program is the program's, not ours.
+app.command(epilog=TRACE_EXAMPLES, context_settings={"allow_interspersed_args": False})(trace)
+app.command()(watch)
+app.command(context_settings={"allow_interspersed_args": False})(check)
+app.command(name="compare-policies")(compare_policies)
+app.command()(doctor)
+app.command(name="sglang-scan")(sglang_scan)
+app.add_typer(report.app, name="report")
+
+
+def main(argv: list[str] | None = None) -> int:
+    STOPS.install()  # SIGTERM and SIGHUP stop a run as Ctrl-C does
+    try:
+        app(args=argv, prog_name="hicache")
+    except HicacheError as exc:
+        print(f"hicache: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code == TYPER_INTERRUPTED and STOPS.signal:  # typer's answer to a KeyboardInterrupt
+            print(f"hicache: stopped by {STOPS.signal}", file=sys.stderr)
+            return STOPS.exit_code()
+        return code
+    finally:
+        STOPS.restore()
+    return 0
+
+
+TYPER_INTERRUPTED = 130  # typer turns a KeyboardInterrupt outside a run into this exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

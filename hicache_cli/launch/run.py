@@ -1,0 +1,98 @@
+"""One stress run end to end: run directory, launch, report. Shared by every command that runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.analysis.torchrun_log import WorkerExit, worker_exits_in
+from hicache_cli.config import StressConfig
+from hicache_cli.launch.launcher import EarlyStop, LaunchConfig, LaunchResult, launch
+from hicache_cli.launch.nodes import NodeSpec
+from hicache_cli.launch.trace_launcher import TraceLaunch, launch_traced
+from hicache_cli.lifecycle import STOPS
+from hicache_cli.sample import Sample, read_run
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    report_path: Path | None  # None on a node other than node 0: the report is written there
+    report: dict[str, Any] | None
+    launch: LaunchResult | None = None
+
+
+def execute(
+    stress: StressConfig,
+    run_dir: Path,
+    on_tick: Callable[[dict[int, list[Sample]], float], None],
+    port: int | None = None,
+    report_copy: Path | None = None,
+    refresh_s: float = 0.5,
+    early_stop: EarlyStop | None = None,
+    nodes: NodeSpec | None = None,
+    passthrough: bool = True,
+) -> RunResult:
+    """Launch the run in `run_dir`, wait for it, and write its report, whatever happened.
+
+    `on_tick` gets the samples so far every `refresh_s` seconds. A traced program's output
+    goes to ours with `passthrough`, else to program.log in the run directory.
+    """
+    stress.save(run_dir)
+    cpu_before = time.process_time()
+    launched_wall = time.time()
+    if stress.traced:
+        traced = TraceLaunch(run_dir=run_dir, stress=stress, passthrough=passthrough, poll_interval_s=refresh_s)
+        result = launch_traced(traced, on_tick, early_stop)
+    else:
+        launch_config = LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s, nodes=nodes)
+        result = launch(launch_config, on_tick, early_stop)
+    with STOPS.finishing():  # a stop signal now must not cost the report
+        return _write_up(stress, run_dir, result, report_copy, nodes, cpu_before, launched_wall)
+
+
+def _write_up(
+    stress: StressConfig,
+    run_dir: Path,
+    result: LaunchResult,
+    report_copy: Path | None,
+    nodes: NodeSpec | None,
+    cpu_before: float,
+    launched_wall: float,
+) -> RunResult:
+    _drop_empty_stack_files(run_dir)
+    if nodes is not None and not nodes.is_head:
+        return RunResult(run_dir, None, None, result)
+    exits = worker_exits_in(run_dir)
+    for rank, (code, sig) in result.remote_exits.items():
+        exits.setdefault(rank, WorkerExit(rank, code, sig))
+    outcome = RunOutcome(
+        interrupted=result.interrupted,
+        interrupted_by=result.interrupted_by,
+        # a traced program stopped at its duration is not a failure; only the watchdog's stop is
+        killed_reason=None if result.stalls or stress.traced else result.reason,
+        torchrun_exit_code=None if stress.traced else result.exit_code,
+        program_exit_code=result.exit_code if stress.traced else None,
+        program_stopped=result.reason if stress.traced else None,
+        wall_s=result.wall_s,
+        launcher_cpu_s=time.process_time() - cpu_before,
+        stalls=result.stalls,
+        stopped_early=result.stopped_early,
+        launched_wall=launched_wall,
+        worker_exits=exits,
+        lost_nodes=result.lost_nodes,
+    )
+    report = build_report(stress, read_run(run_dir), outcome, run_dir)
+    path = write_report(report, run_dir, report_copy)
+    return RunResult(run_dir, path, report, result)
+
+
+def _drop_empty_stack_files(run_dir: Path) -> None:
+    """Every rank opens a stack file for the watchdog; only the ones written to matter."""
+    for path in run_dir.glob("rank-*.stacks.txt"):
+        if path.stat().st_size == 0:
+            path.unlink()

@@ -1,0 +1,1 @@
+"""Presentation: the dashboard, progress lines, tables, plots and JUnit. Imports no torch."""

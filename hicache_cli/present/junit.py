@@ -1,0 +1,64 @@
+"""JUnit XML for CI systems: one test case per assertion per rank."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from hicache_cli.analysis.gate import Assertion
+
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _xml_text(text: str) -> str:
+    """XML 1.0 has no place for most control characters (a rank's error may carry colour codes)."""
+    return _NOT_XML.sub("?", text)
+
+
+def junit_xml(results: list[Assertion], report: dict[str, Any], wall_s: float) -> str:
+    policy = report["config"]["policy"]
+    failures = sum(a.passed is False for a in results)
+    errors = sum(a.passed is None for a in results)
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"hicache check {policy}",
+        tests=str(len(results)),
+        failures=str(failures),
+        errors=str(errors),
+        time=f"{wall_s:.3f}",
+    )
+    props = ET.SubElement(suite, "properties")
+    cfg = report["config"]
+    for key in ("policy", "pp", "tp", "duration_s", "workload", "seed"):
+        ET.SubElement(props, "property", name=key, value=str(cfg.get(key)))
+    ET.SubElement(props, "property", name="verdict", value=str(report["verdict"]))
+    for a in results:
+        where = "run" if a.rank is None else f"rank{a.rank}"
+        case = ET.SubElement(suite, "testcase", classname=f"hicache.{policy}.{where}", name=a.name, time="0")
+        message = _xml_text(a.message)
+        if a.passed is False:
+            ET.SubElement(case, "failure", message=message, type=a.name).text = message
+        elif a.passed is None:
+            ET.SubElement(case, "error", message=message, type="undecided").text = message
+        else:
+            ET.SubElement(case, "system-out").text = message
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def github_annotations(results: list[Assertion], policy: str) -> list[str]:
+    """Workflow commands GitHub Actions turns into annotations on the run."""
+    lines = []
+    for a in results:
+        if a.passed is False:
+            lines.append(f"::error title=hicache check ({policy})::{_escape(a.message)}")
+        elif a.passed is None:
+            lines.append(f"::warning title=hicache check ({policy})::{_escape(a.message)}")
+    return lines
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")

@@ -1,0 +1,194 @@
+"""Plain progress lines while a run goes, and the final per-rank summary table.
+
+Renderers only turn data into text or rich renderables; printing is the caller's.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from hicache_cli.present.dashboard import Dashboard, render
+from hicache_cli.present.trace_views import trace_lines, trace_table
+from hicache_cli.sample import Sample
+from hicache_cli.sglang_target.extract import how_it_frees
+from hicache_cli.units import format_bytes, format_duration
+
+
+class RunConsole(Console):
+    """A console whose reader may go away (`hicache stress | head`): the run goes on."""
+
+    def on_broken_pipe(self) -> None:
+        # rich exits here; a run must still finish and write its report, so go quiet.
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def ensure_stdout() -> None:
+    """Give the process a stdout any command can print anything to, whatever it was given.
+
+    Started with stdout closed (`hicache stress >&-`) Python has none: fd 1 is pointed at
+    /dev/null (so no file hicache opens later, and no child, gets it as its stdout) and the
+    output is dropped; the run goes on and writes its report. An encoding that cannot spell
+    a character (PYTHONIOENCODING=ascii, a non-ASCII run directory) escapes it, never raises.
+    """
+    if sys.stdout is None:
+        try:
+            os.fstat(1)
+        except OSError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != 1:
+                os.dup2(devnull, 1)
+                os.close(devnull)
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # kept open for the process's life
+    elif isinstance(sys.stdout, io.TextIOWrapper) and _may_raise(sys.stdout):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
+def _may_raise(stream: io.TextIOWrapper) -> bool:
+    """Whether writing some text can raise: strict errors, or surrogateescape (a C locale's)
+    on an encoding short of UTF-8, which the dashboard's block characters exceed."""
+    utf = codecs.lookup(stream.encoding).name.startswith("utf")
+    return stream.errors == "strict" or (stream.errors == "surrogateescape" and not utf)
+
+
+def stdout_is_terminal() -> bool:
+    ensure_stdout()
+    return sys.stdout.isatty()
+
+
+def make_console(live: bool) -> Console:
+    """A console for command output: colours only when live; off a terminal, wide enough
+    for the tables (rich would assume 80 columns and cut them) and never markup."""
+    tty = stdout_is_terminal()
+    return RunConsole(markup=False, highlight=False, color_system="auto" if live else None, width=None if tty else 160)
+
+
+class PlainProgress:
+    """Prints one line every `interval_s` seconds of run time: no escape codes."""
+
+    def __init__(self, duration_s: float, interval_s: float = 2.0, write=print) -> None:  # noqa: ANN001
+        self.duration_s = duration_s
+        self.interval_s = interval_s
+        self.write = write
+        self._next_starting = 0.0  # launch time, while no rank samples yet
+        self._next = 0.0  # run time, once they do
+
+    def __call__(self, samples: dict[int, list[Sample]], elapsed: float) -> None:
+        latest = {r: s[-1] for r, s in samples.items() if s}
+        if not latest:
+            if elapsed >= self._next_starting:
+                self.write(f"[{format_duration(elapsed):>6}] starting ranks...")
+                self._next_starting = elapsed + self.interval_s
+            return
+        run_t = max(s.t for s in latest.values())
+        if run_t < self._next:
+            return
+        self._next = run_t + self.interval_s
+        self.write(progress_line(latest, self.duration_s))
+
+
+def progress_line(latest: dict[int, Sample], duration_s: float) -> str:
+    run_t = max(s.t for s in latest.values())
+    parts = [
+        f"r{r} {format_bytes(s.rss_bytes)} {'depth' if s.works is None else 'live Works'} {s.depth} rounds {s.rounds}"
+        + (f" [{s.state}]" if s.state != "running" else "")
+        for r, s in sorted(latest.items())
+    ]
+    total = f" / {format_duration(duration_s)}" if duration_s > 0 else ""  # 0: a trace, until the program ends
+    return f"[{format_duration(run_t):>6}{total}] " + " | ".join(parts)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def summary_table(report: dict[str, Any], width: int = 160) -> Table:
+    """The per-rank result table; under 110 columns RSS end and p50/max are left out."""
+    if (report.get("target") or {}).get("kind") == "trace":
+        return trace_table(report, width)
+    cfg = report["config"]
+    title = (
+        f"{cfg['policy']}  pp={cfg['pp']} tp={cfg['tp']}  {cfg['duration_s']:g}s  "
+        f"status={report['status']}  verdict={report['verdict']}"
+    )
+    wide = width >= 110
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1), pad_edge=False)
+    if wide:
+        names = ["rank", "pp/tp", "verdict", "RSS end", "slope MB/h [95%]", "depth max/final", "p50/p99/max ms"]
+        names += ["rounds/s", "backlog"]
+    else:
+        names = ["r", "pp/tp", "verdict", "MB/h [95%]", "depth max/fin", "p99ms", "rnd/s", "backlog"]
+    for name in names:
+        table.add_column(name, justify="left" if name == "verdict" else "right", no_wrap=name != "backlog")
+    for r in report["ranks"]:
+        if r.get("samples", 0) == 0:
+            table.add_row(str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"], *["n/a"] * (len(names) - 3))
+            continue
+        rss, wl, lat, backlog = r["rss"], r["work_list"], r["loop_latency_ms"], r["backlog_at_stop"]
+        ci = rss["slope_ci95_mb_per_h"]
+        cells = [str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"]]
+        if wide:
+            cells.append(format_bytes(rss["end_bytes"]))
+        cells.append("n/a" if ci is None else f"{rss['slope_mb_per_h']:+.0f} [{ci[0]:+.0f},{ci[1]:+.0f}]")
+        cells.append(f"{wl['max']}/{wl['final']}")
+        if wide:
+            cells.append(f"{_fmt(lat['p50'], '.3f')}/{_fmt(lat['p99'], '.2f')}/{_fmt(lat['max'], '.1f')}")
+        else:
+            cells.append(_fmt(lat["p99"], ".2f"))
+        cells.append(_fmt(r["rounds_per_s"], ".0f"))
+        cells.append(f"{backlog['outstanding_sends']}s {backlog['unreceived_messages']}r")
+        table.add_row(*cells)
+    return table
+
+
+def target_line(report: dict[str, Any]) -> str | None:
+    """For a run of SGLang's own code: which code it was and what its round sends."""
+    target = report.get("target") or {}
+    if target.get("kind") != "sglang":
+        return None
+    method = target.get("drain_method") or "no known drain method"
+    how = how_it_frees(target.get("drain_method"))
+    per_round = target.get("sends_per_round")
+    sends = f"; {per_round:g} PP-sync sends per round" if per_round is not None else ""
+    return (
+        f"SGLang {target['version']} {target['class']} ({target['origin']}: {target['location']}): "
+        f"{method} {how}{sends}; sha256 {target['sha256'][:12]}"
+    )
+
+
+def verdict_lines(report: dict[str, Any]) -> list[str]:
+    if (report.get("target") or {}).get("kind") == "trace":
+        return trace_lines(report)
+    lines = [line] if (line := target_line(report)) else []
+    lines += [f"rank {r['rank']}: {r['verdict']} - {r['verdict_reason']}" for r in report["ranks"]]
+    lines += [f"failure: rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"]]
+    return lines
+
+
+class LiveView:
+    """The rich Live dashboard, refreshed by the caller's ticks; leaves its last frame on screen."""
+
+    def __init__(self, dashboard: Dashboard, console: Console) -> None:
+        self.dashboard = dashboard
+        self.console = console
+        self._live = Live(console=console, auto_refresh=False, transient=False, redirect_stdout=False)
+
+    def __enter__(self) -> LiveView:
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.stop()
+
+    def __call__(self, samples: dict[int, list[Sample]], elapsed: float) -> None:
+        model = self.dashboard.model(samples, elapsed)
+        self._live.update(render(model, self.console.width), refresh=True)

@@ -1,0 +1,188 @@
+"""The per-rank probe: a thread that samples the rank on its own clock.
+
+It never waits for the event loop, so a rank blocked in `wait()` or `recv()` keeps
+reporting: its round age grows, which is how stalls show. It also enforces the end of
+the run: at the deadline it asks the loop to stop, and if the loop is still blocked
+after a short grace it writes the final line itself and ends the process.
+
+Stdlib only (numpy when given): `hicache trace` runs a subclass inside other programs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import IO, Any
+
+from hicache_cli.lifecycle import Lifeline
+from hicache_cli.rank.loop_stats import (  # noqa: F401 - re-exported: the probe's vocabulary
+    RING,
+    RING_MASK,
+    SUMMARY_ROUNDS,
+    LatencyWindows,
+    LoopStats,
+    RankIdentity,
+    Readings,
+    latency_summary,
+    rss_bytes,
+)
+from hicache_cli.sample import Sample
+
+# SIGTERM/SIGINT/SIGHUP: stop now (interrupted). SIGUSR2: the launcher ends the run early,
+# as if the deadline had come (the verdict is settled).
+EARLY_STOP = signal.SIGUSR2
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, EARLY_STOP}
+LIFELINE_EVERY_S = 0.5  # how often a probe checks that hicache (and its parent) still run
+ORPHANED_EXIT = 128 + signal.SIGHUP  # a rank left behind ends as if its terminal hung up
+
+
+class Probe:
+    def __init__(
+        self,
+        identity: RankIdentity,
+        stats: LoopStats,
+        read: Callable[[], Readings],
+        out: IO[str],
+        hz: float,
+        started: float,
+        deadline: float,
+        stop_grace_s: float,
+        lifeline: Lifeline | None = None,
+        numpy: Any = None,
+    ) -> None:
+        self.identity = identity
+        self.stats = stats
+        self.read = read
+        self.out = out
+        self.interval = 1.0 / hz
+        self.started = started  # time.monotonic() when the workload began
+        self.deadline = deadline
+        self.stop_grace_s = stop_grace_s
+        self._windows = LatencyWindows(stats, numpy)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.state = "running"
+        self.stop_reason = "reached the deadline"
+        self.lifeline = lifeline
+        self._thread = threading.Thread(target=self._run, name="hicache-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def sample(self, kind: str = "sample", message: str | None = None, signal_name: str | None = None) -> Sample:
+        stats, ident = self.stats, self.identity
+        p50, p99, worst, finished = self._windows.take()
+        readings = self.read()
+        now = time.monotonic()
+        return Sample(
+            t=round(now - self.started, 4),
+            wall=time.time(),
+            rank=ident.rank,
+            pp_rank=ident.pp_rank,
+            tp_rank=ident.tp_rank,
+            pid=os.getpid(),
+            state=self.state,
+            rss_bytes=rss_bytes(),
+            depth=readings.depth,
+            held_bytes=readings.held_bytes,
+            rounds=stats.rounds,
+            lat_p50_ms=p50,
+            lat_p99_ms=p99,
+            lat_max_ms=worst,
+            lat_count=finished,
+            round_age_s=round(self.round_age(), 6),
+            sent=readings.sent,
+            received=readings.received,
+            blocked_on=readings.blocked_on,
+            counters=readings.counters,
+            lat_hist=self._windows.histogram.to_json(),
+            digests=readings.digests,
+            gpu_bytes=readings.gpu_bytes,
+            device_name=readings.device_name,
+            works=readings.works,
+            sites=readings.sites,
+            node=ident.node,
+            host=ident.host,
+            kind=kind,
+            message=message,
+            signal=signal_name,
+        )
+
+    def round_age(self) -> float:
+        return time.perf_counter() - self.stats.round_started
+
+    def _write(self, sample: Sample) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            self.out.write(sample.to_json() + "\n")
+            self.out.flush()
+            if sample.kind == "final":
+                self._closed = True
+            return True
+
+    def finish(self, state: str, message: str | None = None, signal_name: str | None = None) -> None:
+        """Write the rank's final line (once); later calls do nothing."""
+        self.state = state
+        self._write(self.sample(kind="final", message=message, signal_name=signal_name))
+
+    def _run(self) -> None:
+        try:
+            self._sample_until_stopped()
+        except Exception:  # noqa: BLE001 - a rank without its probe could hang unseen: end it
+            traceback.print_exc()
+            self.finish("error", "the probe thread failed (see the rank's log)")
+            os._exit(70)
+
+    def _sample_until_stopped(self) -> None:
+        next_at = time.monotonic()
+        check_lifeline_at = next_at + LIFELINE_EVERY_S
+        while True:
+            next_at += self.interval
+            info = signal.sigtimedwait(STOP_SIGNALS, max(0.0, next_at - time.monotonic()))
+            if info is not None and info.si_signo == EARLY_STOP:
+                self.deadline = min(self.deadline, time.monotonic())
+                self.stop_reason = "stopped early: the verdict was settled"
+            elif info is not None:
+                self._stop_on_signal(info.si_signo)
+                return
+            now = time.monotonic()
+            if self.lifeline is not None and now >= check_lifeline_at:
+                check_lifeline_at = now + LIFELINE_EVERY_S
+                if (lost := self.lifeline.lost()) is not None:
+                    self._stop_orphaned(lost)
+                    return
+            if now >= self.deadline and not self.stats.stop_requested:
+                self.stats.stop_requested = True
+                self.state = "stopping"
+            if now >= self.deadline + self.stop_grace_s:
+                self._end_blocked()
+                return
+            if not self._write(self.sample()):
+                return
+            if next_at < now:  # fell behind (e.g. starved of CPU): skip, do not burst
+                next_at = now
+
+    def _end_blocked(self) -> None:
+        """The loop did not finish its last round in time: record where it is and leave."""
+        blocked = self.read().blocked_on or "its event round"
+        age = time.perf_counter() - self.stats.round_started
+        self.finish("done", f"{self.stop_reason}; was blocked in {blocked} for {age:.1f} s")
+        os._exit(0)
+
+    def _stop_on_signal(self, signo: int) -> None:
+        name = signal.Signals(signo).name
+        if self.stats.stop_requested:
+            self.finish("done", f"{name} received while stopping", name)
+            os._exit(0)
+        self.finish("interrupted", f"stopped by {name} before the deadline", name)
+        os._exit(128 + signo)
+
+    def _stop_orphaned(self, why: str) -> None:
+        """Left behind (hicache or torchrun killed): record it and leave, never run on unwatched."""
+        self.finish("interrupted", f"stopped before the deadline: {why}")
+        os._exit(ORPHANED_EXIT)
