@@ -6,7 +6,8 @@
 
 Sections: time-to-verdict, false-alarms, sensitivity, probe-cost, startup, scale, ceiling,
 trace-cost.
-Every run is the real CLI with real ranks; results go to docs/performance.md by hand.
+Every run has real ranks, through the library API (hicache_cli.run and trace: the commands'
+code); results go to docs/performance.md by hand.
 """
 
 from __future__ import annotations
@@ -22,38 +23,33 @@ import time
 from pathlib import Path
 from typing import Any
 
+import hicache_cli as hc
+from hicache_cli.units import parse_duration
+
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"leak_s": 10.0, "bounded_s": 30.0, "probe_cost": 0.03}
 
 
-def hicache(*args: str, tmp: Path) -> tuple[int, dict[str, Any] | None, float]:
-    """Run the CLI; returns (exit code, report or None, wall seconds)."""
-    run_dir = tmp / f"run-{time.monotonic_ns()}"
+def stress(tmp: Path, settle: bool = False, **fields: Any) -> tuple[hc.Report, float]:
+    """One run through the library API: (its report, wall seconds). `settle`: stopped once
+    the verdict is settled, as `check --max-duration` does."""
+    config = hc.StressConfig(**fields)
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "hicache_cli", *args, "--no-live", "--run-dir", str(run_dir)],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wall = time.monotonic() - started
-    report_path = run_dir / "report.json"
-    report = json.loads(report_path.read_text()) if report_path.exists() else None
-    return proc.returncode, report, wall
+    early_stop = hc.Settler(config) if settle else None
+    report = hc.run(config, run_dir=tmp / f"run-{time.monotonic_ns()}", early_stop=early_stop)
+    return report, time.monotonic() - started
 
 
 def time_to_verdict(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     rows = []
-    for pp in ("2", "4"):
-        for policy, limit in (("reap", "60s"), ("drain", "90s")):
-            code, rep, wall = hicache("check", "--policy", policy, "--pp", pp, "--max-duration", limit, tmp=tmp)
-            run_s = rep["run_s"] if rep else None
-            rows.append({"pp": pp, "policy": policy, "exit": code, "run_s": run_s, "wall_s": round(wall, 1)})
+    for pp in (2, 4):
+        for policy, limit in (("reap", 60.0), ("drain", 90.0)):
+            rep, wall = stress(tmp, settle=True, policy=policy, pp=pp, duration_s=limit)
+            run_s, verdict = rep.run_s, str(rep.verdict)
+            rows.append({"pp": pp, "policy": policy, "verdict": verdict, "run_s": run_s, "wall_s": round(wall, 1)})
             target = TARGETS["leak_s"] if policy == "reap" else TARGETS["bounded_s"]
             print(
-                f"pp={pp} {policy:<6} exit {code}  settled after {run_s} s of workload (target {target:g} s: "
+                f"pp={pp} {policy:<6} {verdict:<12} settled after {run_s} s of workload (target {target:g} s: "
                 f"ratio {run_s / target:.2f})  wall {wall:.1f} s"
             )
     return {"rows": rows}
@@ -62,10 +58,8 @@ def time_to_verdict(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
 def false_alarms(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     verdicts = []
     for i in range(args.runs):
-        _, rep, _ = hicache(
-            "stress", "--policy", "drain", "--pp", "2", "--duration", args.duration, "--seed", str(i), tmp=tmp
-        )
-        verdicts.append(rep["verdict"] if rep else "NO REPORT")
+        rep, _ = stress(tmp, policy="drain", pp=2, duration_s=parse_duration(args.duration), seed=i)
+        verdicts.append(str(rep.verdict))
         print(f"drain run {i + 1}/{args.runs}: {verdicts[-1]}")
     leaks = verdicts.count("LEAK")
     print(
@@ -78,32 +72,22 @@ def false_alarms(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
 def sensitivity(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for k in (10, 30, 100, 300, 1000, 10000):
-        _, rep, _ = hicache(
-            "stress",
-            "--policy",
-            "drain",
-            "--pp",
-            "2",
-            "--duration",
-            args.sens_duration,
-            "--fault",
-            f"keep:0:{k}",
-            tmp=tmp,
-        )
-        rank0 = rep["ranks"][0]
+        duration = parse_duration(args.sens_duration)
+        rep, _ = stress(tmp, policy="drain", pp=2, duration_s=duration, faults=(f"keep:0:{k}",))
+        rank0 = rep.ranks[0]
         rows.append(
             {
                 "k": k,
-                "verdict": rank0["verdict"],
-                "kept_per_s": round(rank0["work_list"]["final"] / rep["run_s"], 2),
-                "rss_mb_per_h": rank0["rss"]["slope_mb_per_h"],
-                "floor_mb_per_h": rank0["rss"]["detection_floor_mb_per_h"],
-                "reason": rank0["verdict_reason"],
+                "verdict": str(rank0.verdict),
+                "kept_per_s": round(rank0.work_list.final / rep.run_s, 2),
+                "rss_mb_per_h": rank0.rss.slope_mb_per_h,
+                "floor_mb_per_h": rank0.rss.detection_floor_mb_per_h,
+                "reason": rank0.verdict_reason,
             }
         )
         print(
-            f"keep every {k:>5}th Work: {rows[-1]['kept_per_s']} Works/s kept -> rank 0 {rank0['verdict']}: "
-            f"{rank0['verdict_reason'][:110]}"
+            f"keep every {k:>5}th Work: {rows[-1]['kept_per_s']} Works/s kept -> rank 0 {rank0.verdict}: "
+            f"{rank0.verdict_reason[:110]}"
         )
     return {"duration": args.sens_duration, "rows": rows}
 
@@ -112,10 +96,8 @@ def probe_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     rates: dict[str, list[float]] = {"10": [], "1": []}
     for _ in range(3):  # alternate, so that drift in the machine's load hits both
         for hz in ("10", "1"):
-            _, rep, _ = hicache(
-                "stress", "--policy", "drain", "--pp", "2", "--duration", "10s", "--probe-hz", hz, tmp=tmp
-            )
-            rates[hz].append(rep["ranks"][0]["rounds_per_s"])
+            rep, _ = stress(tmp, policy="drain", pp=2, duration_s=10.0, probe_hz=float(hz))
+            rates[hz].append(rep.ranks[0].rounds_per_s)
     r10, r1 = sum(rates["10"]) / 3, sum(rates["1"]) / 3
     print(
         f"drain rounds/s: {r10:.0f} at 10 Hz, {r1:.0f} at 1 Hz -> 10 Hz/1 Hz = {r10 / r1:.3f} "
@@ -126,28 +108,26 @@ def probe_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def startup(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     rows = []
-    for pp in ("2", "4"):
-        _, rep, wall = hicache("stress", "--policy", "drain", "--pp", pp, "--duration", "3s", tmp=tmp)
-        rows.append({"pp": pp, "startup_s": rep["startup_s"], "wall_s": round(wall, 1)})
-        print(f"pp={pp}: launch to first sample {rep['startup_s']} s; a 3 s run takes {wall:.1f} s in all")
+    for pp in (2, 4):
+        rep, wall = stress(tmp, policy="drain", pp=pp, duration_s=3.0)
+        rows.append({"pp": pp, "startup_s": rep.startup_s, "wall_s": round(wall, 1)})
+        print(f"pp={pp}: launch to first sample {rep.startup_s} s; a 3 s run takes {wall:.1f} s in all")
     return {"rows": rows}
 
 
 def scale(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
-    code, rep, wall = hicache("stress", "--policy", "drain", "--pp", "8", "--tp", "2", "--duration", "10s", tmp=tmp)
-    ranks = rep["ranks"] if rep else []
+    rep, wall = stress(tmp, policy="drain", pp=8, tp=2, duration_s=10.0)
+    rps = rep.ranks[0].rounds_per_s if rep.ranks else None
     print(
-        f"pp=8 x tp=2: exit {code}, status {rep and rep['status']}, {len(ranks)} ranks reported, "
-        f"rounds/s {ranks[0]['rounds_per_s'] if ranks else None}, "
-        f"startup {rep and rep['startup_s']} s, wall {wall:.1f} s"
+        f"pp=8 x tp=2: status {rep.status}, {len(rep.ranks)} ranks reported, rounds/s {rps}, "
+        f"startup {rep.startup_s} s, wall {wall:.1f} s"
     )
     return {
-        "exit": code,
-        "status": rep and rep["status"],
-        "ranks": len(ranks),
+        "status": str(rep.status),
+        "ranks": len(rep.ranks),
         "wall_s": round(wall, 1),
-        "startup_s": rep and rep["startup_s"],
-        "rounds_per_s": ranks[0]["rounds_per_s"] if ranks else None,
+        "startup_s": rep.startup_s,
+        "rounds_per_s": rps,
     }
 
 
@@ -201,10 +181,8 @@ def ceiling(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
             env=dict(os.environ, GLOO_SOCKET_IFNAME="lo"),
         )
         raw = float(proc.stdout.strip().splitlines()[-1])
-        _, rep, _ = hicache(
-            "stress", "--policy", policy, "--pp", "2", "--workload", "idle", "--duration", "10s", tmp=tmp
-        )
-        rps = rep["ranks"][0]["rounds_per_s"]
+        rep, _ = stress(tmp, policy=policy, pp=2, workload="idle", duration_s=10.0)
+        rps = rep.ranks[0].rounds_per_s
         out[policy] = {"hicache_rounds_per_s": rps, "raw_sync_rounds_per_s": raw, "ratio": rps / raw}
         print(
             f"{policy}: hicache {rps:.0f} rounds/s vs the bare sync ({per_round} isend+wait/recv a round) "
@@ -227,14 +205,14 @@ def _tight_rate(tmp: Path, seconds: float, how: str) -> float:
     run_dir = tmp / f"trace-{time.monotonic_ns()}"
     run_dir.mkdir()
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", PYTHONPATH=str(REPO))
-    if how == "tracer":
-        env = environment(env, run_dir, 10.0, None, owner_token())
-    elif how == "cli":
-        program = [sys.executable, "-m", "hicache_cli", "trace", "--no-live", "--run-dir", str(run_dir / "r"), "--"]
-        program += [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(TIGHT)]
-        program += ["--seconds", f"{seconds:g}"]
-    proc = subprocess.run(program, capture_output=True, text=True, check=False, env=env, cwd=tmp)
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("rounds="))
+    if how == "cli":  # the whole of `hicache trace`, through the library
+        hc.trace(program, run_dir=run_dir / "r", capture_output=True)
+        output = (run_dir / "r" / "program.log").read_text()
+    else:
+        if how == "tracer":
+            env = environment(env, run_dir, 10.0, None, owner_token())
+        output = subprocess.run(program, capture_output=True, text=True, check=False, env=env, cwd=tmp).stdout
+    line = next(x for x in output.splitlines() if x.startswith("rounds="))
     return float(line.rsplit("rate=", 1)[1])
 
 

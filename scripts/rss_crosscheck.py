@@ -1,6 +1,6 @@
 """Cross-check: does the RSS slope in the report match RSS read from outside the ranks?
 
-Runs `hicache stress` while this process reads each rank's VmRSS from /proc/<pid>/status
+Runs a stress run (the library's `hicache_cli.run`) while this process reads each rank's VmRSS from /proc/<pid>/status
 (never through the ranks' own probe), fits the same Theil-Sen trend over the same
 post-warm-up window, and prints report/outside ratios per rank.
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -22,7 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import hicache_cli as hc  # noqa: E402
 from hicache_cli.analysis.stats import per_hour_mb, theil_sen  # noqa: E402
+from hicache_cli.units import parse_duration  # noqa: E402
 
 
 @dataclass
@@ -68,12 +69,10 @@ def main() -> int:
         external, stop = ExternalRss(), threading.Event()
         watcher = threading.Thread(target=watch_rss, args=(run_dir, stop, external), daemon=True)
         watcher.start()
-        cmd = [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--run-dir", str(run_dir)]
-        cmd += ["--policy", args.policy, "--pp", args.pp, "--duration", args.duration]
-        subprocess.run(cmd, cwd=REPO, capture_output=True, check=False)
+        config = hc.StressConfig(policy=args.policy, pp=int(args.pp), duration_s=parse_duration(args.duration))
+        report = hc.run(config, run_dir=run_dir).to_dict()
         stop.set()
         watcher.join()
-        report = json.loads((run_dir / "report.json").read_text())
     print(f"policy={args.policy} pp={args.pp} duration={args.duration}")
     print("rank  report MB/h  outside MB/h  ratio")
     for rank in report["ranks"]:

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from hicache_cli.analysis.watchdog import find_stalls
-from hicache_cli.config import StressConfig
+from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import EarlyStop, GuardedView, LaunchResult
 from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
@@ -41,7 +41,7 @@ def trace_config(
     command: list[str],
     loop: str | None = None,
     duration: str | None = None,
-    probe_hz: float = 10.0,
+    probe_hz: float = DEFAULT_PROBE_HZ,
     warmup: str | None = None,
     leak_threshold_mb_per_h: float = 100.0,
     stall_timeout: str = "60s",

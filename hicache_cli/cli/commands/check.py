@@ -19,6 +19,7 @@ from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands import trace as trace_command
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.config import DEFAULT_PROBE_HZ
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.present.junit import github_annotations, junit_xml
@@ -102,7 +103,13 @@ def check(
     common.check_run_options(4.0, report, port)
     if command:
         config = trace_config(
-            command, loop, max_duration or duration, 10.0, warmup, limits.max_rss_slope_mb_per_h, stall_timeout
+            command,
+            loop,
+            max_duration or duration,
+            DEFAULT_PROBE_HZ,
+            warmup,
+            limits.max_rss_slope_mb_per_h,
+            stall_timeout,
         )
     else:
         config = config_from_options(
@@ -113,7 +120,6 @@ def check(
                 duration=max_duration or duration or "30s",
                 workload=workload,
                 seed=seed,
-                probe_hz=10.0,
                 wait_timeout=wait_timeout,
                 warmup=warmup,
                 leak_threshold=limits.max_rss_slope_mb_per_h,

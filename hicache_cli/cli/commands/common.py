@@ -3,19 +3,18 @@ one workload with a progress view."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 
-from cache.faults import FaultSpecError, parse_fault
 from cache.policies import POLICIES
 from cache.workload import PRESETS
-from hicache_cli.config import StressConfig
+from hicache_cli.api import with_sglang
+from hicache_cli.config import DEFAULT_POLICY, DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import LOOPBACK, EarlyStop, pick_port
 from hicache_cli.launch.nodes import NodeSpec
@@ -25,10 +24,8 @@ from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.progress import LiveView, PlainProgress, stdout_is_terminal
 from hicache_cli.rundir import output_problem
 from hicache_cli.sglang_target.locate import parse_target
-from hicache_cli.sglang_target.resolve import CLASS_CHOICES, resolve
+from hicache_cli.sglang_target.resolve import CLASS_CHOICES
 from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
-
-MAX_WORLD_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -39,8 +36,8 @@ class StressOptions:
     duration: str
     workload: str
     seed: int
-    probe_hz: float
-    wait_timeout: str
+    probe_hz: float = DEFAULT_PROBE_HZ
+    wait_timeout: str = "5s"
     request_rate: float | None = None
     prefix_sharing: float | None = None
     idle_fraction: float | None = None
@@ -61,50 +58,14 @@ def config_from_options(opts: StressOptions, progress: Callable[[str], None] | N
     cache, reporting through `progress`) and its methods taken, last, after the cheap checks.
     """
     target = parse_target(opts.target)
-    for name, value in (("pp", opts.pp), ("tp", opts.tp)):
-        if value < 1:
-            raise UsageError(f"--{name} must be at least 1, got {value}")
-    if opts.pp * opts.tp > MAX_WORLD_SIZE:
-        raise UsageError(f"--pp x --tp = {opts.pp * opts.tp} ranks; at most {MAX_WORLD_SIZE} are supported")
     if target is not None:
         _check_sglang_options(opts)
-    elif (opts.policy or DEFAULT_POLICY) not in POLICIES:
-        raise UsageError(f"--policy: unknown policy {opts.policy!r}; choose one of: {', '.join(POLICIES)}")
-    if opts.workload not in PRESETS:
-        raise UsageError(f"--workload: unknown workload {opts.workload!r}; choose one of: {', '.join(PRESETS)}")
-    for name, value in (
-        ("request-rate", opts.request_rate),
-        ("prefix-sharing", opts.prefix_sharing),
-        ("idle-fraction", opts.idle_fraction),
-    ):
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise UsageError(f"--{name} must be between 0 and 1, got {value}")
-    if not 0.1 <= opts.probe_hz <= 100:
-        raise UsageError(f"--probe-hz must be between 0.1 and 100, got {opts.probe_hz}")
-    if not (math.isfinite(opts.leak_threshold) and opts.leak_threshold > 0):
-        raise UsageError(f"--leak-threshold must be more than zero, got {opts.leak_threshold}")
-    if opts.device not in DEVICES:
-        raise UsageError(f"--device: {opts.device!r}; choose one of: {', '.join(DEVICES)}")
-    if opts.pp_backend not in PP_BACKENDS:
-        raise UsageError(f"--pp-backend: {opts.pp_backend!r}; choose one of: {', '.join(PP_BACKENDS)}")
-    if opts.pp_backend == "nccl" and opts.device == "cpu":
-        raise UsageError("--pp-backend nccl sends CUDA tensors: it needs --device cuda (or auto on a GPU machine)")
-    if opts.device == "cuda" or opts.pp_backend == "nccl":
-        _require_cuda(opts.device, opts.pp_backend)
-    duration = parse_duration(opts.duration, "duration")
-    for spec in opts.faults:
-        try:
-            parse_fault(spec, opts.pp * opts.tp)
-        except FaultSpecError as exc:
-            raise UsageError(f"--fault: {exc}") from None
     warmup = parse_duration(opts.warmup, "warmup") if opts.warmup is not None else None
-    if warmup is not None and warmup >= duration:
-        raise UsageError(f"--warmup ({warmup:g}s) must be shorter than --duration ({duration:g}s)")
     config = StressConfig(
         pp=opts.pp,
         tp=opts.tp,
         policy=opts.policy or DEFAULT_POLICY,
-        duration_s=duration,
+        duration_s=parse_duration(opts.duration, "duration"),
         workload=opts.workload,
         request_rate=opts.request_rate,
         prefix_sharing=opts.prefix_sharing,
@@ -118,14 +79,12 @@ def config_from_options(opts: StressOptions, progress: Callable[[str], None] | N
         faults=tuple(opts.faults),
         device=opts.device,
         pp_backend=opts.pp_backend,
-    )
+    ).validate()
+    if opts.device == "cuda" or opts.pp_backend == "nccl":
+        _require_cuda(opts.device, opts.pp_backend)
     if target is None:
         return config
-    resolved = resolve(target, opts.sglang_class, progress)
-    return replace(config, target="sglang", sglang=resolved.config_entry(), policy=resolved.label, workload="idle")
-
-
-DEFAULT_POLICY = "reap"
+    return with_sglang(config, opts.target, opts.sglang_class, progress)
 
 
 def say(message: str) -> None:
@@ -155,10 +114,6 @@ def _check_sglang_options(opts: StressOptions) -> None:
     for spec in opts.faults:
         if spec.split(":", 1)[0] in MODEL_ONLY_FAULTS:
             raise UsageError(f"--fault {spec}: acts on hicache's own work list; not available with --target sglang")
-
-
-DEVICES = ("auto", "cpu", "cuda")
-PP_BACKENDS = ("gloo", "nccl")
 
 
 def _require_cuda(device: str, pp_backend: str) -> None:
@@ -236,7 +191,7 @@ REQUEST_RATE = typer.Option(None, "--request-rate", help="Chance a busy round ad
 PREFIX_SHARING = typer.Option(None, "--prefix-sharing", help="Share of requests with a shared prefix (0-1).")
 IDLE_FRACTION = typer.Option(None, "--idle-fraction", help="Share of rounds with nothing to do (0-1).")
 SEED = typer.Option(0, "--seed", help="Workload seed; every rank uses the same.")
-PROBE_HZ = typer.Option(10.0, "--probe-hz", help="Samples per second per rank.")
+PROBE_HZ = typer.Option(DEFAULT_PROBE_HZ, "--probe-hz", help="Samples per second per rank.")
 WAIT_TIMEOUT = typer.Option("5s", "--wait-timeout", help="bounded-drain: longest a round's drain may wait.")
 WARMUP = typer.Option(
     None, "--warmup", help="Start of the run left out of trends (default: where each rank's RSS settles)."

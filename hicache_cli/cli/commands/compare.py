@@ -71,7 +71,6 @@ def compare_policies(
         duration=duration,
         workload=workload,
         seed=seed,
-        probe_hz=10.0,
         wait_timeout=wait_timeout,
         warmup=warmup,
         stall_timeout=stall_timeout,

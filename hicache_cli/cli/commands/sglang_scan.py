@@ -49,8 +49,6 @@ def sglang_scan(
         duration=duration,
         workload="idle",
         seed=0,
-        probe_hz=10.0,
-        wait_timeout="5s",
         sglang_class=sglang_class,
     )
     config_from_options(base)  # the shared options, checked before anything is fetched

@@ -1,0 +1,133 @@
+"""hicache as a library: run a stress workload or trace a program, and read reports back,
+with no terminal output (docs/api.md).
+
+    import hicache_cli as hc
+    report = hc.run(hc.StressConfig(pp=2, policy="reap", duration_s=8.0))
+    assert report.verdict == hc.Verdict.LEAK
+
+The commands run the same `launch.run.execute`; this module adds no behaviour of its own
+beyond checking the config first and typing the result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from hicache_cli.analysis import report as report_file
+from hicache_cli.analysis.results import Report
+from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
+from hicache_cli.errors import UsageError
+from hicache_cli.launch.launcher import EarlyStop
+from hicache_cli.launch.run import execute
+from hicache_cli.launch.trace_launcher import trace_config
+from hicache_cli.rundir import create_run_dir
+from hicache_cli.sample import Sample
+
+# Called about twice a second while a run goes on: every rank's samples so far (by rank
+# file), and the seconds since launch. How the dashboard follows a run.
+OnSamples = Callable[[dict[int, list[Sample]], float], None]
+
+
+def run(
+    config: StressConfig,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    on_samples: OnSamples | None = None,
+    early_stop: EarlyStop | None = None,
+    report_copy: str | os.PathLike[str] | None = None,
+) -> Report:
+    """Run hicache's workload (or SGLang's code, see `with_sglang`) under torchrun and
+    return its report, however the run ended (`report.status` says how).
+
+    `run_dir`: a new or empty directory (default ./hicache-runs/<time>-<policy>/).
+    `early_stop(samples)` may return a reason to end the run before its duration, e.g.
+    `hicache_cli.analysis.settle.Settler(config)`, as `check --max-duration` does.
+    Bad values raise UsageError with the CLI's one-line message.
+    """
+    config.validate()
+    if config.target == "sglang" and config.sglang is None:
+        raise UsageError("target 'sglang' needs SGLang's code: build the config with hicache_cli.with_sglang()")
+    if config.traced:
+        raise UsageError("a traced program runs with hicache_cli.trace(command)")
+    directory = create_run_dir(_path(run_dir), config.policy)
+    result = execute(config, directory, on_samples or _ignore, report_copy=_path(report_copy), early_stop=early_stop)
+    return Report.read(result.report or {}, result.report_path)
+
+
+def trace(
+    command: Sequence[str],
+    *,
+    duration_s: float | None = None,
+    loop: str | None = None,
+    probe_hz: float = DEFAULT_PROBE_HZ,
+    warmup_s: float | None = None,
+    leak_threshold_mb_per_h: float = 100.0,
+    stall_timeout_s: float = 60.0,
+    run_dir: str | os.PathLike[str] | None = None,
+    on_samples: OnSamples | None = None,
+    early_stop: EarlyStop | None = None,
+    capture_output: bool = False,
+) -> Report:
+    """Run `command` with the Work tracer armed in every Python process below it that
+    starts a torch.distributed process group (as `hicache trace -- COMMAND`) and return
+    the report: per process, its Works by creation site.
+
+    `duration_s`: stop the program after this long (default: let it run to its end).
+    `capture_output`: the program's output goes to program.log in the run directory
+    instead of this process's stdout and stderr.
+    """
+    config = trace_config(
+        list(command),
+        loop,
+        None if duration_s is None else _seconds(duration_s),
+        probe_hz,
+        None if warmup_s is None else _seconds(warmup_s),
+        leak_threshold_mb_per_h,
+        _seconds(stall_timeout_s),
+    )
+    directory = create_run_dir(_path(run_dir), "trace")
+    result = execute(config, directory, on_samples or _ignore, early_stop=early_stop, passthrough=not capture_output)
+    return Report.read(result.report or {}, result.report_path)
+
+
+def load_report(path: str | os.PathLike[str]) -> Report:
+    """A report written by any hicache command (or its run directory), checked against the
+    schema; anything else raises UsageError naming the problem."""
+    where = Path(path)
+    data = report_file.load_report(where)
+    return Report.read(data, where / report_file.REPORT_FILE if where.is_dir() else where)
+
+
+def with_sglang(
+    config: StressConfig,
+    target: str = "sglang",
+    sglang_class: str = "auto",
+    progress: Callable[[str], None] | None = None,
+) -> StressConfig:
+    """The config with SGLang's own PP-sync methods in place of hicache's model: `target`
+    is `sglang` (installed), `sglang==VERSION` (fetched once into the cache) or
+    `sglang:PATH`. As `--target`; the workload becomes `idle`, the policy SGLang's.
+    `progress` hears of a release being fetched."""
+    from hicache_cli.sglang_target.locate import parse_target
+    from hicache_cli.sglang_target.resolve import resolve
+
+    spec = parse_target(target)
+    if spec is None:
+        raise UsageError(f"--target {target!r}: name an SGLang (sglang, sglang==VERSION or sglang:PATH)")
+    resolved = resolve(spec, sglang_class, progress)
+    return replace(config, target="sglang", sglang=resolved.config_entry(), policy=resolved.label, workload="idle")
+
+
+def _path(value: str | os.PathLike[str] | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _seconds(value: float) -> str:
+    return format(value, "f")  # plain seconds, as the CLI reads them
+
+
+def _ignore(samples: dict[int, list[Sample]], elapsed: float) -> None:
+    return None
