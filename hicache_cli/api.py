@@ -23,6 +23,7 @@ from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import EarlyStop
 from hicache_cli.launch.run import execute
 from hicache_cli.launch.trace_launcher import trace_config
+from hicache_cli.protocol import REPORT_FILE
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import Sample
 
@@ -98,7 +99,7 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     schema; anything else raises UsageError naming the problem."""
     where = Path(path)
     data = report_file.load_report(where)
-    return Report.read(data, where / report_file.REPORT_FILE if where.is_dir() else where)
+    return Report.read(data, where / REPORT_FILE if where.is_dir() else where)
 
 
 def with_sglang(

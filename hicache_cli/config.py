@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.errors import UsageError
+from hicache_cli.protocol import CONFIG_FILE
 
-CONFIG_FILE = "config.json"
 DEFAULT_POLICY = "reap"  # the incident's: hicache's model leaks under it
 DEFAULT_PROBE_HZ = 10.0
 MAX_WORLD_SIZE = 64

@@ -24,7 +24,8 @@ import sys
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-OWNER_ENV = "HICACHE_OWNER"  # "PID:START" of the hicache that started the run
+from hicache_cli.protocol import OWNER_ENV
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 

@@ -12,18 +12,13 @@ import stat
 import time
 from pathlib import Path
 
-from hicache_cli.config import CONFIG_FILE
 from hicache_cli.errors import UsageError
+from hicache_cli.protocol import CLAIM_FILE, CONFIG_FILE, LOGS_GLOB, REPORT_FILE, SAMPLES_GLOB, TORCHRUN_LOG
 
 DEFAULT_ROOT = Path("hicache-runs")
-REPORT_FILE = "report.json"
-TORCHRUN_LOG = "torchrun.log"
-# Created exclusively by the one run that gets the directory: of two runs started at once
-# on one --run-dir, exactly one creates it; the other is refused.
-CLAIM_FILE = ".hicache-run"
 # What an earlier run (or compare-policies, sglang-scan) leaves: never written over.
 EARLIER_RUN = (CLAIM_FILE, CONFIG_FILE, REPORT_FILE, TORCHRUN_LOG, "compare.json", "scan.json")
-EARLIER_RUN_GLOBS = ("rank-*.jsonl", "rank-*.log")
+EARLIER_RUN_GLOBS = (SAMPLES_GLOB, LOGS_GLOB)
 
 
 def create_run_dir(requested: Path | None, policy: str) -> Path:

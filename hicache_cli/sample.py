@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hicache_cli.protocol import SAMPLES_GLOB
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -63,10 +65,6 @@ class Sample:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def rank_file(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank-{rank}.jsonl"
-
-
 class LineTail:
     """New complete lines of the rank files of a run directory, as they grow.
 
@@ -79,7 +77,7 @@ class LineTail:
 
     def poll(self) -> dict[int, list[bytes]]:
         new: dict[int, list[bytes]] = {}
-        for path in sorted(self.run_dir.glob("rank-*.jsonl")):
+        for path in sorted(self.run_dir.glob(SAMPLES_GLOB)):
             rank = int(path.stem.split("-", 1)[1])
             offset = self._offsets.get(path, 0)
             with path.open("rb") as fh:

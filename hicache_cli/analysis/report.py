@@ -22,10 +22,11 @@ from hicache_cli.analysis.histogram import LatencyHistogram
 from hicache_cli.analysis.report_schema import ReportShapeError, check_report
 from hicache_cli.analysis.torchrun_log import WorkerExit, signal_name
 from hicache_cli.analysis.trace_report import top_site_line, works_summary
-from hicache_cli.analysis.watchdog import Stall, blocked_frame, stack_file
+from hicache_cli.analysis.watchdog import Stall, blocked_frame
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.rundir import REPORT_FILE, write_atomically
+from hicache_cli.protocol import REPORT_FILE, stacks_file
+from hicache_cli.rundir import write_atomically
 from hicache_cli.sample import Sample
 from hicache_cli.sglang_target.extract import waits_on_next_stage
 
@@ -312,7 +313,7 @@ def _failures(
         last_t = series[-1].t if series else 0.0
         if rank in stalls:
             stall = stalls[rank]
-            stack = stack_file(run_dir, rank) if run_dir is not None else None
+            stack = stacks_file(run_dir, rank) if run_dir is not None else None
             dump = stack.read_text(encoding="utf-8", errors="replace") if stack and stack.is_file() else ""
             frame = blocked_frame(dump)
             message = stall.message + (f"; stack top: {frame}" if frame else "")

@@ -13,7 +13,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from hicache_cli.rundir import TORCHRUN_LOG
+from hicache_cli.protocol import TORCHRUN_LOG
 
 _ENTRY = re.compile(r"rank\s*:\s*(?P<rank>\d+)\s*\(local_rank[^)]*\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
 

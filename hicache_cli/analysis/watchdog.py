@@ -51,10 +51,6 @@ def find_stalls(
 _PEER = re.compile(r"pp rank (?P<pp>\d+)")
 
 
-def stack_file(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank-{rank}.stacks.txt"
-
-
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 

@@ -27,11 +27,9 @@ from hicache_cli.analysis.torchrun_log import worker_exits_in
 from hicache_cli.analysis.watchdog import Stall, find_stalls
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.launch.node_wire import SECRET_ENV
-from hicache_cli.launch.nodes import NODE_ENV, Feeder, Head, NodeSpec
-from hicache_cli.lifecycle import OWNER_ENV, STOPS, owner_token, parent_death_signal
-from hicache_cli.rank.probe import EARLY_STOP
-from hicache_cli.rundir import TORCHRUN_LOG
+from hicache_cli.launch.nodes import Feeder, Head, NodeSpec
+from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
+from hicache_cli.protocol import EARLY_STOP, NODE_ENV, OWNER_ENV, SECRET_ENV, STACKS, TORCHRUN_LOG
 from hicache_cli.sample import RunFollower, Sample
 
 LOOPBACK = "127.0.0.1"
@@ -357,7 +355,7 @@ def request_stacks(stalls: list[Stall], settle_s: float = 0.5) -> None:
     """SIGUSR1 each stuck rank: faulthandler in it dumps every thread's stack to a file."""
     for stall in stalls:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(stall.pid, signal.SIGUSR1)
+            os.kill(stall.pid, STACKS)
     time.sleep(settle_s)
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.errors import UsageError
+from hicache_cli.protocol import SECRET_ENV
 
-SECRET_ENV = "HICACHE_RUN_SECRET"
 MIN_SECRET_CHARS = 16
 MAGIC = b"hicache-link/1"
 NONCE_BYTES = 16

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_cli.analysis.watchdog import stack_file
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.node_messages import FOREIGN_LINES, hello, push
 from hicache_cli.launch.node_server import Joined, LinkServer, Pushed, Refused, Rejected
@@ -43,10 +42,10 @@ from hicache_cli.launch.node_wire import (
     read_local_secret,
     share_local_secret,
 )
+from hicache_cli.protocol import LINK_FILE, STACKS_GLOB, samples_file, stacks_file
 from hicache_cli.rundir import write_atomically
-from hicache_cli.sample import LineTail, rank_file
+from hicache_cli.sample import LineTail
 
-NODE_ENV = "HICACHE_NODE_RANK"  # set for each rank: the --node-rank of the hicache that started it
 HEARD_EVERY_S = 0.5  # a feeder pushes this often, lines or not: its heartbeat
 LOST_AFTER_S = 5.0  # the head counts a node lost after this long without a word from it
 
@@ -147,9 +146,6 @@ class NodeState:
     exits: dict[int, tuple[int | None, str | None]] = field(default_factory=dict)  # rank -> (code, signal)
 
 
-LINK_FILE = "node-link.json"  # node 0's run directory: what its link refused and dropped
-
-
 class Head:
     """Node 0: hosts the link, writes what the feeders push into the run directory."""
 
@@ -199,11 +195,11 @@ class Head:
             if self.owners.setdefault(rank, event.node) != event.node:
                 self.dropped[FOREIGN_LINES] += len(lines)
                 continue
-            with rank_file(self.run_dir, rank).open("a", encoding="utf-8") as fh:
+            with samples_file(self.run_dir, rank).open("a", encoding="utf-8") as fh:
                 fh.write("".join(line + "\n" for line in lines))
         for rank, dump in pushed.stacks.items():
             if self.owners.setdefault(rank, event.node) == event.node:
-                stack_file(self.run_dir, rank).write_text(dump, encoding="utf-8")
+                stacks_file(self.run_dir, rank).write_text(dump, encoding="utf-8")
         if pushed.done:
             state.done = True
             state.exits.update({r: e for r, e in pushed.exits.items() if self.owners.get(r, event.node) == event.node})
@@ -325,7 +321,7 @@ class Feeder:
             return
         stacks = {  # what this node's watchdog had its stuck ranks dump, for node 0's report
             int(rank): path.read_text(encoding="utf-8", errors="replace")
-            for path in self.run_dir.glob("rank-*.stacks.txt")
+            for path in self.run_dir.glob(STACKS_GLOB)
             if (rank := path.name.removeprefix("rank-").split(".")[0]).isdigit() and path.stat().st_size
         }
         self._push(push(self._new_lines(), done=True, exits=exits, stacks=stacks))

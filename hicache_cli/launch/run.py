@@ -15,6 +15,7 @@ from hicache_cli.launch.launcher import EarlyStop, LaunchConfig, LaunchResult, l
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.trace_launcher import TraceLaunch, launch_traced
 from hicache_cli.lifecycle import STOPS
+from hicache_cli.protocol import STACKS_GLOB
 from hicache_cli.sample import Sample, read_run
 
 
@@ -93,6 +94,6 @@ def _write_up(
 
 def _drop_empty_stack_files(run_dir: Path) -> None:
     """Every rank opens a stack file for the watchdog; only the ones written to matter."""
-    for path in run_dir.glob("rank-*.stacks.txt"):
+    for path in run_dir.glob(STACKS_GLOB):
         if path.stat().st_size == 0:
             path.unlink()

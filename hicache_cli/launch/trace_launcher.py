@@ -29,6 +29,7 @@ from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import EarlyStop, GuardedView, LaunchResult
 from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
+from hicache_cli.protocol import STACKS
 from hicache_cli.sample import RunFollower, Sample
 from hicache_cli.tracer import protocol
 from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
@@ -236,7 +237,7 @@ def _supervise(
 def _request_stacks(stalls: list) -> None:
     for stall in stalls:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(stall.pid, signal.SIGUSR1)
+            os.kill(stall.pid, STACKS)
     time.sleep(0.5)
 
 

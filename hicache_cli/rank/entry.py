@@ -19,10 +19,18 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from hicache_cli.analysis.watchdog import stack_file
-from hicache_cli.launch.nodes import NODE_ENV
 from hicache_cli.lifecycle import Lifeline
-from hicache_cli.rank.probe import EARLY_STOP, LIFELINE_EVERY_S, ORPHANED_EXIT, RING_MASK, STOP_SIGNALS
+from hicache_cli.protocol import (
+    EARLY_STOP,
+    LIFELINE_EVERY_S,
+    NODE_ENV,
+    ORPHANED_EXIT,
+    STACKS,
+    STOP_SIGNALS,
+    log_file,
+    stacks_file,
+)
+from hicache_cli.rank.probe import RING_MASK
 
 END_SKEW_S = 0.5
 
@@ -60,12 +68,12 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=_guard_start_up, args=(lifeline, probing), name="hicache-start-up", daemon=True).start()
     run_dir = Path(argv[1])
     rank = int(os.environ["RANK"])
-    _redirect_output(run_dir / f"rank-{rank}.log")
+    _redirect_output(log_file(run_dir, rank))
     faulthandler.enable()  # a fatal signal leaves its stacks in the rank's log
     # The watchdog asks a stuck rank for its stacks with SIGUSR1; faulthandler answers
     # from C, so it works even when the loop is blocked inside gloo.
-    stacks = stack_file(run_dir, rank).open("w", encoding="utf-8")
-    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    stacks = stacks_file(run_dir, rank).open("w", encoding="utf-8")
+    faulthandler.register(STACKS, file=stacks, all_threads=True)
 
     import numpy
     import torch.distributed as dist
@@ -73,8 +81,8 @@ def main(argv: list[str]) -> int:
     from cache.faults import FaultPlan
     from cache.pp_sync import Topology
     from hicache_cli.config import StressConfig
+    from hicache_cli.protocol import samples_file
     from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity
-    from hicache_cli.sample import rank_file
 
     config = StressConfig.load(run_dir)
     topo = Topology(rank=rank, pp_size=config.pp, tp_size=config.tp)
@@ -88,7 +96,7 @@ def main(argv: list[str]) -> int:
     dist.barrier()  # start every rank's clock together
     started = time.monotonic()
     stats = LoopStats()
-    out = rank_file(run_dir, rank).open("a", encoding="utf-8")
+    out = samples_file(run_dir, rank).open("a", encoding="utf-8")
     probe = Probe(
         RankIdentity(rank, topo.pp_rank, topo.tp_rank, int(os.environ.get(NODE_ENV, "0")), socket.gethostname()),
         stats,

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from hicache_cli.lifecycle import Lifeline
+from hicache_cli.protocol import EARLY_STOP, LIFELINE_EVERY_S, ORPHANED_EXIT, STOP_SIGNALS
 from hicache_cli.rank.loop_stats import (  # noqa: F401 - re-exported: the probe's vocabulary
     RING,
     RING_MASK,
@@ -31,13 +32,6 @@ from hicache_cli.rank.loop_stats import (  # noqa: F401 - re-exported: the probe
     rss_bytes,
 )
 from hicache_cli.sample import Sample
-
-# SIGTERM/SIGINT/SIGHUP: stop now (interrupted). SIGUSR2: the launcher ends the run early,
-# as if the deadline had come (the verdict is settled).
-EARLY_STOP = signal.SIGUSR2
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, EARLY_STOP}
-LIFELINE_EVERY_S = 0.5  # how often a probe checks that hicache (and its parent) still run
-ORPHANED_EXIT = 128 + signal.SIGHUP  # a rank left behind ends as if its terminal hung up
 
 
 class Probe:

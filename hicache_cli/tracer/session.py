@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from hicache_cli.analysis.watchdog import stack_file
 from hicache_cli.lifecycle import Lifeline
-from hicache_cli.rank.probe import LIFELINE_EVERY_S, ORPHANED_EXIT, LoopStats, Probe, RankIdentity, Readings
-from hicache_cli.sample import Sample, rank_file
+from hicache_cli.protocol import LIFELINE_EVERY_S, ORPHANED_EXIT, samples_file, stacks_file
+from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
+from hicache_cli.sample import Sample
 from hicache_cli.tracer.protocol import STOP_FILE, TraceEnv
 from hicache_cli.tracer.works import SITES_REPORTED, WorkTable
 
@@ -41,7 +41,7 @@ def claim_rank_file(run_dir: Path, rank: int, world_size: int, tries: int = 10_0
     slot = rank
     for _ in range(tries):
         try:
-            fd = os.open(rank_file(run_dir, slot), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            fd = os.open(samples_file(run_dir, slot), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         except FileExistsError:
             slot += max(1, world_size)
             continue
@@ -191,7 +191,7 @@ def _arm_stack_dumps(run_dir: Path, slot: int) -> IO[str] | None:
     if signal.getsignal(signal.SIGUSR1) != signal.SIG_DFL:
         return None
     try:
-        stacks = stack_file(run_dir, slot).open("w", encoding="utf-8")
+        stacks = stacks_file(run_dir, slot).open("w", encoding="utf-8")
         faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     except (OSError, ValueError, RuntimeError):
         return None

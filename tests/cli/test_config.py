@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from hicache_cli import errors
-from hicache_cli.config import CONFIG_FILE, StressConfig
+from hicache_cli.config import StressConfig
+from hicache_cli.protocol import CONFIG_FILE
 
 
 def test_config_round_trips_through_the_run_dir(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ import pytest
 
 from hicache_cli.analysis.report import RunOutcome, build_report, pp_consistency
 from hicache_cli.analysis.torchrun_log import WorkerExit
-from hicache_cli.analysis.watchdog import Stall, stack_file
+from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import StressConfig
+from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.sample import Sample
 
 MakeSeries = Callable[..., list[Sample]]

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
-from hicache_cli.config import CONFIG_FILE, StressConfig
+from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.protocol import CONFIG_FILE
 
 GOOD = StressOptions(
     pp=2, tp=1, policy="drain", duration="15s", workload="mixed", seed=0, probe_hz=10.0, wait_timeout="5s"

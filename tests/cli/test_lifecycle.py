@@ -21,8 +21,9 @@ from hicache_cli.analysis.report import RunOutcome, build_report
 from hicache_cli.config import StressConfig
 from hicache_cli.launch import launcher
 from hicache_cli.lifecycle import Lifeline, StopRequests, exit_code_for, owner_alive, owner_token
+from hicache_cli.protocol import ORPHANED_EXIT
 from hicache_cli.rank import probe as probe_module
-from hicache_cli.rank.probe import ORPHANED_EXIT, LoopStats, Probe, RankIdentity, Readings
+from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
 
 PP2 = StressConfig(pp=2, duration_s=60.0)

@@ -11,7 +11,7 @@ import pytest
 
 from hicache_cli.analysis.report import SCHEMA_VERSION, load_report, write_report
 from hicache_cli.errors import UsageError
-from hicache_cli.rundir import REPORT_FILE
+from hicache_cli.protocol import REPORT_FILE
 
 MakeReport = Callable[..., dict[str, Any]]
 

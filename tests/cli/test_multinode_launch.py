@@ -14,15 +14,16 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.analysis.report import REPORT_FILE, RunOutcome, build_report
+from hicache_cli.analysis.report import RunOutcome, build_report
 from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import StressConfig
 from hicache_cli.launch import launcher, run
 from hicache_cli.launch.launcher import LOOPBACK, LaunchConfig, LaunchResult, rank_environment, torchrun_command
-from hicache_cli.launch.nodes import NODE_ENV, NodeSpec
+from hicache_cli.launch.nodes import NodeSpec
+from hicache_cli.protocol import NODE_ENV, REPORT_FILE, TORCHRUN_LOG
+from hicache_cli.protocol import samples_file as rank_file
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
-from hicache_cli.rundir import TORCHRUN_LOG
-from hicache_cli.sample import Sample, rank_file
+from hicache_cli.sample import Sample
 from tests.cli.conftest import build_sample, build_series
 
 PP4 = StressConfig(pp=4)

@@ -21,14 +21,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hicache_cli.analysis.watchdog import stack_file
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch import node_server, nodes
 from hicache_cli.launch.node_messages import BAD_LINES, FOREIGN_LINES
 from hicache_cli.launch.node_server import MAX_UNPROVEN, TOO_MANY, TWICE, Pushed
 from hicache_cli.launch.node_wire import NOT_THE_PROTOCOL, REFUSED_PROOF, UNPROVEN, receive_frame
-from hicache_cli.launch.nodes import HEARD_EVERY_S, LINK_FILE, LOST_AFTER_S, Feeder, Head, NodeSpec, link_summary
+from hicache_cli.launch.nodes import HEARD_EVERY_S, LOST_AFTER_S, Feeder, Head, NodeSpec, link_summary
+from hicache_cli.protocol import LINK_FILE
+from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.sample import read_run
 from tests.cli.conftest import build_sample
 from tests.outsider import forge, send_raw

@@ -10,7 +10,7 @@ import pytest
 
 from hicache_cli.analysis.report import SCHEMA_VERSION, SERIES_POINTS, RunOutcome, build_report, write_report
 from hicache_cli.config import StressConfig
-from hicache_cli.rundir import REPORT_FILE
+from hicache_cli.protocol import REPORT_FILE
 from hicache_cli.sample import Sample
 
 MakeSeries = Callable[..., list[Sample]]

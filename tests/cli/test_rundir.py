@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from hicache_cli.errors import UsageError
-from hicache_cli.rundir import CLAIM_FILE, DEFAULT_ROOT, create_run_dir, output_problem, write_atomically
+from hicache_cli.protocol import CLAIM_FILE
+from hicache_cli.rundir import DEFAULT_ROOT, create_run_dir, output_problem, write_atomically
 
 
 def test_default_run_dir_is_named_by_time_and_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

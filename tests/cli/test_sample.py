@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_cli.sample import RunFollower, Sample, rank_file, read_run
+from hicache_cli.protocol import samples_file as rank_file
+from hicache_cli.sample import RunFollower, Sample, read_run
 
 MakeSample = Callable[..., Sample]
 

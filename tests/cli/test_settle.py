@@ -19,8 +19,9 @@ from hicache_cli.analysis.settle import CONFIRMATIONS, MIN_BOUNDED_S, MIN_LEAK_S
 from hicache_cli.config import StressConfig
 from hicache_cli.launch import launcher
 from hicache_cli.launch.trace_launcher import trace_config
+from hicache_cli.protocol import EARLY_STOP
 from hicache_cli.rank import probe as probe_module
-from hicache_cli.rank.probe import EARLY_STOP, LoopStats, Probe, RankIdentity, Readings
+from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
 
 MakeRun = Callable[..., dict[int, list[Sample]]]

@@ -15,7 +15,7 @@ from hicache_cli.config import StressConfig
 from hicache_cli.launch.launcher import LaunchResult
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.run import RunResult
-from hicache_cli.sample import rank_file
+from hicache_cli.protocol import samples_file as rank_file
 from tests.cli.conftest import FakeExecute, assert_refused, build_sample
 
 NODE_OPTIONS = ["--pp", "4", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29500"]

@@ -15,7 +15,8 @@ from hicache_cli.cli.commands import watch as watch_command
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.present.progress import PlainProgress, make_console, summary_table
-from hicache_cli.sample import Sample, rank_file
+from hicache_cli.protocol import samples_file as rank_file
+from hicache_cli.sample import Sample
 
 Run = dict[int, list[Sample]]
 MakePP2Run = Callable[..., Run]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_cli.analysis.watchdog import Stall, blocked_frame, find_stalls, stack_file
+from hicache_cli.analysis.watchdog import Stall, blocked_frame, find_stalls
+from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.sample import Sample
 
 MakeSample = Callable[..., Sample]

@@ -10,11 +10,11 @@ from rich.console import Console
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.errors import EXIT_RUN_FAILED, UsageError
-from hicache_cli.launch.node_wire import SECRET_ENV
 from hicache_cli.launch.nodes import NodeSpec, link_summary, node_spec
 from hicache_cli.launch.run import RunResult
 from hicache_cli.lifecycle import exit_code_for
 from hicache_cli.present.progress import make_console, summary_table, verdict_lines
+from hicache_cli.protocol import SECRET_ENV
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import RunFollower
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from hicache_cli.analysis.report import load_report
-from hicache_cli.config import CONFIG_FILE, StressConfig
+from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.progress import (
@@ -19,7 +19,7 @@ from hicache_cli.present.progress import (
     summary_table,
     verdict_lines,
 )
-from hicache_cli.rundir import REPORT_FILE
+from hicache_cli.protocol import CONFIG_FILE, REPORT_FILE
 from hicache_cli.sample import RunFollower, Sample
 
 STALE_S = 15.0  # no new sample for this long and no report: the run is gone

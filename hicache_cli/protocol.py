@@ -1,0 +1,51 @@
+"""What the hicache process and the processes it starts agree on: the run directory's file
+names, the signals each side sends, and the environment variables it sets. One place, so
+that neither side spells them on its own. Stdlib only; the tracer's own environment, which
+foreign programs read, is in tracer/protocol.py.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+# The run directory (docs/report.md): the only contract between ranks, views and report.
+CONFIG_FILE = "config.json"  # the run's StressConfig; every rank reads it
+REPORT_FILE = "report.json"
+TORCHRUN_LOG = "torchrun.log"
+# Created exclusively by the one run that gets the directory: of two runs started at once
+# on one --run-dir, exactly one creates it; the other is refused.
+CLAIM_FILE = ".hicache-run"
+LINK_FILE = "node-link.json"  # across nodes, node 0's: what its sample link refused and dropped
+SAMPLES_GLOB = "rank-*.jsonl"
+LOGS_GLOB = "rank-*.log"
+STACKS_GLOB = "rank-*.stacks.txt"
+
+
+def samples_file(run_dir: Path, rank: int) -> Path:
+    """One sample per line, written by the rank's probe (docs/report.md)."""
+    return run_dir / f"rank-{rank}.jsonl"
+
+
+def log_file(run_dir: Path, rank: int) -> Path:
+    """Everything the rank printed."""
+    return run_dir / f"rank-{rank}.log"
+
+
+def stacks_file(run_dir: Path, rank: int) -> Path:
+    """Every thread's stack, dumped by faulthandler when the watchdog asks (STACKS)."""
+    return run_dir / f"rank-{rank}.stacks.txt"
+
+
+# Signals. To a rank: SIGTERM, SIGINT, SIGHUP stop it now (interrupted); EARLY_STOP ends
+# its run as if the deadline had come (the verdict is settled); STACKS asks for its stacks.
+EARLY_STOP = signal.SIGUSR2
+STACKS = signal.SIGUSR1
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, EARLY_STOP})
+LIFELINE_EVERY_S = 0.5  # how often a rank checks that hicache (and its parent) still run
+ORPHANED_EXIT = 128 + signal.SIGHUP  # a rank left behind ends as if its terminal hung up
+
+# Environment variables set for the processes hicache starts.
+OWNER_ENV = "HICACHE_OWNER"  # "PID:START" of the hicache that started the run
+NODE_ENV = "HICACHE_NODE_RANK"  # each rank: the --node-rank of the hicache that started it
+SECRET_ENV = "HICACHE_RUN_SECRET"  # the nodes' link secret: hicache's, removed from every rank's
