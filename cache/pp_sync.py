@@ -106,8 +106,9 @@ class PPSync:
                 self.tp_all_reduces += 1
         else:
             self.work_list.blocked_on = f"PP sync, waiting in recv from pp rank {topo.pp_rank - 1}"
+            self.work_list.blocked_peer = topo.pp_rank - 1
             dist.recv(counts, src=topo.prev_rank, group=self.groups.pp)
-            self.work_list.blocked_on = None
+            self.work_list.blocked_on = self.work_list.blocked_peer = None
             self.received += 1
         if topo.next_rank is not None:
             data = counts.clone()

@@ -54,6 +54,7 @@ class WorkList:
         self.released = 0  # Works dropped from the list (reaped, drained or cleared)
         # What the owning thread is blocked on, for a sampler in another thread to read.
         self.blocked_on: str | None = None
+        self.blocked_peer: int | None = None  # the pp rank it waits on, while blocked
         # Peers a wait timed out on: on gloo their connection is closed from then on.
         self.timed_out_peers: set[int] = set()
         self.fail_next_wait = False  # set by the raise-in-wait fault
@@ -101,6 +102,7 @@ class WorkList:
             self.fail_next_wait = False
             raise InjectedWaitError(f"injected fault: wait() on isend to rank {send.peer} raised")
         self.blocked_on = f"{where}, waiting on isend to pp rank {send.peer_pp}"
+        self.blocked_peer = send.peer_pp
         started = time.monotonic()
         try:
             if timeout_s is None:
@@ -113,4 +115,4 @@ class WorkList:
             self.timed_out_peers.add(send.peer)
             raise WaitTimedOut(send.peer, send.peer_pp, time.monotonic() - started) from exc
         finally:
-            self.blocked_on = None
+            self.blocked_on = self.blocked_peer = None

@@ -36,6 +36,7 @@ class Sample:
     sent: int  # PP-sync messages sent downstream
     received: int  # PP-sync messages received from upstream
     blocked_on: str | None = None  # e.g. "recv from rank 0", while blocked
+    blocked_peer: int | None = None  # the pp rank it is blocked on, when it knows
     counters: dict[str, float] = field(default_factory=dict)
     # Cumulative loop-latency histogram since the start: {bucket: rounds}, sparse;
     # see hicache_cli.analysis.histogram for the bucket scale.

@@ -40,15 +40,10 @@ def find_stalls(
             message = f"rank {rank} stopped sampling {silent:.1f} s ago (process unresponsive)"
             stalls.append(Stall(rank, last.pid, "hang", message, last.t))
         elif age >= stall_timeout_s:
-            where = last.blocked_on or "its event round"
-            peer = _PEER.search(where)
-            message = f"rank {rank} blocked in {where} for {age:.1f} s"
+            message = f"rank {rank} blocked in {last.blocked_on or 'its event round'} for {age:.1f} s"
             since = last.t - last.round_age_s
-            stalls.append(Stall(rank, last.pid, "stall", message, since, int(peer["pp"]) if peer else None))
+            stalls.append(Stall(rank, last.pid, "stall", message, since, last.blocked_peer))
     return stalls
-
-
-_PEER = re.compile(r"pp rank (?P<pp>\d+)")
 
 
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')

@@ -186,6 +186,7 @@ def build_model(config, topo, device):  # noqa: ANN001, ANN201
             sent=sync.sent,
             received=sync.received,
             blocked_on=work_list.blocked_on,
+            blocked_peer=work_list.blocked_peer,
             counters=counters,
             digests={str(r): d for r, d in new},
         )
@@ -205,7 +206,9 @@ def build_sglang(config, topo, device):  # noqa: ANN001, ANN201
 
     target = config.sglang
     groups = new_groups(topo, "gloo")  # SGLang's PP sync runs on a gloo CPU group
-    traffic = Traffic(in_recv=f"SGLang _pp_sync, in recv from pp rank {topo.pp_rank - 1}")
+    traffic = Traffic(
+        in_recv=f"SGLang _pp_sync, in recv from pp rank {topo.pp_rank - 1}", in_recv_peer=topo.pp_rank - 1
+    )
     CountingCollectives(traffic)
     holder = SGLangHolder(topo.pp_rank, topo.pp_size, groups.pp, groups.tp, topo.tp_size)
     tags = Path(target["tags_file"]) if target["tags_file"] else None
@@ -221,6 +224,7 @@ def build_sglang(config, topo, device):  # noqa: ANN001, ANN201
             sent=traffic.sent,
             received=traffic.received,
             blocked_on=traffic.blocked_on,
+            blocked_peer=traffic.blocked_peer,
             counters={"tp_all_reduces": traffic.all_reduces},
         )
 

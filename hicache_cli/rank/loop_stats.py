@@ -58,6 +58,7 @@ class Readings:
     sent: int = 0
     received: int = 0
     blocked_on: str | None = None
+    blocked_peer: int | None = None  # the pp rank the loop waits on, while blocked
     counters: dict[str, float] = field(default_factory=dict)
     digests: dict[str, int] = field(default_factory=dict)
     gpu_bytes: int | None = None  # CUDA memory the rank's tensors hold, on a GPU

@@ -92,6 +92,7 @@ class Probe:
             sent=readings.sent,
             received=readings.received,
             blocked_on=readings.blocked_on,
+            blocked_peer=readings.blocked_peer,
             counters=readings.counters,
             lat_hist=self._windows.histogram.to_json(),
             digests=readings.digests,

@@ -54,8 +54,10 @@ class Traffic:
     received: int = 0
     all_reduces: int = 0
     blocked_on: str | None = None
-    # what blocked_on says while in recv; the watchdog reads "pp rank N" in it as the peer
+    blocked_peer: int | None = None  # the pp rank the loop waits on, while blocked
+    # what blocked_on and blocked_peer say while in recv
     in_recv: str = "SGLang _pp_sync, in recv from the previous stage"
+    in_recv_peer: int | None = None
 
 
 class CountingCollectives:
@@ -76,11 +78,11 @@ class CountingCollectives:
 
     def recv(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
-        self.traffic.blocked_on = self.traffic.in_recv
+        self.traffic.blocked_on, self.traffic.blocked_peer = self.traffic.in_recv, self.traffic.in_recv_peer
         try:
             result = self._recv(tensor, *args, **kwargs)
         finally:
-            self.traffic.blocked_on = None
+            self.traffic.blocked_on = self.traffic.blocked_peer = None
         self.traffic.received += 1
         return result
 

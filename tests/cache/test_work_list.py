@@ -85,16 +85,16 @@ def test_blocked_on_names_the_peer_during_a_wait_and_clears_after() -> None:
     works = WorkList()
     works.append(pending_send(ok, peer=3))
     works.append(pending_send(broken, peer=4))
-    during: list[str | None] = []
-    ok.on_wait = lambda: during.append(works.blocked_on)
-    broken.on_wait = lambda: during.append(works.blocked_on)
+    during: list[tuple[str | None, int | None]] = []
+    ok.on_wait = lambda: during.append((works.blocked_on, works.blocked_peer))
+    broken.on_wait = lambda: during.append((works.blocked_on, works.blocked_peer))
 
     works.wait(works.head())
-    assert works.blocked_on is None
+    assert works.blocked_on is None and works.blocked_peer is None
     with pytest.raises(RuntimeError):
         works.wait(list(works)[1])
-    assert works.blocked_on is None
-    assert during == ["wait, waiting on isend to pp rank 3", "wait, waiting on isend to pp rank 4"]
+    assert works.blocked_on is None and works.blocked_peer is None
+    assert during == [("wait, waiting on isend to pp rank 3", 3), ("wait, waiting on isend to pp rank 4", 4)]
 
 
 def test_only_a_timed_out_wait_marks_its_peer_as_closed() -> None:

@@ -26,7 +26,9 @@ def stalls_at(samples: dict[int, list[Sample]], now_wall: float) -> list[Stall]:
 
 
 def test_a_round_older_than_the_timeout_is_a_stall_naming_where_and_how_long(make_sample: MakeSample) -> None:
-    last = make_sample(0, t=10.0, pid=4242, round_age_s=6.0, blocked_on="drain, waiting on isend to pp rank 1")
+    last = make_sample(
+        0, t=10.0, pid=4242, round_age_s=6.0, blocked_on="drain, waiting on isend to pp rank 1", blocked_peer=1
+    )
     stalls = stalls_at({0: [make_sample(0, t=9.9, round_age_s=5.9), last]}, now_wall=last.wall)
     assert stalls == [
         Stall(
@@ -66,7 +68,7 @@ def test_a_round_just_at_the_timeout_is_a_stall_and_one_just_below_is_not(make_s
 def test_a_stall_says_which_stage_it_waits_on_when_it_knows(
     make_sample: MakeSample, blocked_on: str | None, pp: int | None, where: str
 ) -> None:
-    last = make_sample(1, t=8.0, round_age_s=7.0, blocked_on=blocked_on)
+    last = make_sample(1, t=8.0, round_age_s=7.0, blocked_on=blocked_on, blocked_peer=pp)
     (stall,) = stalls_at({1: [last]}, now_wall=last.wall)
     assert stall.waiting_on_pp == pp
     assert stall.message == f"rank 1 blocked in {where} for 7.0 s"

@@ -31,6 +31,7 @@ CHECK_WARMUP = "3s"  # the cache warm-up already ran; a short trend warm-up sett
 
 
 def check(
+    ctx: typer.Context,
     policy: str = typer.Option(None, "--policy", "-p", help=common.POLICY_HELP + " Default: drain."),
     target: str = common.TARGET,
     sglang_class: str = common.SGLANG_CLASS,
@@ -113,22 +114,12 @@ def check(
         )
     else:
         config = config_from_options(
-            StressOptions(
-                pp=pp,
-                tp=tp,
+            StressOptions.given(
+                ctx,
                 policy=policy if policy is not None or target != "model" else "drain",
                 duration=max_duration or duration or "30s",
-                workload=workload,
-                seed=seed,
-                wait_timeout=wait_timeout,
-                warmup=warmup,
+                warmup=warmup,  # CHECK_WARMUP when not given
                 leak_threshold=limits.max_rss_slope_mb_per_h,
-                stall_timeout=stall_timeout,
-                faults=tuple(fault),
-                device=device,
-                pp_backend=pp_backend,
-                target=target,
-                sglang_class=sglang_class,
             ),
             common.say,
         )

@@ -4,7 +4,7 @@ one workload with a progress view."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,15 @@ class StressOptions:
     pp_backend: str = "gloo"
     target: str = "model"
     sglang_class: str = "auto"
+
+    @classmethod
+    def given(cls, ctx: typer.Context, **decided: Any) -> StressOptions:
+        """The options a command was given, by their names (`--fault` is `faults`), and
+        what the command decides itself in `decided`: the one way from options to config."""
+        params = dict(ctx.params)
+        if "fault" in params:
+            params["faults"] = tuple(params.pop("fault"))
+        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params} | decided)
 
 
 def config_from_options(opts: StressOptions, progress: Callable[[str], None] | None = None) -> StressConfig:

@@ -36,6 +36,7 @@ def parse_policies(text: str | None) -> list[str]:
 
 
 def compare_policies(
+    ctx: typer.Context,
     policies: str = typer.Option(None, "--policies", help="Comma-separated policies (default: every registered one)."),
     pp: int = common.PP,
     tp: int = common.TP,
@@ -64,21 +65,7 @@ def compare_policies(
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
     common.check_output_paths(output=output, markdown=markdown, plot=None if plot is None else output_path(plot))
-    options = StressOptions(
-        pp=pp,
-        tp=tp,
-        policy=names[0],
-        duration=duration,
-        workload=workload,
-        seed=seed,
-        wait_timeout=wait_timeout,
-        warmup=warmup,
-        stall_timeout=stall_timeout,
-        faults=tuple(fault),
-        device=device,
-        pp_backend=pp_backend,
-        sglang_class=sglang_class,
-    )
+    options = StressOptions.given(ctx, policy=names[0], target="model")  # --target adds SGLangs, below
     base = config_from_options(options)
     configs = [replace(base, policy=name) for name in names]  # checked once; only the policy differs
     for spec in target:

@@ -27,6 +27,7 @@ from hicache_cli.sglang_target.scan import (
 
 
 def sglang_scan(
+    ctx: typer.Context,
     versions: str = typer.Option(
         "0.5.12..", "--versions", help="Releases: A..B (inclusive; an end may be left open) or A,B,C."
     ),
@@ -42,15 +43,7 @@ def sglang_scan(
 ) -> None:
     """Run SGLang's own PP-sync code from each release in a range: where the leak came and went."""
     common.check_output_paths(output=output, markdown=markdown)
-    base = StressOptions(
-        pp=pp,
-        tp=1,
-        policy=None,
-        duration=duration,
-        workload="idle",
-        seed=0,
-        sglang_class=sglang_class,
-    )
+    base = StressOptions.given(ctx, tp=1, policy=None, workload="idle", seed=0)
     config_from_options(base)  # the shared options, checked before anything is fetched
     chosen = pick_versions(versions, release_versions(common.say))
     parent = create_run_dir(run_dir, "sglang-scan")

@@ -20,6 +20,7 @@ from hicache_cli.sample import RunFollower
 
 
 def stress(
+    ctx: typer.Context,
     pp: int = common.PP,
     tp: int = common.TP,
     policy: str = typer.Option(None, "--policy", "-p", help=common.POLICY_HELP + " Default: reap."),
@@ -67,27 +68,7 @@ def stress(
     """Run a real multi-rank HiCache PP-sync workload under one drain policy and report on it."""
     common.check_run_options(refresh, report, port)  # cheap, and before a release is fetched
     config = config_from_options(
-        StressOptions(
-            pp=pp,
-            tp=tp,
-            policy=policy,
-            duration=duration,
-            workload=workload,
-            seed=seed,
-            probe_hz=probe_hz,
-            wait_timeout=wait_timeout,
-            request_rate=request_rate,
-            prefix_sharing=prefix_sharing,
-            idle_fraction=idle_fraction,
-            warmup=warmup,
-            leak_threshold=leak_threshold,
-            stall_timeout=stall_timeout,
-            faults=tuple(fault),
-            device=device,
-            pp_backend=pp_backend,
-            target=target,
-            sglang_class=sglang_class,
-        ),
+        StressOptions.given(ctx),
         common.say,
     )
     nodes = node_spec(
