@@ -178,6 +178,11 @@ def test_an_outsider_cannot_read_forge_into_or_stop_a_two_node_run(tmp_path: Pat
             assert time.monotonic() < deadline, "the ranks never started"
             assert head.poll() is None and other.poll() is None
             time.sleep(0.2)
+        # first, while node 1 surely still follows its files (the outsider below imports torch:
+        # seconds on a loaded machine): a rank's file on node 1 gets a line that is not JSON
+        (remote,) = (tmp_path / "node1").glob("rank-*.jsonl")
+        with remote.open("a", encoding="utf-8") as fh:
+            fh.write("this line is not JSON\n")
         assert send_raw("127.0.0.1", port + 1, b"this line is not JSON\n").find(REFUSED_PROOF) == -1
         options = {**json.loads((tmp_path / "node0" / "config.json").read_text()), "nnodes": 2, "rdzv_id": "hicache"}
         assert forge("127.0.0.1", port + 1, node=1, rank=1, options=options) == REFUSED_PROOF
@@ -185,9 +190,6 @@ def test_an_outsider_cannot_read_forge_into_or_stop_a_two_node_run(tmp_path: Pat
             [sys.executable, "-c", TCPSTORE_OUTSIDER, str(port + 1)], capture_output=True, text=True, timeout=60
         )
         assert store.stdout.strip() == "kept out", store.stdout + store.stderr
-        (remote,) = (tmp_path / "node1").glob("rank-*.jsonl")  # a rank's file on node 1 gets a line that is not JSON
-        with remote.open("a", encoding="utf-8") as fh:
-            fh.write("this line is not JSON\n")
         other_out, _ = other.communicate(timeout=120)
         head_out, _ = head.communicate(timeout=120)
     finally:
