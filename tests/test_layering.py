@@ -34,3 +34,10 @@ def test_the_tracer_uses_only_the_standard_library() -> None:
     statement = "import hicache_cli.tracer.hooks, hicache_cli.tracer.session, hicache_cli.tracer.works"
     watched = ["torch", "numpy", "psutil", "rich", "typer", "matplotlib"]
     assert modules_loaded_by(statement, watched) == []
+
+
+def test_the_lint_analysis_imports_neither_torch_nor_the_terminal_libraries() -> None:
+    """`hicache lint` reads source with `ast`: no torch to import, and a library API (engine,
+    rules, formats) that scripts can call without rich or typer."""
+    statement = "import hicache_cli.lint.engine, hicache_cli.lint.formats, hicache_cli.lint.rules"
+    assert modules_loaded_by(statement, ["torch", "rich", "typer", "psutil", "numpy"]) == []
