@@ -368,12 +368,17 @@ class _Builder:
         if isinstance(node, ast.IfExp):
             self.ev(node.test)
             return self.ev(node.body) | self.ev(node.orelse)
-        if isinstance(node, ast.BoolOp | ast.List | ast.Tuple | ast.Set | ast.BinOp):
-            parts = node.values if isinstance(node, ast.BoolOp) else None
-            if isinstance(node, ast.BinOp):
-                parts = [node.left, node.right]
-            elif parts is None:
-                parts = node.elts  # type: ignore[union-attr]
+        if isinstance(node, ast.BinOp):  # `works_a + works_b`; long chains are flattened, not recursed
+            parts, todo = [], [node]
+            while todo:
+                part = todo.pop()
+                if isinstance(part, ast.BinOp):
+                    todo += [part.right, part.left]
+                else:
+                    parts.append(part)
+            return frozenset().union(*(self.ev(p) for p in parts))
+        if isinstance(node, ast.BoolOp | ast.List | ast.Tuple | ast.Set):
+            parts = node.values if isinstance(node, ast.BoolOp) else node.elts
             return frozenset().union(*(self.ev(p) for p in parts))
         if isinstance(node, ast.Dict):
             for key in node.keys:

@@ -75,7 +75,7 @@ def lint_files(files: Sequence[SourceFile], rules: Sequence[type[Rule]]) -> Lint
             result.problems.append(InputProblem(source.shown, f"does not parse: {exc}"))
             continue
         except RecursionError:
-            result.problems.append(InputProblem(source.shown, "too deeply nested to analyse"))
+            result.problems.append(InputProblem(source.shown, "too deeply nested to parse or analyse"))
             continue
         result.parsed += 1
         result.findings.extend(found)
