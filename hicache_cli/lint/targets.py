@@ -75,7 +75,7 @@ def _reason(message: str, text: str) -> str:
     """locate's messages are written for --target; as a TARGET's reason, drop that framing."""
     for prefix in ("--target: ", "--target ", f"{text}: ", "sglang: "):
         message = message.removeprefix(prefix)
-    return message
+    return message.replace("(--target ", "(")
 
 
 def _add_path(out: Expansion, path: Path, text: str, here: Path, base: Path | None, seen: set[Path]) -> None:
