@@ -6,7 +6,10 @@ in a list or an attribute that nothing ever waits stays alive forever on gloo; p
 the linted code does is run: files are parsed, never imported.
 
   names.py     what a module's names stand for: its imports, its functions and classes
-  flow.py      where each Work goes in one module: a flow graph of origins, stores, waits
+  apis.py      what calls mean: which create Works, store, read back, wait, or do neither
+  scopes.py    which names a scope binds, what `self` is, how a name resolves to a place
+  flow.py      where each Work goes in one module: the flow graph and what was done to its places
+  analyze.py   builds a module's flow graph in one walk over its statements
   rules.py     the rules (HC001 ...) as small classes in one registry
   suppress.py  `# hicache: ignore[HC001]` comments
   targets.py   files, directories and SGLang specs -> the files to read, and bad input

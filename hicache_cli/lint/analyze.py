@@ -5,34 +5,32 @@ from __future__ import annotations
 
 import ast
 
-from hicache_cli.lint.flow import (
-    ATTR,
+from hicache_cli.lint.apis import (
     COLLECTIVES,
-    GLOBAL,
     INERT_CALLS,
-    LOCAL,
-    MODULE,
     P2P_APIS,
     P2P_METHODS,
     PASS_THROUGH,
     PASS_THROUGH_QUALIFIED,
-    PERSISTENT,
     READ_METHODS,
-    RETURN,
     STORE_METHODS,
     WAIT_FUNCTIONS,
+)
+from hicache_cli.lint.flow import (
+    ATTR,
+    GLOBAL,
+    LOCAL,
+    MODULE,
+    PERSISTENT,
+    RETURN,
     Drain,
     Fact,
-    Loop,
     ModuleFlow,
     Node,
     Origin,
-    Scope,
-    fresh_bindings,
-    is_private,
-    own_nodes,
 )
 from hicache_cli.lint.names import DIST, ClassInfo, Function, ModuleIndex, is_static
+from hicache_cli.lint.scopes import Loop, Scope, fresh_bindings, is_private, own_nodes
 
 DIST_PREFIX = DIST + "."
 
@@ -65,31 +63,8 @@ class _Builder:
 
     def module(self, tree: ast.Module) -> None:
         self.flow.functions[MODULE] = tree
-        self._collect(self.scope, tree.body, [])
+        self.scope.collect(tree.body, [], self._api_value)
         self.body(tree.body)
-
-    def _collect(self, scope: Scope, body: list[ast.stmt], params: list[str]) -> None:
-        """A scope's local names (assigned in it), reads, `global` declarations, Work aliases."""
-        scope.locals.update(params)
-        for node in own_nodes(body):
-            if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Store):
-                    scope.locals.add(node.id)
-                else:
-                    scope.loads[node.id] += 1
-            elif isinstance(node, ast.Global | ast.Nonlocal):
-                scope.declared_global.update(node.names)
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                scope.locals.add(node.name)
-            elif isinstance(node, ast.Import | ast.ImportFrom):
-                scope.locals.update((a.asname or a.name).split(".")[0] for a in node.names)
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                scope.locals.add(node.name)
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                api = self._api_value(node.value)
-                if api is not None:
-                    scope.aliases[node.targets[0].id] = api
-        scope.locals -= scope.declared_global
 
     def _api_value(self, expr: ast.expr) -> str | None:
         """`torch.distributed.isend if async_send else torch.distributed.send` -> isend."""
@@ -111,7 +86,7 @@ class _Builder:
         positional = [*fn.args.posonlyargs, *fn.args.args]
         self_name = positional[0].arg if class_name and positional and not is_static(fn) else None
         scope = Scope(qualname, "function", enclosing, self_name=self_name)
-        self._collect(scope, fn.body, params)
+        scope.collect(fn.body, params, self._api_value)
         self.flow.functions[qualname] = fn
         # A public function's (or a closure's) return value goes to callers we cannot see.
         if enclosing.kind == "function" or not is_private(fn.name):
@@ -136,37 +111,10 @@ class _Builder:
         self.scope = saved
 
     def name_node(self, name: str) -> Node:
-        scope: Scope | None = self.scope
-        if scope is not None and scope.kind == "class":
-            return (ATTR, name)
-        while scope is not None:
-            if name in scope.declared_global:
-                return (GLOBAL, name)
-            if scope.kind == "function" and name in scope.locals:
-                return (LOCAL, f"{scope.qualname}:{name}")
-            scope = scope.parent
-        return (GLOBAL, name)
+        return self.scope.node_for(name)
 
     def is_self(self, expr: ast.expr) -> bool:
-        """`self` (or `cls`) of the method this code is in, also seen from a closure inside it."""
-        if not isinstance(expr, ast.Name):
-            return False
-        scope: Scope | None = self.scope
-        while scope is not None:
-            if scope.kind == "function" and expr.id in scope.locals:
-                return scope.self_name == expr.id
-            scope = scope.parent
-        return False
-
-    def alias(self, name: str) -> str | None:
-        scope: Scope | None = self.scope
-        while scope is not None:
-            if name in scope.aliases:
-                return scope.aliases[name]
-            if scope.kind == "function" and name in scope.locals:
-                return None
-            scope = scope.parent
-        return None
+        return self.scope.is_self(expr)
 
     # --- recording ----------------------------------------------------------------------------
 
@@ -215,7 +163,7 @@ class _Builder:
         for stmt in stmts:
             self.stmt(stmt)
 
-    def stmt(self, node: ast.stmt) -> None:  # noqa: C901 - one branch per statement kind
+    def stmt(self, node: ast.stmt) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             self.function(node, None)
         elif isinstance(node, ast.ClassDef):
@@ -350,7 +298,7 @@ class _Builder:
 
     # --- expressions --------------------------------------------------------------------------
 
-    def ev(self, node: ast.expr | None) -> Nodes:  # noqa: C901 - one branch per expression kind
+    def ev(self, node: ast.expr | None) -> Nodes:
         """What the expression's value may hold: the nodes it reads from, or the origin it creates."""
         if node is None or isinstance(node, ast.Constant):
             return NOTHING
@@ -430,8 +378,8 @@ class _Builder:
             return P2P_APIS[qualified]
         if isinstance(func, ast.Name):
             name = func.id
-            if self.alias(name) is not None:
-                return self.alias(name)
+            if self.scope.alias(name) is not None:
+                return self.scope.alias(name)
             own = name in self.index.functions and not (qualified or "").startswith(DIST_PREFIX)
         elif isinstance(func, ast.Attribute):
             name = func.attr
@@ -454,7 +402,7 @@ class _Builder:
             root = root.func if isinstance(root, ast.Call) else root.value
         return isinstance(root, ast.Name) and root.id in self.index.imports.table
 
-    def call(self, node: ast.Call, statement: bool = False) -> Nodes:  # noqa: C901
+    def call(self, node: ast.Call, statement: bool = False) -> Nodes:
         api = self.work_api(node)
         if api is not None:
             self.args(node)

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hicache_cli.lint.flow import PERSISTENT, Fact, ModuleFlow, Node, Origin, own_nodes
+from hicache_cli.lint.flow import PERSISTENT, Fact, ModuleFlow, Node, Origin
+from hicache_cli.lint.scopes import own_nodes
 
 
 @dataclass(frozen=True)
