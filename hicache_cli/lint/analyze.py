@@ -409,59 +409,79 @@ class _Builder:
             return self.new_origin(api, node, statement)
         func = node.func
         positional, keywords = self.args(node)
-        given = frozenset().union(*positional, *keywords.values())
-        line = node.lineno
         if isinstance(func, ast.Attribute):
             qualified = self.index.qualname(func)
             if qualified is not None:
-                return self.call_qualified(qualified, given, line)
-            receiver, method = func.value, func.attr
-            if self.is_self(receiver) and method in self.index.methods:
-                return self.call_own(self.index.methods[method], positional, keywords, bound=True)
-            if isinstance(receiver, ast.Name) and receiver.id in self.index.classes:
-                owner = self.index.classes[receiver.id]
-                if method in owner.methods:
-                    return self.call_own([(owner.name, owner.methods[method])], positional, keywords, bound=False)
-            held = self.ev(receiver)
-            text = ast.unparse(receiver)
-            if method == "wait":
-                self._note(self.flow.waits, held, line, text, timeout=bool(node.args or node.keywords))
-                return NOTHING
-            if method == "is_completed":
-                self._note(self.flow.polls, held, line, text)
-                return NOTHING
-            if method in STORE_METHODS:
-                kept = positional[1:] if method in ("insert", "setdefault") else positional
-                self.store(frozenset().union(*kept, *keywords.values()), held, line, text, grows=True)
-                return held if method == "setdefault" else NOTHING
-            if method in READ_METHODS:
-                return held
-            if method in INERT_CALLS:
-                return NOTHING
-            self.escape(given, line, f"passed to {text}.{method}()")
-            return held
+                return self.call_qualified(qualified, frozenset().union(*positional, *keywords.values()), node.lineno)
+            return self.call_method(node, func.value, func.attr, positional, keywords)
         if isinstance(func, ast.Name):
-            name = func.id
-            node_kind = self.name_node(name)[0]
-            if node_kind == GLOBAL and name in self.index.functions:
-                fn = self.index.functions[name]
-                return self.call_own([(None, fn)], positional, keywords, bound=False)
-            if node_kind == GLOBAL and name in self.index.classes:
-                return self.construct(self.index.classes[name], positional, keywords, line)
-            qualified = self.index.qualname(func)
-            if qualified is not None and node_kind == GLOBAL:
-                return self.call_qualified(qualified, given, line)
-            if name in WAIT_FUNCTIONS:
-                self._note(self.flow.waits, given, line, name)
-                return NOTHING
-            if name in INERT_CALLS:
-                return NOTHING
-            if name in PASS_THROUGH:
-                return given
-            self.escape(given, line, f"passed to {name}()")
-            return NOTHING
+            return self.call_name(node, func, positional, keywords)
         self.ev(func)
-        self.escape(given, line, "passed to a computed callable")
+        self.escape(frozenset().union(*positional, *keywords.values()), node.lineno, "passed to a computed callable")
+        return NOTHING
+
+    def call_method(
+        self,
+        node: ast.Call,
+        receiver: ast.expr,
+        method: str,
+        positional: list[Nodes],
+        keywords: dict[str | None, Nodes],
+    ) -> Nodes:
+        """`receiver.method(...)`: this module's own method, or what the method's name means."""
+        if self.is_self(receiver) and method in self.index.methods:
+            return self.call_own(self.index.methods[method], positional, keywords, bound=True)
+        if isinstance(receiver, ast.Name) and receiver.id in self.index.classes:
+            owner = self.index.classes[receiver.id]
+            if method in owner.methods:
+                return self.call_own([(owner.name, owner.methods[method])], positional, keywords, bound=False)
+        # On any other receiver, a method some class here defines may be that one (a helper
+        # object of this module): its parameters get the arguments, as well as what the name means.
+        own = self.index.methods.get(method)
+        followed = self.call_own(own, positional, keywords, bound=True) if own else NOTHING
+        held = self.ev(receiver)
+        given = frozenset().union(*positional, *keywords.values())
+        text, line = ast.unparse(receiver), node.lineno
+        if method == "wait":
+            self._note(self.flow.waits, held, line, text, timeout=bool(node.args or node.keywords))
+            return followed
+        if method == "is_completed":
+            self._note(self.flow.polls, held, line, text)
+            return followed
+        if method in STORE_METHODS:
+            kept = positional[1:] if method in ("insert", "setdefault") else positional
+            self.store(frozenset().union(*kept, *keywords.values()), held, line, text, grows=True)
+            return followed | held if method == "setdefault" else followed
+        if method in READ_METHODS:
+            return followed | held
+        if method in INERT_CALLS:
+            return followed
+        if not own:
+            self.escape(given, line, f"passed to {text}.{method}()")
+        return followed | held
+
+    def call_name(
+        self, node: ast.Call, func: ast.Name, positional: list[Nodes], keywords: dict[str | None, Nodes]
+    ) -> Nodes:
+        """`name(...)`: this module's function or class, an imported function, or a builtin."""
+        name, line = func.id, node.lineno
+        given = frozenset().union(*positional, *keywords.values())
+        module_level = self.name_node(name)[0] == GLOBAL
+        if module_level and name in self.index.functions:
+            return self.call_own([(None, self.index.functions[name])], positional, keywords, bound=False)
+        if module_level and name in self.index.classes:
+            return self.construct(self.index.classes[name], positional, keywords, line)
+        qualified = self.index.qualname(func)
+        if qualified is not None and module_level:
+            return self.call_qualified(qualified, given, line)
+        if name in WAIT_FUNCTIONS:
+            self._note(self.flow.waits, given, line, name)
+            return NOTHING
+        if name in INERT_CALLS:
+            return NOTHING
+        if name in PASS_THROUGH:
+            return given
+        self.escape(given, line, f"passed to {name}()")
         return NOTHING
 
     def call_qualified(self, qualified: str, given: Nodes, line: int) -> Nodes:

@@ -176,6 +176,21 @@ POSITIVES = {
                 send = dist.isend if async_send else dist.send
                 self.works.append(send(t, 1))  # HERE
         """,
+    "kept by a helper object of this module that only polls": """
+        import torch.distributed as dist
+        class Tracker:
+            def __init__(self):
+                self.pending = []
+            def add(self, work):
+                self.pending.append(work)
+            def reap(self):
+                self.pending = [w for w in self.pending if not w.is_completed()]
+        class C:
+            def __init__(self):
+                self.tracker = Tracker()
+            def step(self, t):
+                self.tracker.add(dist.isend(t, 1))  # HERE
+        """,
     "a single attribute, replaced every round": """
         import torch.distributed as dist
         class C:
@@ -366,6 +381,22 @@ NEGATIVES = {
             def step(self, t, fut):
                 self.works.append(dist.isend(t, 1))
                 fut.then(lambda _: [w.wait() for w in self.works])
+        """,
+    "kept by a helper object of this module, which waits it": """
+        import torch.distributed as dist
+        class Tracker:
+            def __init__(self):
+                self.pending = []
+            def add(self, work):
+                self.pending.append(work)
+            def flush(self):
+                for w in self.pending:
+                    w.wait()
+        class C:
+            def __init__(self):
+                self.tracker = Tracker()
+            def step(self, t):
+                self.tracker.add(dist.isend(t, 1))
         """,
     "handed to code this module cannot see": """
         import torch.distributed as dist
