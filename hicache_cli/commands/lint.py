@@ -18,7 +18,8 @@ from hicache_cli.progress import make_console, stdout_is_terminal
 from hicache_cli.rundir import write_atomically
 
 RULE_LINES = "\n\n".join(
-    f"{rule_id}: {cls.summary()}{'' if cls.default else ' (off by default)'}" for rule_id, cls in RULES.items()
+    f"{rule_id}: {cls.summary() if cls.default else cls.summary().rstrip('.') + ' (off by default).'}"
+    for rule_id, cls in RULES.items()
 )
 
 LINT_EXAMPLES = f"""Rules:
@@ -47,7 +48,9 @@ SELECT_HELP = (
 
 def lint(
     targets: list[str] = typer.Argument(
-        None, help="Files, directories (their .py files), or sglang, sglang==VERSION, sglang:PATH. Default: ."
+        None,
+        metavar="[TARGET]...",
+        help="Files, directories (their .py files), or sglang, sglang==VERSION, sglang:PATH. Default: .",
     ),
     output_format: str = typer.Option("text", "--format", "-f", help=FORMAT_HELP),
     select: list[str] = typer.Option(
