@@ -49,7 +49,7 @@ SELECT_HELP = (
 def lint(
     targets: list[str] = typer.Argument(
         None,
-        metavar="[TARGET]...",
+        metavar="TARGET",
         help="Files, directories (their .py files), or sglang, sglang==VERSION, sglang:PATH. Default: .",
     ),
     output_format: str = typer.Option("text", "--format", "-f", help=FORMAT_HELP),
