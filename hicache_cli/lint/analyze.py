@@ -383,7 +383,8 @@ class _Builder:
             own = name in self.index.functions and not (qualified or "").startswith(DIST_PREFIX)
         elif isinstance(func, ast.Attribute):
             name = func.attr
-            own = self.is_self(func.value) and name in self.index.methods
+            # A method this module defines under that name is followed as written, not assumed.
+            own = qualified is None and name in self.index.methods
             if qualified is None and name in P2P_METHODS and not own and not self._is_imported(func.value):
                 return name  # `group.isend(...)`: a wrapper with torch.distributed's name
         else:

@@ -437,3 +437,27 @@ def test_a_polling_reaper_with_a_final_wait_in_the_same_class_is_clean() -> None
         "\n    def shutdown(self):\n        for work in self.work_list:\n            work.wait()\n"
     )
     assert lint_snippet(source, "HC001") == []
+
+
+def test_the_fix_is_told_by_what_it_does_not_by_its_name() -> None:
+    renamed = SGLANG_0_5_15.replace("_drain_async_work", "_settle_round")
+    assert lint_snippet(renamed, "HC001") == []
+    without_wait = SGLANG_0_5_15.replace("            work.wait()\n", "            pass\n")
+    assert [f.rule for f in lint_snippet(without_wait, "HC001")] == ["HC001"]
+
+
+def test_a_wrapper_this_module_defines_is_followed_not_assumed() -> None:
+    """`self.comm.isend(t)` is this module's Comm.isend, which waits: no Work leaves it."""
+    source = """
+        import torch.distributed as dist
+        class Comm:
+            def isend(self, t):
+                dist.isend(t, 1).wait()
+        class C:
+            def __init__(self):
+                self.comm = Comm()
+                self.sent = []
+            def step(self, t):
+                self.sent.append(self.comm.isend(t))
+        """
+    assert lint_snippet(source, "HC001") == []
