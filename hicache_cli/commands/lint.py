@@ -73,7 +73,7 @@ def lint(
         console = make_console(live=True)
         for finding in result.findings:
             location, _, rest = line(finding).partition(f" {finding.rule} ")
-            console.print(Text.assemble((location, "bold"), " ", (finding.rule, "bold red"), " ", rest))
+            console.print(Text.assemble((location, "bold"), " ", (finding.rule, "bold red"), " ", rest), soft_wrap=True)
     else:
         sys.stdout.write(FORMATS[output_format](result))
         sys.stdout.flush()
