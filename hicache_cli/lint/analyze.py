@@ -4,6 +4,7 @@ Works created (origins), the edges values travel along, and what is done to each
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 
 from hicache_cli.lint.apis import (
     COLLECTIVES,
@@ -52,6 +53,8 @@ def analyze(tree: ast.Module, index: ModuleIndex) -> ModuleFlow:
 
 
 class _Builder:
+    """One walk over a module: scopes as it enters them, facts and edges as it meets them."""
+
     def __init__(self, index: ModuleIndex) -> None:
         self.index = index
         self.flow = ModuleFlow()
@@ -118,9 +121,11 @@ class _Builder:
 
     # --- recording ----------------------------------------------------------------------------
 
-    def _note(self, table: dict[Node, list[Fact]], nodes: object, line: int, text: str, timeout: bool = False) -> None:
+    def _note(
+        self, table: dict[Node, list[Fact]], nodes: Iterable[Node], line: int, text: str, timeout: bool = False
+    ) -> None:
         fact = Fact(line, text, self.scope.qualname, timeout)
-        for node in nodes:  # type: ignore[attr-defined]
+        for node in nodes:
             table.setdefault(node, []).append(fact)
 
     def link(self, sources: Nodes, target: Node) -> None:
