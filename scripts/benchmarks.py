@@ -3,11 +3,13 @@
     .venv/bin/python scripts/benchmarks.py all --out bench.json
     .venv/bin/python scripts/benchmarks.py time-to-verdict
     .venv/bin/python scripts/benchmarks.py false-alarms --runs 20
+    .venv/bin/python scripts/benchmarks.py lint
 
 Sections: time-to-verdict, false-alarms, sensitivity, probe-cost, startup, scale, ceiling,
-trace-cost.
+trace-cost, lint.
 Every run has real ranks, through the library API (hicache_cli.run and trace: the commands'
-code); results go to docs/performance.md by hand.
+code), except lint's, which times the real CLI; results go to docs/performance.md (and
+docs/lint.md for lint's per-release findings) by hand.
 """
 
 from __future__ import annotations
@@ -259,6 +261,73 @@ def trace_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+LINT_RELEASES = (
+    "0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 "
+    "0.5.22 0.5.23"
+).split()
+
+
+def _lint_cli(*args: str) -> tuple[int, str, float]:
+    """`hicache lint ...` in a process of its own: (exit code, stdout, wall seconds)."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "hicache_cli", "lint", *args],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.returncode, proc.stdout, time.monotonic() - started
+
+
+def lint(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """hicache lint: findings per SGLang release (every rule) through the wheel cache, and how
+    long the whole srt/ tree and torch/distributed take: the CLI end to end (median of
+    --lint-runs), the library alone, and parsing every file (what the text pre-filter saves)."""
+    import ast
+
+    import torch.distributed
+
+    from hicache_cli.lint.engine import lint as lint_api
+    from hicache_cli.sglang_target.locate import release_sources
+
+    out: dict[str, Any] = {"releases": {}}
+    for version in LINT_RELEASES:
+        result = lint_api([f"sglang=={version}"], ["all"])
+        counts = {rule: sum(f.rule == rule for f in result.findings) for rule in result.rules}
+        files = sorted({f.file for f in result.findings})
+        out["releases"][version] = {"counts": counts, "files": files, "problems": [str(p) for p in result.problems]}
+        print(f"sglang {version}: " + ", ".join(f"{r} {n}" for r, n in counts.items()) + f"  {', '.join(files)}")
+    trees = {
+        "sglang 0.5.23 srt/": ("sglang==0.5.23", release_sources("0.5.23") / "sglang" / "srt"),
+        "torch/distributed": (str(Path(torch.distributed.__file__).parent),) * 2,
+    }
+    for name, (target, root) in trees.items():
+        walls = sorted(_lint_cli(target, "--select", "all")[2] for _ in range(args.lint_runs))
+        result = lint_api([target], ["all"])
+        started = time.monotonic()
+        for path in sorted(Path(root).rglob("*.py")):
+            ast.parse(path.read_bytes(), str(path))
+        parse_all = time.monotonic() - started
+        row = {
+            "files": result.files,
+            "analysed": result.parsed,
+            "findings": len(result.findings),
+            "cli_wall_s": [round(w, 2) for w in walls],
+            "cli_median_s": round(statistics.median(walls), 2),
+            "library_s": round(result.seconds, 2),
+            "parse_every_file_s": round(parse_all, 2),
+        }
+        out[name] = row
+        print(
+            f"{name}: {row['files']} files, {row['analysed']} analysed, {row['findings']} findings; CLI "
+            f"{row['cli_median_s']} s (median of {args.lint_runs}), library {row['library_s']} s; "
+            f"parsing every file would take {row['parse_every_file_s']} s"
+        )
+    return out
+
+
 SECTIONS = {
     "time-to-verdict": time_to_verdict,
     "false-alarms": false_alarms,
@@ -268,6 +337,7 @@ SECTIONS = {
     "scale": scale,
     "ceiling": ceiling,
     "trace-cost": trace_cost,
+    "lint": lint,
 }
 
 
@@ -281,6 +351,7 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=3, help="trace-cost: alternations of untraced and traced")
     parser.add_argument("--tight-seconds", type=float, default=5.0, help="trace-cost: each run's loop time")
     parser.add_argument("--alternate-seconds", type=float, default=60.0, help="trace-cost: the switching run")
+    parser.add_argument("--lint-runs", type=int, default=5, help="lint: CLI runs per tree (the median is reported)")
     args = parser.parse_args()
     chosen = list(SECTIONS) if args.section == "all" else [args.section]
     results = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}

@@ -69,3 +69,10 @@ def _modules(package: str) -> list[str]:
 
 ANALYSIS = _modules("analysis")
 PRESENT = _modules("present")
+
+
+def test_the_lint_analysis_imports_neither_torch_nor_the_terminal_libraries() -> None:
+    """`hicache lint` reads source with `ast`: no torch to import, and a library API (engine,
+    rules, formats) that scripts can call without rich or typer."""
+    statement = "import hicache_cli.lint.engine, hicache_cli.lint.formats, hicache_cli.lint.rules"
+    assert modules_loaded_by(statement, ["torch", "rich", "typer", "psutil", "numpy"]) == []

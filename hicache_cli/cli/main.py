@@ -11,6 +11,7 @@ from hicache_cli.cli.commands import report
 from hicache_cli.cli.commands.check import check
 from hicache_cli.cli.commands.compare import compare_policies
 from hicache_cli.cli.commands.doctor import doctor
+from hicache_cli.cli.commands.lint import LINT_EXAMPLES, lint
 from hicache_cli.cli.commands.sglang_scan import sglang_scan
 from hicache_cli.cli.commands.stress import stress
 from hicache_cli.cli.commands.trace import TRACE_EXAMPLES, trace
@@ -65,6 +66,7 @@ app.command(context_settings={"allow_interspersed_args": False})(check)
 app.command(name="compare-policies")(compare_policies)
 app.command()(doctor)
 app.command(name="sglang-scan")(sglang_scan)
+app.command(epilog=LINT_EXAMPLES)(lint)
 app.add_typer(report.app, name="report")
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -160,19 +161,66 @@ def _git_describe(path: Path) -> str | None:
 def release(version: str, progress=None) -> SGLangSource:  # noqa: ANN001 - a callable(str) or None
     """A release's files, from the cache or from its wheel (fetched with pip, no dependencies)."""
     target = cache_dir() / "sglang" / version
-    if not _unpacked(target):
+    if not _unpacked(target, WANTED_FILES):
         wheel = _download_wheel(version, cache_dir() / "wheels", progress)
-        _unpack(wheel, target)
+        _unpack(wheel, target, lambda names: [rel for rel in WANTED_FILES if rel in names], WANTED_FILES)
     return _source_at(target, version, "wheel", f"sglang=={version} (cached in {target})")
 
 
-def _unpacked(target: Path) -> bool:
-    """Unpacked before, and for the same list of files (an older hicache may have wanted fewer)."""
+# What `release_sources` unpacks: every Python module of the package and nothing else (a
+# release's srt/ alone holds some 2,000 of them, 40 MB; its data files would double that).
+SOURCES_WANTED = ("sglang/**/*.py",)
+
+
+def release_sources(version: str, progress=None) -> Path:  # noqa: ANN001 - a callable(str) or None
+    """The directory holding a release's whole `sglang` package (its .py files), unpacked once,
+    from the same cached wheel as `release`, into a directory of its own."""
+    target = cache_dir() / "sglang-sources" / version
+    if not _unpacked(target, SOURCES_WANTED):
+        wheel = _download_wheel(version, cache_dir() / "wheels", progress)
+        _unpack(wheel, target, lambda names: sorted(n for n in names if _is_package_module(n)), SOURCES_WANTED)
+    return target
+
+
+def _is_package_module(name: str) -> bool:
+    return name.startswith("sglang/") and name.endswith(".py") and ".." not in name.split("/")
+
+
+@dataclass(frozen=True)
+class SGLangTree:
+    """A whole SGLang, to be read file by file: `path` is the directory holding the `sglang`
+    package, or the one file a `sglang:FILE` target names."""
+
+    version: str
+    origin: str  # installed | wheel | path
+    path: Path
+
+
+def locate_tree(spec: TargetSpec, progress=None) -> SGLangTree:  # noqa: ANN001 - a callable(str) or None
+    """The whole package a target names (`locate` finds only the HiCache modules in it)."""
+    if spec.kind == "installed":
+        source = _installed()
+        return SGLangTree(source.version, "installed", Path(source.location))
+    if spec.kind == "version":
+        return SGLangTree(spec.value, "wheel", release_sources(spec.value, progress))
+    path = Path(spec.value).expanduser()
+    if not path.exists():
+        raise TargetError(f"sglang:{path}: no such file or directory")
+    if path.is_file():
+        return SGLangTree("unknown", "path", path)
+    for root in (path / "python", path, path.parent):
+        if (root / "sglang" / "srt").is_dir():
+            return SGLangTree(_version_at(root), "path", root)
+    raise TargetError(f"sglang:{path}: no sglang/srt under it (give a checkout, a package root or a file)")
+
+
+def _unpacked(target: Path, wanted: tuple[str, ...]) -> bool:
+    """Unpacked before, and for the same ask (an older hicache may have wanted fewer files)."""
     try:
         lines = (target / UNPACKED_MARK).read_text(encoding="utf-8").splitlines()
     except OSError:
         return False
-    return tuple(lines[1:]) == WANTED_FILES
+    return tuple(lines[1:]) == wanted
 
 
 def _download_wheel(version: str, wheels: Path, progress) -> Path:  # noqa: ANN001
@@ -196,19 +244,18 @@ def _download_wheel(version: str, wheels: Path, progress) -> Path:  # noqa: ANN0
     return found[0]
 
 
-def _unpack(wheel: Path, target: Path) -> None:
-    """Take only the files hicache reads out of the wheel; written whole or not at all."""
+def _unpack(wheel: Path, target: Path, members: Callable[[set[str]], list[str]], wanted: tuple[str, ...]) -> None:
+    """Take the members `members` picks from the wheel's names; written whole or not at all. The
+    mark records `wanted` (what was asked for), so that a different ask unpacks again."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         with zipfile.ZipFile(wheel) as zf:
-            names = set(zf.namelist())
-            for rel in WANTED_FILES:
-                if rel in names:
-                    out = staging / rel
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    out.write_bytes(zf.read(rel))
-        (staging / UNPACKED_MARK).write_text("\n".join((wheel.name, *WANTED_FILES)) + "\n", encoding="utf-8")
+            for rel in members(set(zf.namelist())):
+                out = staging / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(zf.read(rel))
+        (staging / UNPACKED_MARK).write_text("\n".join((wheel.name, *wanted)) + "\n", encoding="utf-8")
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

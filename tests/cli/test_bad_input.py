@@ -31,6 +31,7 @@ OUTPUT_OPTIONS = {
     "compare-policies --plot": ["compare-policies", "--plot", "OUT"],
     "sglang-scan --output": ["sglang-scan", "--output", "OUT"],
     "sglang-scan --markdown": ["sglang-scan", "--markdown", "OUT"],
+    "lint --output": ["lint", "--output", "OUT"],
     "report plot --output": ["report", "plot", "no-such-report.json", "--output", "OUT"],
 }
 

@@ -18,14 +18,18 @@ import pytest
 from hicache_cli.errors import UsageError
 from hicache_cli.sglang_target import locate as locate_module
 from hicache_cli.sglang_target.locate import (
+    SOURCES_WANTED,
     WANTED_FILES,
     SGLangSource,
+    SGLangTree,
     TargetError,
     TargetSpec,
     cache_dir,
     locate,
+    locate_tree,
     parse_target,
     release,
+    release_sources,
     release_versions,
     version_key,
 )
@@ -476,3 +480,49 @@ def test_git_describe_runs_nothing_the_checkout_configures(tmp_path: Path) -> No
     (root / "python" / HIRADIX_REL).touch()  # stat-dirty: an index refresh would re-read it through the filter
     assert locate(TargetSpec("path", str(root))).version == "v0.5.99"
     assert not ran.exists(), ran.read_text()
+
+
+# --- the whole package, for hicache lint ------------------------------------------------------
+
+
+def test_release_sources_unpacks_every_module_of_the_package(cache_home: Path, no_pip: list[list[str]]) -> None:
+    seed_wheel(cache_home)
+    root = release_sources("9.9.9")
+    assert root == cache_home / "sglang-sources" / "9.9.9"
+    modules = {rel for rel in files_under(root) if rel != ".complete"}
+    assert "sglang/srt/mem_cache/radix_cache.py" in modules
+    assert "sglang/__init__.py" in modules
+    assert all(rel.startswith("sglang/") and rel.endswith(".py") for rel in modules)  # no dist-info
+    assert (root / ".complete").read_text(encoding="utf-8").splitlines() == [
+        "sglang-9.9.9-py3-none-any.whl",
+        *SOURCES_WANTED,
+    ]
+
+
+def test_release_sources_and_release_share_the_wheel_and_keep_their_own_dirs(
+    cache_home: Path, no_pip: list[list[str]]
+) -> None:
+    wheel = seed_wheel(cache_home)
+    release("9.9.9")
+    root = release_sources("9.9.9")
+    wheel.unlink()  # both are unpacked now: neither needs the wheel again
+    assert release_sources("9.9.9") == root
+    assert files_under(cache_home / "sglang" / "9.9.9") == {*WANTED_FILES, ".complete"}
+
+
+def test_locate_tree_of_each_kind(cache_home: Path, checkout: Path, no_pip: list[list[str]]) -> None:
+    seed_wheel(cache_home)
+    assert locate_tree(TargetSpec("version", "9.9.9")) == SGLangTree(
+        "9.9.9", "wheel", cache_home / "sglang-sources" / "9.9.9"
+    )
+    assert locate_tree(TargetSpec("path", str(checkout))) == SGLangTree("9.9.9", "path", checkout / "python")
+    assert locate_tree(TargetSpec("path", str(checkout / "python" / "sglang"))).path == checkout / "python"
+    one_file = checkout / "python" / HIRADIX_REL
+    assert locate_tree(TargetSpec("path", str(one_file))) == SGLangTree("unknown", "path", one_file)
+
+
+def test_locate_tree_refuses_what_holds_no_sglang(tmp_path: Path) -> None:
+    with pytest.raises(TargetError, match="no such file or directory"):
+        locate_tree(TargetSpec("path", str(tmp_path / "nowhere")))
+    with pytest.raises(TargetError, match="no sglang/srt under it"):
+        locate_tree(TargetSpec("path", str(tmp_path)))

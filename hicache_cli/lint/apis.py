@@ -1,0 +1,63 @@
+"""What calls mean to the analysis: which create Works (torch.distributed's, under any name),
+which put values into a container, which read them back out, which wait, and which neither
+keep nor wait what they are shown."""
+
+from __future__ import annotations
+
+from hicache_cli.lint.names import DIST
+
+P2P_APIS = {f"{DIST}.isend": "isend", f"{DIST}.irecv": "irecv", f"{DIST}.batch_isend_irecv": "batch_isend_irecv"}
+P2P_METHODS = frozenset(P2P_APIS.values())  # `group.isend(...)`-style wrappers
+# torch.distributed's collectives that take async_op (and then return a Work).
+COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_coalesced",
+        "_all_gather_base",
+        "broadcast",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "_reduce_scatter_base",
+        "all_to_all",
+        "all_to_all_single",
+        "gather",
+        "scatter",
+        "barrier",
+    }
+)
+# Methods that put their arguments into the container they are called on.
+STORE_METHODS = frozenset(
+    {"append", "extend", "insert", "add", "appendleft", "extendleft", "put", "put_nowait", "setdefault", "update"}
+)
+# Methods whose result is (part of) what the receiver holds, and that keep nothing they are given.
+READ_METHODS = frozenset(
+    {"pop", "popleft", "popitem", "get", "values", "items", "keys", "copy", "get_future", "then", "result", "value"}
+)
+# Calls that neither keep nor wait what they are given: logging, formatting, measuring.
+INERT_CALLS = frozenset(
+    {
+        *("debug", "info", "warning", "warn", "error", "exception", "critical", "log", "format", "index", "count"),
+        *("len", "bool", "print", "repr", "str", "int", "float", "isinstance", "issubclass", "id", "type", "hash"),
+        *("any", "all", "sum", "min", "max", "callable", "hasattr", "range", "super", "abs", "round", "remove"),
+        *("clear", "discard", "is_completed", "is_success", "exception", "done"),
+    }
+)
+# Calls whose result holds what they are given.
+PASS_THROUGH = frozenset(
+    {"list", "tuple", "set", "frozenset", "sorted", "reversed", "iter", "next", "enumerate", "zip", "filter", "dict"}
+)
+PASS_THROUGH_QUALIFIED = frozenset(
+    {
+        "copy.copy",
+        "copy.deepcopy",
+        "itertools.chain",
+        "itertools.islice",
+        "collections.deque",
+        "torch.futures.collect_all",
+    }
+)
+WAIT_FUNCTIONS = frozenset({"wait_all", "wait"})  # torch.futures.wait_all, concurrent.futures.wait, helpers so named
