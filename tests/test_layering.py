@@ -34,3 +34,13 @@ def test_the_tracer_uses_only_the_standard_library() -> None:
     statement = "import hicache_cli.tracer.hooks, hicache_cli.tracer.session, hicache_cli.tracer.works"
     watched = ["torch", "numpy", "psutil", "rich", "typer", "matplotlib"]
     assert modules_loaded_by(statement, watched) == []
+
+
+def test_the_pytest_plugin_imports_no_torch_in_pytest() -> None:
+    """pytest loads the plugin in every session (entry point): it must cost nothing to tests
+    that do not use it. Torch is imported in the rank processes only."""
+    watched = ["torch", "numpy", "psutil", "rich", "typer", "hicache_cli.pytest_ranks.parent", "hicache_cli.tracer"]
+    assert modules_loaded_by("import hicache_cli.pytest_plugin", watched) == []
+    # what a marked test loads in pytest: the launcher and the judging, still no torch
+    parent = modules_loaded_by("import hicache_cli.pytest_ranks.parent", ["torch", "numpy", "rich", "typer"])
+    assert parent == []

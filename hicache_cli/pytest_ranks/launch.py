@@ -141,30 +141,33 @@ class Ranks:
         return {r: _read(stack_file(self.run_dir, r)) for r in ranks}
 
     def stop(self) -> None:
-        """Release the ranks that reported (they leave by themselves); end everything else:
-        SIGTERM, then SIGKILL."""
+        """End the ranks that have not reported (SIGTERM, then SIGKILL) before releasing the
+        others, so that no body still running sees a peer leave; then release the rest, and
+        end whatever is left of them and their descendants."""
+        self.note_descendants(force=True)
+        unreported = [i for i, p in enumerate(self.procs) if p.poll() is None and not Outcome.read(self.run_dir, i)]
+        self._end(unreported)
         with contextlib.suppress(OSError):
             (self.run_dir / RELEASE).touch()
-        self.note_descendants(force=True)
-        reported = [p for r, p in enumerate(self.procs) if Outcome.read(self.run_dir, r) is not None]
-        _wait_until(lambda: all(p.poll() is not None for p in reported), EXIT_WAIT_S)
+        _wait_until(lambda: all(p.poll() is not None for p in self.procs), EXIT_WAIT_S)
+        self._end(list(range(len(self.procs))), descendants=True)
+
+    def _end(self, ranks: list[int], descendants: bool = False) -> None:
+        def ended() -> bool:
+            return all(self.procs[r].poll() is not None for r in ranks) and not (descendants and self.running())
+
         for signo, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 2.0)):
-            if self._all_ended():
+            if ended():
                 return
-            self._signal_all(signo)
-            _wait_until(self._all_ended, grace)
-
-    def _all_ended(self) -> bool:
-        return all(p.poll() is not None for p in self.procs) and not self.running()
-
-    def _signal_all(self, signo: int) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signo)
-        for handle in self.running():
-            with contextlib.suppress(psutil.Error):
-                handle.send_signal(signo)
+            for rank in ranks:
+                if self.procs[rank].poll() is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(self.procs[rank].pid, signo)  # its own session: its process group
+            if descendants:
+                for handle in self.running():
+                    with contextlib.suppress(psutil.Error):
+                        handle.send_signal(signo)
+            _wait_until(ended, grace)
 
 
 def _wait_until(done: Callable[[], bool], timeout_s: float) -> bool:

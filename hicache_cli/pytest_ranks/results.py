@@ -335,7 +335,7 @@ def stack_excerpt(dump: str, test_file: str) -> str:
         if _TRACER in line:
             continue
         if _RUNNER in line:
-            if not body:  # stuck in the runner itself (the rendezvous): show where
+            if not any(test_file in frame for frame in body):  # not in the body yet: the runner's step says where
                 body.append(line)
             break
         body.append(line)
