@@ -136,4 +136,5 @@ def replay_output(run_dir: Path, ends: Any) -> None:
 
 
 def _dir_name(name: str) -> str:
-    return re.sub(r"[\W]", "_", name)[:30]
+    """`hicache-test_reap`: apart from the test's own tmp_path, which pytest names after the test too."""
+    return "hicache-" + re.sub(r"[\W]", "_", name)[:30]
