@@ -14,6 +14,7 @@ marked test, and torch only in the rank processes. Unmarked tests are left alone
 from __future__ import annotations
 
 import json
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -54,8 +55,25 @@ def ranks_result(item: pytest.Item) -> RanksResult | None:
     return item.stash.get(_RESULT, None)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("hicache").addoption(
+        "--hicache-ranks-start",
+        dest="hicache_ranks_start",
+        choices=("fork", "spawn"),
+        default="fork",
+        help="how hicache_ranks tests start their ranks: forked from a process that imported torch once per "
+        "session (default, Linux), or each a fresh interpreter (spawn)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", DOC)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    parent = sys.modules.get("hicache_cli.pytest_ranks.parent")  # loaded only if a marked test ran
+    if parent is not None:
+        parent.close_fork_server(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -20,10 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import psutil
 
 from hicache_cli.lifecycle import parent_death_signal
+from hicache_cli.pytest_ranks.forkserver import ForkServer, ForkServerError
 from hicache_cli.pytest_ranks.protocol import (
     RELEASE,
     RUNNER_MODULE,
@@ -53,11 +55,21 @@ class Launched:
     samples: dict[int, list[Sample]]
     wall_s: float
     spawned_wall: float  # time.time() when the first rank was started
+    forked: int = 0  # ranks forked from the fork server (the others were spawned)
 
 
-def rank_environment(base: dict[str, str], rank: int, world_size: int) -> dict[str, str]:
-    """The ranks' environment: torchrun's variables, one intra-op thread each (as torchrun
-    sets), gloo on loopback, and no outer `hicache trace` (this test's tracer is its own)."""
+class RankProcess(Protocol):
+    """A Popen (a spawned rank) or a ForkedRank: pid, poll() and returncode."""
+
+    pid: int
+    returncode: int | Any
+
+    def poll(self) -> int | None: ...
+
+
+def common_environment(base: dict[str, str]) -> dict[str, str]:
+    """What every rank (and the fork server) runs with: one intra-op thread each (as torchrun
+    sets), gloo on loopback, and no outer `hicache trace` (a test's tracer is its own)."""
     env = {k: v for k, v in base.items() if not k.startswith("HICACHE_TRACE_")}
     boot = str(trace_protocol.BOOT_DIR)
     if "PYTHONPATH" in env:
@@ -66,6 +78,15 @@ def rank_environment(base: dict[str, str], rank: int, world_size: int) -> dict[s
             env["PYTHONPATH"] = os.pathsep.join(kept)
         else:
             del env["PYTHONPATH"]
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
+
+
+def rank_environment(base: dict[str, str], rank: int, world_size: int) -> dict[str, str]:
+    """A rank's environment: the common one and torchrun's variables."""
+    env = common_environment(base)
     env.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
@@ -73,9 +94,6 @@ def rank_environment(base: dict[str, str], rank: int, world_size: int) -> dict[s
         WORLD_SIZE=str(world_size),
         LOCAL_WORLD_SIZE=str(world_size),
     )
-    env.setdefault("OMP_NUM_THREADS", "1")
-    if sys.platform.startswith("linux"):
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
 
@@ -85,23 +103,25 @@ class Ranks:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[RankProcess] = []
         self.handles: dict[int, psutil.Process] = {}
+        self.forked = 0
         self._descendants_at = 0.0
 
-    def start(self, request: RankRequest) -> None:
+    def start(self, request: RankRequest, server: ForkServer | None) -> None:
+        """Fork each rank from the server when there is one (spawn a rank it fails to fork)."""
         preexec = parent_death_signal()
         for rank in range(request.world_size):
-            with log_file(self.run_dir, rank).open("wb") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", RUNNER_MODULE, str(self.run_dir), str(rank)],
-                    env=rank_environment(dict(os.environ), rank, request.world_size),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=preexec,
-                )
+            env = rank_environment(dict(os.environ), rank, request.world_size)
+            proc: RankProcess | None = None
+            if server is not None:
+                try:
+                    proc = server.fork(self.run_dir, rank, env, os.getcwd())
+                    self.forked += 1
+                except ForkServerError:
+                    server = None
+            if proc is None:
+                proc = _spawn(self.run_dir, rank, env, preexec)
             self.procs.append(proc)
             with contextlib.suppress(psutil.Error):
                 self.handles[proc.pid] = psutil.Process(proc.pid)
@@ -170,6 +190,19 @@ class Ranks:
             _wait_until(ended, grace)
 
 
+def _spawn(run_dir: Path, rank: int, env: dict[str, str], preexec: Callable[[], None] | None) -> RankProcess:
+    with log_file(run_dir, rank).open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", RUNNER_MODULE, str(run_dir), str(rank)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a terminal's Ctrl-C reaches pytest only, which stops the ranks
+            preexec_fn=preexec,
+        )
+
+
 def _wait_until(done: Callable[[], bool], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while not done():
@@ -183,17 +216,18 @@ def run_ranks(
     request: RankRequest,
     run_dir: Path,
     failed_from_samples: Callable[[dict[int, list[Sample]]], bool],
+    server: ForkServer | None = None,
 ) -> Launched:
     """Run the test body on every rank; return how each ended and every rank's samples."""
     spawned_wall, started = time.time(), time.monotonic()
     ranks = Ranks(run_dir)
     follower = RunFollower(run_dir)
     try:
-        ranks.start(request)
+        ranks.start(request, server)
         ends = _supervise(request, run_dir, ranks, follower, failed_from_samples, started)
     finally:
         ranks.stop()
-    return Launched(tuple(ends), follower.poll(), time.monotonic() - started, spawned_wall)
+    return Launched(tuple(ends), follower.poll(), time.monotonic() - started, spawned_wall, ranks.forked)
 
 
 def _supervise(
@@ -242,7 +276,7 @@ def _supervise(
     return [ends[r] for r in sorted(ends)]
 
 
-def _ended(run_dir: Path, rank: int, proc: subprocess.Popen[bytes]) -> RankEnd | None:
+def _ended(run_dir: Path, rank: int, proc: RankProcess) -> RankEnd | None:
     """The rank's end once it has reported its outcome or its process has ended."""
     reported = Outcome.read(run_dir, rank)
     if reported is None and proc.poll() is not None:

@@ -4,6 +4,7 @@ ranks, the ranks run, their results judged, their output replayed into pytest's 
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 import re
 import sys
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 
 from hicache_cli.lifecycle import owner_token
-from hicache_cli.pytest_ranks.launch import run_ranks
+from hicache_cli.pytest_ranks.forkserver import FORK_AVAILABLE, ForkServer, ForkServerError
+from hicache_cli.pytest_ranks.launch import common_environment, run_ranks
 from hicache_cli.pytest_ranks.protocol import ARGS, RankRequest, log_file
 from hicache_cli.pytest_ranks.results import RanksResult, assess, over_live_limit
 from hicache_cli.pytest_ranks.spec import MARKER, MarkerError, RanksSpec, spec_from_marker
@@ -56,15 +58,17 @@ def run_marked(item: pytest.Function) -> RanksResult:
         values = handed_values(item, argnames)
     except (MarkerError, Refused) as exc:
         pytest.fail(str(exc), pytrace=False)
-    run_dir = item.funcargs["tmp_path_factory"].mktemp(_dir_name(item.name), numbered=True)
+    factory = item.funcargs["tmp_path_factory"]
+    run_dir = factory.mktemp(_dir_name(item.name), numbered=True)
     request = rank_request(item, spec, argnames)
     if values:
         (run_dir / ARGS).write_bytes(pickle.dumps(values))
     request.write(run_dir)
-    launched = run_ranks(request, run_dir, partial(over_live_limit, max_live_works=spec.max_live_works))
+    server = fork_server(item.config, factory.getbasetemp())
+    launched = run_ranks(request, run_dir, partial(over_live_limit, max_live_works=spec.max_live_works), server)
     replay_output(run_dir, launched.ends)
     return assess(spec, item.nodeid, str(item.path), launched.ends, launched.samples, run_dir, launched.wall_s,
-                  launched.spawned_wall)  # fmt: skip
+                  launched.spawned_wall, launched.forked)  # fmt: skip
 
 
 def read_spec(item: pytest.Function) -> RanksSpec:
@@ -133,6 +137,49 @@ def replay_output(run_dir: Path, ends: Any) -> None:
         if text.strip():
             sys.stdout.write(f"----- rank {end.rank} (pid {end.pid}) -----\n{text.rstrip()}\n")
     sys.stdout.flush()
+
+
+class ServerHolder:
+    """The session's fork server, started by the first marked test; spawning from then on
+    if it cannot start."""
+
+    def __init__(self) -> None:
+        self.server: ForkServer | None = None
+        self.broken = False
+
+    def get(self, basetemp: Path) -> ForkServer | None:
+        if self.broken:
+            return None
+        if self.server is not None and self.server.alive():
+            return self.server
+        self.close()
+        try:
+            self.server = ForkServer(common_environment(dict(os.environ)), basetemp / "hicache-forkserver.log")
+        except (ForkServerError, OSError):
+            self.broken = True
+        return self.server
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
+_SERVER = pytest.StashKey[ServerHolder]()
+START_OPTION = "hicache_ranks_start"
+
+
+def fork_server(config: pytest.Config, basetemp: Path) -> ForkServer | None:
+    """The fork server when ranks are forked (the default on Linux), else None (spawn)."""
+    if not FORK_AVAILABLE or config.getoption(START_OPTION, "fork") != "fork":
+        return None
+    return config.stash.setdefault(_SERVER, ServerHolder()).get(basetemp)
+
+
+def close_fork_server(config: pytest.Config) -> None:
+    holder = config.stash.get(_SERVER, None)
+    if holder is not None:
+        holder.close()
 
 
 def _dir_name(name: str) -> str:

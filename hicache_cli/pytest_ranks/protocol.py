@@ -38,6 +38,11 @@ def started_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank-{rank}.started"
 
 
+def exit_file(run_dir: Path, rank: int) -> Path:
+    """A forked rank's exit status, written by the fork server that reaped it."""
+    return run_dir / f"rank-{rank}.exit"
+
+
 def log_file(run_dir: Path, rank: int) -> Path:
     """The rank's stdout and stderr, replayed into pytest's captured output afterwards."""
     return run_dir / f"rank-{rank}.log"

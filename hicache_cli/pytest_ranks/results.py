@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,7 @@ class RanksResult:
     run_dir: Path
     wall_s: float  # ranks started to ranks ended, in pytest
     startup_s: float | None  # ranks started to the last rank's body starting
-    extra: dict[str, Any] = field(default_factory=dict)
+    forked: int = 0  # ranks forked from the fork server; the others were spawned
 
     @property
     def passed(self) -> bool:
@@ -135,6 +135,7 @@ class RanksResult:
         return {
             "wall_s": round(self.wall_s, 3),
             "startup_s": None if self.startup_s is None else round(self.startup_s, 3),
+            "forked": self.forked,
             "ranks": [
                 {
                     "rank": r.rank,
@@ -179,6 +180,7 @@ def assess(
     run_dir: Path,
     wall_s: float,
     spawned_wall: float,
+    forked: int = 0,
 ) -> RanksResult:
     ranks = tuple(_rank_result(end, samples.get(end.rank, []), spec) for end in sorted(ends, key=lambda e: e.rank))
     failures = _failures(spec, ranks, ends, test_file)
@@ -188,7 +190,7 @@ def assess(
         skipped = (skips[0] or "skipped").removeprefix("Skipped: ")
     starts = [e.reported.body_started for e in ends if e.reported is not None and e.reported.body_started]
     startup = max(starts) - spawned_wall if len(starts) == len(ends) else None
-    return RanksResult(nodeid, spec, ranks, tuple(failures), skipped, run_dir, wall_s, startup)
+    return RanksResult(nodeid, spec, ranks, tuple(failures), skipped, run_dir, wall_s, startup, forked)
 
 
 def _rank_result(end: RankEnd, series: list[Sample], spec: RanksSpec) -> RankResult:

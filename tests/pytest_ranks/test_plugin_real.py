@@ -3,11 +3,13 @@ entry point, test bodies on real gloo ranks, real processes checked by pid after
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import psutil
@@ -40,6 +42,23 @@ def gone(pids: list[int]) -> bool:
     return True
 
 
+def left_of(pytester: pytest.Pytester, within_s: float = 5.0) -> list[str]:
+    """Processes of the inner run still running (pytester gives each run its own HOME, which
+    its fork server and ranks inherit), waiting a moment for any on its way out."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if proc.environ().get("HOME") == str(pytester.path) and proc.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{proc.pid}: {' '.join(proc.info['cmdline'] or [])}")
+            except psutil.Error:
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
 def recorded_pids(folder: Path, ranks: int = 2, within_s: float = 0.0) -> list[int]:
     deadline = time.monotonic() + within_s
     while len(list(folder.iterdir())) < ranks and time.monotonic() < deadline:
@@ -47,11 +66,17 @@ def recorded_pids(folder: Path, ranks: int = 2, within_s: float = 0.0) -> list[i
     return sorted(int(p.read_text()) for p in folder.iterdir())
 
 
-def test_a_reap_loop_fails_naming_its_isend_line_and_its_drain_twin_passes(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_reap_loop_fails_naming_its_isend_line_and_its_drain_twin_passes(
+    pytester: pytest.Pytester, start: str
+) -> None:
     source = (EXAMPLES / "pp_sync.py").read_text()
     pytester.makepyfile(test_pp_sync=source)
-    result = run_inner(pytester)
+    result = run_inner(pytester, f"--hicache-ranks-start={start}", "--junitxml=junit.xml")
     result.assert_outcomes(passed=1, failed=1)
+    properties = ET.parse(pytester.path / "junit.xml").iter("property")
+    forked = [json.loads(p.get("value", ""))["forked"] for p in properties if p.get("name") == "hicache_ranks"]
+    assert forked == ([2, 2] if start == "fork" else [0, 0])
     isend = line_of(source, "dist.isend(")
     result.stdout.fnmatch_lines([
         "*_ test_pp_sync_reap _*",
@@ -129,6 +154,7 @@ def test_a_hung_rank_fails_at_the_timeout_with_its_stack_and_leaves_no_process(
     ])  # fmt: skip
     assert "tracer" not in result.stdout.str()  # hicache's own wrapper frames are left out
     assert gone(pids)  # the inner pytest has returned: none of its ranks runs
+    assert left_of(pytester) == []  # nor its fork server
 
 
 def test_ctrl_c_during_a_marked_test_leaves_no_process(pytester: pytest.Pytester) -> None:
@@ -152,6 +178,8 @@ def test_ctrl_c_during_a_marked_test_leaves_no_process(pytester: pytest.Pytester
     try:
         pids = recorded_pids(pids_dir, within_s=120)
         assert len(pids) == 2
+        below = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(below) >= 3  # the fork server and the two ranks it forked
         proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends pytest (the ranks have their own session)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -159,7 +187,7 @@ def test_ctrl_c_during_a_marked_test_leaves_no_process(pytester: pytest.Pytester
             proc.kill()
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "KeyboardInterrupt" in out
-    assert gone(pids)
+    assert gone(pids) and gone(below)
 
 
 FOREIGN = """
@@ -282,3 +310,42 @@ def test_an_rss_trend_over_max_rss_slope_fails_with_the_verdicts_reason(pytester
     result.assert_outcomes(failed=1)
     result.stdout.re_match_lines([r"rank 0: RSS \+\d+ MB/h \[95% \+\d+, \+\d+\] is above 50 MB/h; live Works not "
                                   r"growing \(max_rss_slope=50 MB/h\)"])  # fmt: skip
+
+
+def test_a_fork_server_killed_between_tests_is_started_again(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        from hicache_cli.pytest_ranks import parent
+
+        def pytest_runtest_setup(item):
+            if item.name == "test_second":
+                server = item.config.stash[parent._SERVER].server
+                server.proc.kill()
+                server.proc.wait()
+        """
+    )
+    pytester.makepyfile(
+        test_twice="""
+        import pytest
+        import torch.distributed as dist
+
+        @pytest.fixture
+        def forked(hicache_ranks_result):
+            yield
+            print(f"forked {hicache_ranks_result.result.forked}")
+
+        @pytest.mark.usefixtures("forked")
+        @pytest.mark.hicache_ranks(2)
+        def test_first(rank, world_size):
+            dist.barrier()
+
+        @pytest.mark.usefixtures("forked")
+        @pytest.mark.hicache_ranks(2)
+        def test_second(rank, world_size):
+            dist.barrier()
+        """
+    )
+    result = run_inner(pytester, "-s")
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count("forked 2") == 2
+    assert left_of(pytester) == []

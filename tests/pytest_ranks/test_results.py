@@ -161,6 +161,7 @@ def test_timings_and_the_summary_properties() -> None:
     assert result.startup_s is not None and abs(result.startup_s - 2.7) < 1e-9  # the last body's start
     assert result.rank(0).body_s == 0.5
     summary = json.loads(json.dumps(result.summary()))
+    assert summary["forked"] == 0
     assert summary["ranks"][1] == {"rank": 1, "outcome": "passed", "live_max": 0, "live_final": 0, "created": 0,
                                    "waited": 0, "top_site": None, "verdict": "INCONCLUSIVE"}  # fmt: skip
     stuck = judge(RanksSpec(2), [passed(0), RankEnd(1, 101, RankOutcome.TIMED_OUT, in_body=False)])
