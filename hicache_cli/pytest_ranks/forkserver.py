@@ -79,6 +79,14 @@ class ForkedRank:
         return self.returncode
 
 
+def _end_stale(reply: dict[str, Any]) -> None:
+    """A rank forked for a request that was abandoned (pytest interrupted mid-request): nobody
+    will run or release it."""
+    if "pid" in reply:
+        with contextlib.suppress(OSError):
+            os.killpg(int(reply["pid"]), signal.SIGKILL)
+
+
 def _running(pid: int) -> bool:
     """Whether `pid` is a process that has not ended (a zombie has); /proc on Linux."""
     try:
@@ -104,12 +112,15 @@ class ForkServer:
                 preexec_fn=parent_death_signal(),
             )
         self.log = log
+        self._asked = 0
+        self._pending = b""
         if self._read_line(READY_TIMEOUT_S).get("ready") is not True:
             self.close()
             raise ForkServerError(f"the hicache fork server did not start (see {log})")
 
     def fork(self, run_dir: Path, rank: int, env: dict[str, str], cwd: str) -> ForkedRank:
-        request = {"run_dir": str(run_dir), "rank": rank, "env": env, "cwd": cwd}
+        self._asked += 1
+        request = {"id": self._asked, "run_dir": str(run_dir), "rank": rank, "env": env, "cwd": cwd}
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
@@ -117,6 +128,9 @@ class ForkServer:
         except (OSError, ValueError) as exc:
             raise ForkServerError(f"the hicache fork server is gone: {exc}") from None
         reply = self._read_line(REPLY_TIMEOUT_S)
+        while reply.get("id", self._asked) != self._asked:  # the answer to a request pytest gave up on
+            _end_stale(reply)
+            reply = self._read_line(REPLY_TIMEOUT_S)
         if "pid" not in reply:
             raise ForkServerError(f"the hicache fork server could not fork: {reply.get('error', reply)}")
         return ForkedRank(int(reply["pid"]), run_dir, rank)
@@ -138,11 +152,20 @@ class ForkServer:
             self.proc.stdout.close()
 
     def _read_line(self, timeout_s: float) -> dict[str, Any]:
+        """The server's next line, read from the pipe itself (a buffered reader could hold a
+        second line that select would not see), or {} at the timeout or the pipe's end."""
         assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-        line = self.proc.stdout.readline() if ready else b""
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._pending:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(fd, 65536) if ready else b""
+            if not chunk:
+                return {}
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
         try:
-            reply = json.loads(line) if line else {}
+            reply = json.loads(line)
         except ValueError:
             reply = {}
         return reply if isinstance(reply, dict) else {}
@@ -191,9 +214,10 @@ def _answer(
 ) -> None:
     try:
         request = json.loads(line)
+        asked = request.get("id")
         run_dir, rank = Path(request["run_dir"]), int(request["rank"])
         env, cwd = dict(request["env"]), str(request["cwd"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         _reply(replies, {"error": f"bad request: {exc}"})
         return
     sys.stdout.flush()
@@ -201,12 +225,12 @@ def _answer(
     try:
         pid = os.fork()
     except OSError as exc:
-        _reply(replies, {"error": f"fork: {exc}"})
+        _reply(replies, {"id": asked, "error": f"fork: {exc}"})
         return
     if pid == 0:
         _child(run_dir, rank, env, cwd, arm)  # never returns
     children[pid] = (run_dir, rank)
-    _reply(replies, {"pid": pid})
+    _reply(replies, {"id": asked, "pid": pid})
 
 
 def _child(run_dir: Path, rank: int, env: dict[str, str], cwd: str, arm: Callable[[], None] | None) -> None:

@@ -171,6 +171,26 @@ def over_live_limit(samples: dict[int, list[Sample]], max_live_works: int | None
     return any(live_max_of(series) > max_live_works for series in samples.values())
 
 
+class LiveLimitWatch:
+    """`over_live_limit` while the ranks run, reading only the samples that are new since the
+    last call (the launcher asks twenty times a second, for as long as a test lasts)."""
+
+    def __init__(self, max_live_works: int | None) -> None:
+        self.max_live_works = max_live_works
+        self.exceeded = False
+        self._read: dict[int, int] = {}
+
+    def __call__(self, samples: dict[int, list[Sample]]) -> bool:
+        if self.max_live_works is None or self.exceeded:
+            return self.exceeded
+        for rank, series in samples.items():
+            read = self._read.get(rank, 0)
+            if live_max_of(series[read:]) > self.max_live_works:
+                self.exceeded = True
+            self._read[rank] = len(series)
+        return self.exceeded
+
+
 def assess(
     spec: RanksSpec,
     nodeid: str,

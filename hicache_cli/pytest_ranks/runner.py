@@ -43,6 +43,7 @@ from hicache_cli.pytest_ranks.protocol import (
 )
 
 PROCESS_GROUP_GRACE_S = 60.0  # torch's own timeout stays past pytest's, which reports hangs with a stack
+RELEASE_GRACE_S = 120.0  # past the test's timeout, a rank stops waiting for pytest's release
 RELEASE_POLL_S = 0.02
 OWNER_EVERY_S = 0.5
 RUNNER_FILE = os.path.normcase(os.path.abspath(__file__))
@@ -183,10 +184,11 @@ def _session() -> Any:
 
 def _wait_for_release(run_dir: Path, request: RankRequest) -> None:
     """Stay until pytest says every rank is done (a peer may still be receiving what this
-    rank sent), or pytest is gone."""
+    rank sent), pytest is gone, or pytest should long have said so."""
     release = run_dir / RELEASE
     check_owner_at = time.monotonic() + OWNER_EVERY_S
-    while not release.exists():
+    give_up_at = time.monotonic() + request.timeout_s + RELEASE_GRACE_S
+    while not release.exists() and time.monotonic() < give_up_at:
         time.sleep(RELEASE_POLL_S)
         if time.monotonic() >= check_owner_at:
             check_owner_at = time.monotonic() + OWNER_EVERY_S

@@ -3,12 +3,14 @@ the server refusing a request it cannot read (a real server, no torch operation)
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -49,3 +51,22 @@ def test_the_server_answers_a_bad_request_and_leaves_when_pytest_closes_it(tmp_p
     assert server.proc.returncode == 0
     with pytest.raises(ForkServerError):
         server.fork(tmp_path, 0, {}, str(tmp_path))
+
+
+def test_a_reply_to_an_abandoned_request_is_passed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest was interrupted while asking for a rank (its reply never read): the next
+    request must not take that reply, and the rank it names is ended."""
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb") as replies, os.fdopen(write_end, "wb") as server_side:
+        server = ForkServer.__new__(ForkServer)
+        server.proc = SimpleNamespace(stdin=io.BytesIO(), stdout=replies)  # type: ignore[assignment]
+        server._asked, server._pending = 1, b""
+        server_side.write(b'{"id": 1, "pid": 4000001}\n{"id": 2, "pid": 4000002}\n')
+        server_side.flush()
+        ended: list[int] = []
+        monkeypatch.setattr(forkserver.os, "killpg", lambda pid, signo: ended.append(pid))
+        rank = server.fork(tmp_path, 3, {"A": "1"}, str(tmp_path))
+    assert (rank.pid, rank.rank) == (4000002, 3)
+    assert ended == [4000001]
+    sent = json.loads(server.proc.stdin.getvalue())
+    assert (sent["id"], sent["rank"], sent["env"]) == (2, 3, {"A": "1"})

@@ -8,6 +8,7 @@ from typing import Any
 
 from hicache_cli.pytest_ranks.protocol import Outcome
 from hicache_cli.pytest_ranks.results import (
+    LiveLimitWatch,
     RankEnd,
     RankOutcome,
     RanksResult,
@@ -77,6 +78,18 @@ def test_a_leak_released_between_two_samples_is_caught_by_its_sites_peak() -> No
     assert over_live_limit({0: [sample(0.1, 0), final]}, 8)
     assert not over_live_limit({0: [sample(0.1, 0), final]}, 50)
     assert not over_live_limit({0: [sample(0.1, 0), final]}, None)
+
+
+def test_the_live_limit_is_watched_on_new_samples_only() -> None:
+    watch = LiveLimitWatch(8)
+    series = [sample(0.1, 3)]
+    assert not watch({0: series})
+    series.append(sample(0.2, 5))
+    assert not watch({0: series, 1: [sample(0.1, 8, rank=1)]})
+    assert watch._read == {0: 2, 1: 1}
+    series.append(sample(0.3, 9))
+    assert watch({0: series}) and watch({})  # once over, it stays over
+    assert not LiveLimitWatch(None)({0: [sample(0.1, 10_000)]})
 
 
 def test_a_draining_rank_passes_and_max_live_works_none_only_counts() -> None:
