@@ -100,8 +100,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if result.failures:
         pytest.fail(result.message, pytrace=False)
     if result.skipped is not None:
-        pytest.skip(result.skipped)
+        _skip_at_the_test(result.skipped)
     return True
+
+
+def _skip_at_the_test(reason: str) -> None:
+    """pytest.skip() in the ranks, reported at the test's location as a skip mark is, not at
+    this plugin's line (`_use_item_location` is how pytest's own skip marks do it)."""
+    try:
+        skipped = pytest.skip.Exception(reason, _use_item_location=True)
+    except TypeError:  # a pytest without it
+        pytest.skip(reason)
+    raise skipped
 
 
 @pytest.fixture

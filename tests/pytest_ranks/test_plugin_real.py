@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -349,3 +350,30 @@ def test_a_fork_server_killed_between_tests_is_started_again(pytester: pytest.Py
     result.assert_outcomes(passed=2)
     assert result.stdout.str().count("forked 2") == 2
     assert left_of(pytester) == []
+
+
+def test_a_skip_in_the_ranks_and_xfail_read_as_pytest_reads_them(pytester: pytest.Pytester) -> None:
+    source = textwrap.dedent(
+        """
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.xfail(reason="a known leak", strict=True)
+        @pytest.mark.hicache_ranks(2, max_live_works=4)
+        def test_known_leak(rank, world_size):
+            kept = [dist.isend(torch.ones(1), dst=1) for _ in range(20)] if rank == 0 else []
+            for _ in range(20 if rank == 1 else 0):
+                dist.recv(torch.zeros(1), src=0)
+            dist.barrier()
+
+        @pytest.mark.hicache_ranks(2)
+        def test_skips(rank, world_size):
+            pytest.skip("needs one GPU per rank")
+        """
+    )
+    pytester.makepyfile(test_marks=source)
+    result = run_inner(pytester, "-rxs")
+    result.assert_outcomes(xfailed=1, skipped=1)
+    at = line_of(source, "def test_skips") - 1  # the test's own place (its decorator's line), as for a skip mark
+    result.stdout.fnmatch_lines([f"SKIPPED [[]1] test_marks.py:{at}: needs one GPU per rank"])
