@@ -320,11 +320,18 @@ def _ended_at(end: RankEnd) -> float:
 
 
 def _live_line(r: RankResult, limit: int) -> str:
-    line = f"rank {r.rank} held {r.live_max} live Works it never waited (max_live_works={limit})"
+    """`rank 0 held 200 Works it had not waited (max_live_works=4), 200 of them from
+    test_pp.py:29 in sync (isend to rank 1); at the end: 200 created, 0 waited, 200 dropped
+    without a wait, 0 still held`."""
+    line = f"rank {r.rank} held {r.live_max} Works it had not waited (max_live_works={limit})"
     top = r.top_site
     if top is not None and top.live_max > 0:
-        line += f": {top.live_max} at once from {top.where()}, {top.created} created, {top.waited} waited"
-    return line
+        line += f", {top.live_max} of them from {top.where()}"
+    counts = [f"{r.created} created", f"{r.waited} waited"]
+    if r.dropped:
+        counts.append(f"{r.dropped} dropped without a wait")
+    counts.append(f"{r.live_final} still held")
+    return f"{line}; at the end: {', '.join(counts)}"
 
 
 def _indent(text: str) -> str:

@@ -16,10 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from hicache_cli.sglang_target.locate import cache_dir, release
+
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
+HICACHE_CACHE = cache_dir()  # before pytester gives each inner run a HOME of its own
 INNER_TIMEOUT_S = 240
 
 
@@ -81,8 +84,8 @@ def test_a_reap_loop_fails_naming_its_isend_line_and_its_drain_twin_passes(
     isend = line_of(source, "dist.isend(")
     result.stdout.fnmatch_lines([
         "*_ test_pp_sync_reap _*",
-        f"rank 0 held 200 live Works it never waited (max_live_works=4): 200 at once from test_pp_sync.py:{isend} "
-        "in sync (isend to rank 1), 200 created, 0 waited",
+        f"rank 0 held 200 Works it had not waited (max_live_works=4), 200 of them from test_pp_sync.py:{isend} "
+        "in sync (isend to rank 1); at the end: 200 created, 0 waited, 200 dropped without a wait, 0 still held",
         f"rank 1 (pid *) was stopped once the test had failed, at test_pp_sync.py:{line_of(source, 'dist.recv(')} "
         "in sync",
         "run directory: */hicache-test_pp_sync_reap0",
@@ -377,3 +380,22 @@ def test_a_skip_in_the_ranks_and_xfail_read_as_pytest_reads_them(pytester: pytes
     result.assert_outcomes(xfailed=1, skipped=1)
     at = line_of(source, "def test_skips") - 1  # the test's own place (its decorator's line), as for a skip mark
     result.stdout.fnmatch_lines([f"SKIPPED [[]1] test_marks.py:{at}: needs one GPU per rank"])
+
+
+def test_sglangs_own_pp_sync_fails_on_the_release_that_reaps_and_passes_on_the_one_that_drains(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SGLang 0.5.14's and 0.5.15's own hiradix_cache.py (fetched once into hicache's cache,
+    as tests/integration/test_sglang_real.py does)."""
+    monkeypatch.setenv("HICACHE_CACHE_DIR", str(HICACHE_CACHE))
+    hiradix = release("0.5.14").files["HiRadixCache"].read_text()
+    pytester.makepyfile(test_sglang_pp_sync=(EXAMPLES / "sglang_pp_sync.py").read_text())
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*_ test_hiradix_cache_pp_sync_waits_its_works[[]0.5.14] _*",
+        "rank 0 held 600 Works it had not waited (max_live_works=8), 600 of them from hiradix_cache.py:"
+        f"{line_of(hiradix, 'torch.distributed.isend(')} in _pp_sync (isend to rank 1); at the end: 600 created, "
+        "600 waited, 0 still held",  # 2 syncs a round, 300 rounds; the shutdown waits them, too late
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines(["PASSED test_sglang_pp_sync.py::test_hiradix_cache_pp_sync_waits_its_works[[]0.5.15]"])
