@@ -161,14 +161,18 @@ def test_a_hung_rank_fails_at_the_timeout_with_its_stack_and_leaves_no_process(
     assert left_of(pytester) == []  # nor its fork server
 
 
-def test_ctrl_c_during_a_marked_test_leaves_no_process(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("signo", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_pytest_stopped_during_a_marked_test_leaves_no_process(pytester: pytest.Pytester, signo: int) -> None:
+    """Ctrl-C (what a terminal sends pytest; the ranks have sessions of their own) stops the
+    ranks in order; SIGKILL to pytest reaches them through the parent-death signals."""
     pids_dir = pytester.mkdir("pids")
     pytester.makepyfile(
         test_forever="""
         import os, pathlib, time
         import pytest
 
-        @pytest.mark.hicache_ranks(2, timeout="5m")
+        pytestmark = pytest.mark.hicache_ranks(2, timeout="5m")
+
         def test_forever(rank, world_size):
             pathlib.Path(os.environ["PIDS_DIR"], str(rank)).write_text(str(os.getpid()))
             while True:
@@ -184,13 +188,19 @@ def test_ctrl_c_during_a_marked_test_leaves_no_process(pytester: pytest.Pytester
         assert len(pids) == 2
         below = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         assert len(below) >= 3  # the fork server and the two ranks it forked
-        proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends pytest (the ranks have their own session)
+        proc.send_signal(signo)
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
-    assert "KeyboardInterrupt" in out
+    if signo == signal.SIGINT:
+        assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+        assert "KeyboardInterrupt" in out
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while not (gone(pids) and gone(below)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert gone(pids) and gone(below)
 
 
