@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from hicache_cli.pytest_ranks.spec import DOC, MARKER
+from hicache_cli.pytest_ranks.spec import DOC, GIVEN, MARKER
 
 if TYPE_CHECKING:
     from hicache_cli.pytest_ranks.results import RanksResult
 
-GIVEN = ("rank", "world_size")  # arguments the ranks pass themselves: not fixtures
 RUN_DIR_FIXTURE = "tmp_path_factory"  # a marked test's run directory is made with it
 
 

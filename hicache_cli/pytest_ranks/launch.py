@@ -1,8 +1,9 @@
 """In pytest: start a marked test's rank processes, watch them, and stop every one of them.
 
 Each rank runs in a session of its own (a terminal's Ctrl-C reaches pytest, which stops the
-ranks in order), gets SIGTERM if pytest dies (parent-death signal), and watches pytest's pid
-itself. The test is over when every rank has reported; or, once the test is known to fail
+ranks in order), gets SIGTERM if pytest dies (the parent-death signal: from pytest for a
+spawned rank, from the fork server, which gets it from pytest, for a forked one), and
+watches pytest's pid itself. The test is over when every rank has reported; or, once the test is known to fail
 (a rank raised or died, or held more live Works than allowed), FAIL_GRACE_S later; or at the
 timeout. Ranks still running then have their stacks dumped (SIGUSR1) and are stopped:
 SIGTERM to their process group, SIGKILL after a grace, their descendants included. Whatever
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import psutil
 
@@ -62,7 +63,7 @@ class RankProcess(Protocol):
     """A Popen (a spawned rank) or a ForkedRank: pid, poll() and returncode."""
 
     pid: int
-    returncode: int | Any
+    returncode: int | None
 
     def poll(self) -> int | None: ...
 

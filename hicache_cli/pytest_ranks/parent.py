@@ -8,6 +8,7 @@ import os
 import pickle
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,9 @@ from hicache_cli.lifecycle import owner_token
 from hicache_cli.pytest_ranks.forkserver import FORK_AVAILABLE, ForkServer, ForkServerError
 from hicache_cli.pytest_ranks.launch import common_environment, run_ranks
 from hicache_cli.pytest_ranks.protocol import ARGS, RankRequest, log_file
-from hicache_cli.pytest_ranks.results import LiveLimitWatch, RanksResult, assess
-from hicache_cli.pytest_ranks.spec import MARKER, MarkerError, RanksSpec, spec_from_marker
+from hicache_cli.pytest_ranks.results import LiveLimitWatch, RankEnd, RanksResult, assess
+from hicache_cli.pytest_ranks.spec import GIVEN, MARKER, MarkerError, RanksSpec, spec_from_marker
 
-GIVEN = ("rank", "world_size")  # what every rank passes itself
 RESULT_FIXTURE = "hicache_ranks_result"
 # Fixtures that act on the pytest process: their values mean nothing in a rank.
 IN_PYTEST_ONLY = frozenset(
@@ -125,7 +125,7 @@ def rank_request(item: pytest.Function, spec: RanksSpec, argnames: tuple[str, ..
     )
 
 
-def replay_output(run_dir: Path, ends: Any) -> None:
+def replay_output(run_dir: Path, ends: Sequence[RankEnd]) -> None:
     """Each rank's output, in rank order, into pytest's capture (shown with a failure, or
     at once with -s)."""
     for end in ends:

@@ -14,6 +14,7 @@ from hicache_cli.errors import UsageError
 from hicache_cli.units import MAX_TIMEOUT_S, parse_duration, parse_rate_mb_per_h
 
 MARKER = "hicache_ranks"
+GIVEN = ("rank", "world_size")  # the body's arguments each rank passes itself: never fixtures
 MAX_WORLD_SIZE = 64  # processes on one machine; past this a value is a typo, not a plan
 DEFAULT_MAX_LIVE_WORKS = 16
 DEFAULT_TIMEOUT_S = 60.0
