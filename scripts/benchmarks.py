@@ -6,10 +6,10 @@
     .venv/bin/python scripts/benchmarks.py lint
 
 Sections: time-to-verdict, false-alarms, sensitivity, probe-cost, startup, scale, ceiling,
-trace-cost, lint.
+trace-cost, lint, pytest-plugin.
 Every run has real ranks, through the library API (hicache_cli.run and trace: the commands'
-code), except lint's, which times the real CLI; results go to docs/performance.md (and
-docs/lint.md for lint's per-release findings) by hand.
+code), except lint's and pytest-plugin's, which time the real CLI and pytest; results go
+to docs/performance.md (and docs/lint.md for lint's per-release findings) by hand.
 """
 
 from __future__ import annotations
@@ -328,6 +328,117 @@ def lint(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+MARKED_TESTS = """
+import pytest
+import torch.distributed as dist
+
+
+@pytest.mark.hicache_ranks(2)
+def test_marked_1(rank, world_size):
+    dist.barrier()
+
+
+@pytest.mark.hicache_ranks(2)
+def test_marked_2(rank, world_size):
+    dist.barrier()
+
+
+@pytest.mark.hicache_ranks(2)
+def test_marked_3(rank, world_size):
+    dist.barrier()
+
+
+def test_unmarked():
+    pass
+"""
+
+BARE_RANK = """
+import sys, torch.distributed as dist
+dist.init_process_group("gloo", init_method=sys.argv[1], rank=int(sys.argv[2]), world_size=2)
+dist.barrier()
+"""
+
+
+def _pytest_session(tmp: Path, start: str) -> dict[str, float]:
+    """One pytest session of MARKED_TESTS: each test's time as JUnit records it (setup, call
+    and teardown: a fork server started by a test counts in that test), and the session's wall."""
+    import xml.etree.ElementTree as ET
+
+    junit = tmp / f"junit-{time.monotonic_ns()}.xml"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+         f"--hicache-ranks-start={start}", f"--junitxml={junit}", "test_bench.py"],
+        cwd=tmp, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"pytest exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    times = {case.get("name", ""): float(case.get("time", "nan")) for case in ET.parse(junit).iter("testcase")}
+    return {**times, "session_s": wall}
+
+
+def _bare_two_ranks(tmp: Path) -> float:
+    """Two processes that import torch, meet in a gloo group and leave: any 2-rank test's floor."""
+    script = tmp / "bare_rank.py"
+    script.write_text(BARE_RANK)
+    store = tmp / f"store-{time.monotonic_ns()}"
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen([sys.executable, str(script), store.as_uri(), str(r)], env=env, cwd=tmp) for r in range(2)
+    ]
+    codes = [p.wait() for p in procs]
+    if codes != [0, 0]:
+        raise RuntimeError(f"bare ranks exited {codes}")
+    return time.monotonic() - started
+
+
+def pytest_plugin(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 16: what a marked 2-rank test (body: one barrier) costs, start-up included.
+
+    Alternated within each repetition: a pytest session of three marked tests and an unmarked
+    one with ranks forked from the fork server (the default), the same session with ranks
+    spawned, and the floor: two bare processes that import torch, meet in a gloo group and
+    leave, as any 2-rank test must. A test's time is JUnit's (setup + call + teardown), so the
+    first forked test carries the fork server's start."""
+    folder = tmp / "pytest-plugin"
+    folder.mkdir()
+    (folder / "test_bench.py").write_text(MARKED_TESTS)
+    rows = []
+    for i in range(args.pytest_runs):
+        row: dict[str, Any] = {"bare_s": _bare_two_ranks(folder)}
+        for start in ("fork", "spawn"):
+            times = _pytest_session(folder, start)
+            row[start] = {
+                "first_s": times["test_marked_1"],
+                "further_s": (times["test_marked_2"] + times["test_marked_3"]) / 2,
+                "unmarked_s": times["test_unmarked"],
+                "session_s": times["session_s"],
+            }
+        rows.append(row)
+        print(
+            f"run {i + 1}: bare 2 ranks {row['bare_s']:.2f} s; "
+            + "; ".join(
+                f"{start}: first marked test {row[start]['first_s']:.2f} s, further ones {row[start]['further_s']:.2f}"
+                f" s, unmarked {row[start]['unmarked_s']:.3f} s (session {row[start]['session_s']:.1f} s)"
+                for start in ("fork", "spawn")
+            )
+        )
+    out: dict[str, Any] = {"runs": rows, "median_bare_s": statistics.median(r["bare_s"] for r in rows)}
+    for start in ("fork", "spawn"):
+        out[start] = {
+            key: statistics.median(r[start][key] for r in rows)
+            for key in ("first_s", "further_s", "unmarked_s", "session_s")
+        }
+        first, further, floor = out[start]["first_s"], out[start]["further_s"], out["median_bare_s"]
+        print(
+            f"median of {len(rows)}, {start}: the first marked 2-rank test {first:.2f} s, each further one "
+            f"{further:.2f} s (floor {floor:.2f} s: ratios {first / floor:.2f} and {further / floor:.2f})"
+        )
+    return out
+
+
 SECTIONS = {
     "time-to-verdict": time_to_verdict,
     "false-alarms": false_alarms,
@@ -338,6 +449,7 @@ SECTIONS = {
     "ceiling": ceiling,
     "trace-cost": trace_cost,
     "lint": lint,
+    "pytest-plugin": pytest_plugin,
 }
 
 
@@ -352,6 +464,7 @@ def main() -> int:
     parser.add_argument("--tight-seconds", type=float, default=5.0, help="trace-cost: each run's loop time")
     parser.add_argument("--alternate-seconds", type=float, default=60.0, help="trace-cost: the switching run")
     parser.add_argument("--lint-runs", type=int, default=5, help="lint: CLI runs per tree (the median is reported)")
+    parser.add_argument("--pytest-runs", type=int, default=5, help="pytest-plugin: repetitions")
     args = parser.parse_args()
     chosen = list(SECTIONS) if args.section == "all" else [args.section]
     results = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}

@@ -76,3 +76,13 @@ def test_the_lint_analysis_imports_neither_torch_nor_the_terminal_libraries() ->
     rules, formats) that scripts can call without rich or typer."""
     statement = "import hicache_cli.lint.engine, hicache_cli.lint.formats, hicache_cli.lint.rules"
     assert modules_loaded_by(statement, ["torch", "rich", "typer", "psutil", "numpy"]) == []
+
+
+def test_the_pytest_plugin_imports_no_torch_in_pytest() -> None:
+    """pytest loads the plugin in every session (entry point): it must cost nothing to tests
+    that do not use it. Torch is imported in the rank processes only."""
+    watched = ["torch", "numpy", "psutil", "rich", "typer", "hicache_cli.pytest_ranks.parent", "hicache_cli.tracer"]
+    assert modules_loaded_by("import hicache_cli.pytest_plugin", watched) == []
+    # what a marked test loads in pytest: the launcher and the judging, still no torch
+    parent = modules_loaded_by("import hicache_cli.pytest_ranks.parent", ["torch", "numpy", "rich", "typer"])
+    assert parent == []

@@ -1,0 +1,411 @@
+"""The plugin as a user meets it: a pytest subprocess that loads hicache through its pytest11
+entry point, test bodies on real gloo ranks, real processes checked by pid afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hicache_cli.sglang_target.locate import cache_dir, release
+
+pytestmark = pytest.mark.slow
+pytest_plugins = ["pytester"]
+
+EXAMPLES = Path(__file__).resolve().parent / "examples"
+HICACHE_CACHE = cache_dir()  # before pytester gives each inner run a HOME of its own
+INNER_TIMEOUT_S = 240
+
+
+def run_inner(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", "-rA", *args,
+                                         timeout=INNER_TIMEOUT_S)  # fmt: skip
+
+
+def line_of(source: str, text: str) -> int:
+    """The line of `text` in `source` as pytester writes it (leading blank lines dropped)."""
+    return 1 + next(i for i, line in enumerate(source.lstrip("\n").splitlines()) if text in line)
+
+
+def gone(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+def left_of(pytester: pytest.Pytester, within_s: float = 5.0) -> list[str]:
+    """Processes of the inner run still running (pytester gives each run its own HOME, which
+    its fork server and ranks inherit), waiting a moment for any on its way out."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if proc.environ().get("HOME") == str(pytester.path) and proc.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{proc.pid}: {' '.join(proc.info['cmdline'] or [])}")
+            except psutil.Error:
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def recorded_pids(folder: Path, ranks: int = 2, within_s: float = 0.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while len(list(folder.iterdir())) < ranks and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return sorted(int(p.read_text()) for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_reap_loop_fails_naming_its_isend_line_and_its_drain_twin_passes(
+    pytester: pytest.Pytester, start: str
+) -> None:
+    source = (EXAMPLES / "pp_sync.py").read_text()
+    pytester.makepyfile(test_pp_sync=source)
+    result = run_inner(pytester, f"--hicache-ranks-start={start}", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1, failed=1)
+    properties = ET.parse(pytester.path / "junit.xml").iter("property")
+    forked = [json.loads(p.get("value", ""))["forked"] for p in properties if p.get("name") == "hicache_ranks"]
+    assert forked == ([2, 2] if start == "fork" else [0, 0])
+    isend = line_of(source, "dist.isend(")
+    result.stdout.fnmatch_lines([
+        "*_ test_pp_sync_reap _*",
+        f"rank 0 held 200 Works it had not waited (max_live_works=4), 200 of them from test_pp_sync.py:{isend} "
+        "in sync (isend to rank 1); at the end: 200 created, 0 waited, 200 dropped without a wait, 0 still held",
+        f"rank 1 (pid *) was stopped once the test had failed, at test_pp_sync.py:{line_of(source, 'dist.recv(')} "
+        "in sync",
+        "run directory: */hicache-test_pp_sync_reap0",
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines(["PASSED test_pp_sync.py::test_pp_sync_drain"])
+
+
+RAISES = """
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.hicache_ranks(2)
+def test_one_rank_raises(rank, world_size):
+    received = torch.zeros(1)
+    if rank == 1:
+        assert received.sum().item() == 1.0, "rank 1 never got its count"
+    dist.recv(received, src=1)  # rank 0 waits for a message rank 1 never sends
+"""
+
+
+def test_a_raising_rank_fails_the_test_with_its_traceback_at_once(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_raises=RAISES)
+    result = run_inner(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "rank 1 raised AssertionError: rank 1 never got its count",
+        "    Traceback (most recent call last):",
+        f'      File "*test_raises.py", line {line_of(RAISES, "assert received")}, in test_one_rank_raises',
+        "    AssertionError: rank 1 never got its count",
+        "    assert 0.0 == 1.0",  # pytest's assertion rewriting, in the rank
+        "rank 0 (pid *) was stopped once the test had failed, at test_raises.py:"
+        f"{line_of(RAISES, 'dist.recv(')} in test_one_rank_raises",
+    ])  # fmt: skip
+    assert result.duration < 60  # the 60 s default timeout was not waited for: rank 0 was stopped
+
+
+HANGS = """
+import os
+import pathlib
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.hicache_ranks(2, timeout="2s")
+def test_rank_1_hangs(rank, world_size):
+    pathlib.Path(os.environ["PIDS_DIR"], str(rank)).write_text(str(os.getpid()))
+    if rank == 1:
+        dist.recv(torch.zeros(1), src=0)  # rank 0 never sends
+"""
+
+
+def test_a_hung_rank_fails_at_the_timeout_with_its_stack_and_leaves_no_process(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids_dir = pytester.mkdir("pids")
+    monkeypatch.setenv("PIDS_DIR", str(pids_dir))
+    pytester.makepyfile(test_hangs=HANGS)
+    result = run_inner(pytester)
+    result.assert_outcomes(failed=1)
+    pids = recorded_pids(pids_dir)
+    result.stdout.fnmatch_lines([
+        f"rank 1 (pid {pids[1]}) did not finish within the 2 s timeout; its stack (most recent call first):",
+        '    File "*distributed_c10d.py", line * in recv',
+        "*",
+        f'    File "*test_hangs.py", line {line_of(HANGS, "dist.recv(")} in test_rank_1_hangs',
+    ])  # fmt: skip
+    assert "tracer" not in result.stdout.str()  # hicache's own wrapper frames are left out
+    assert gone(pids)  # the inner pytest has returned: none of its ranks runs
+    assert left_of(pytester) == []  # nor its fork server
+
+
+@pytest.mark.parametrize("signo", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_pytest_stopped_during_a_marked_test_leaves_no_process(pytester: pytest.Pytester, signo: int) -> None:
+    """Ctrl-C (what a terminal sends pytest; the ranks have sessions of their own) stops the
+    ranks in order; SIGKILL to pytest reaches them through the parent-death signals."""
+    pids_dir = pytester.mkdir("pids")
+    pytester.makepyfile(
+        test_forever="""
+        import os, pathlib, time
+        import pytest
+
+        pytestmark = pytest.mark.hicache_ranks(2, timeout="5m")
+
+        def test_forever(rank, world_size):
+            pathlib.Path(os.environ["PIDS_DIR"], str(rank)).write_text(str(os.getpid()))
+            while True:
+                time.sleep(0.1)
+        """
+    )
+    env = dict(os.environ, PIDS_DIR=str(pids_dir), PYTHONPATH=str(pytester.path))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_forever.py"],
+                            cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    try:
+        pids = recorded_pids(pids_dir, within_s=120)
+        assert len(pids) == 2
+        below = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(below) >= 3  # the fork server and the two ranks it forked
+        proc.send_signal(signo)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if signo == signal.SIGINT:
+        assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+        assert "KeyboardInterrupt" in out
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while not (gone(pids) and gone(below)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert gone(pids) and gone(below)
+
+
+FOREIGN = """
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+
+@pytest.fixture
+def works_were_counted(request, hicache_ranks_result):
+    yield
+    result = hicache_ranks_result.result
+    for rank in result.ranks:
+        assert rank.created >= 8, rank
+        assert rank.live_final == 0 and rank.live_max <= 8
+        assert rank.top_site.file == str(request.path)  # the test's own line, not torch's
+    print(f"{request.node.name}: " + ", ".join(f"rank {r.rank} created {r.created} at {r.top_site.where()}"
+                                               for r in result.ranks))
+
+
+@pytest.mark.usefixtures("works_were_counted")
+@pytest.mark.hicache_ranks(2, max_live_works=8)
+def test_gpipe_training_steps(rank, world_size):
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(4)))
+    stage = PipelineStage(model[2 * rank : 2 * rank + 2], rank, world_size, torch.device("cpu"))
+    schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=nn.MSELoss())
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    for _ in range(3):
+        if rank == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=y, losses=[])
+
+
+@pytest.mark.usefixtures("works_were_counted")
+@pytest.mark.hicache_ranks(2, max_live_works=2)
+def test_halo_exchange_with_batch_isend_irecv(rank, world_size):
+    peer = 1 - rank
+    for step in range(10):
+        out, inbox = torch.full((4,), float(rank + step)), torch.zeros(4)
+        ops = [dist.P2POp(dist.isend, out, peer), dist.P2POp(dist.irecv, inbox, peer)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        assert inbox[0].item() == peer + step
+"""
+
+
+def test_foreign_shaped_bodies_pass_with_their_works_counted_at_their_own_lines(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_foreign=FOREIGN)
+    result = run_inner(pytester, "-s")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "*test_gpipe_training_steps: rank 0 created * at test_foreign.py:* in test_gpipe_training_steps (isend to "
+        "rank 1), rank 1 created * (isend to rank 0)",
+        "*test_halo_exchange_with_batch_isend_irecv: rank 0 created 20 at test_foreign.py:* in "
+        "test_halo_exchange_with_batch_isend_irecv (batch_isend_irecv(isend) to rank 1), *",
+    ])  # fmt: skip
+
+
+def test_importlib_mode_a_test_package_conftest_fixtures_parametrize_and_classes(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\naddopts = "--import-mode=importlib"\n')
+    pytester.mkpydir("tests")
+    pytester.makepyfile(**{
+        "tests/helpers": "ROUNDS = 4\n",
+        "tests/conftest": "import pytest\n\n@pytest.fixture\ndef scale():\n    return {'factor': 3}\n",
+        "tests/test_layout": """
+            import pytest
+            import torch
+            import torch.distributed as dist
+
+            from tests.helpers import ROUNDS
+            from .helpers import ROUNDS as SAME
+
+
+            class Payload:  # defined in the test module: pickled in pytest, unpickled in the ranks
+                def __init__(self, n):
+                    self.n = n
+
+
+            class TestLayout:
+                @pytest.mark.parametrize("payload", [Payload(2)])
+                @pytest.mark.hicache_ranks(2)
+                def test_all_reduce(self, rank, world_size, payload, scale, tmp_path):
+                    assert ROUNDS == SAME
+                    total = torch.zeros(1)
+                    for _ in range(ROUNDS):
+                        part = torch.full((1,), float(payload.n * scale["factor"] * (rank + 1)))
+                        dist.all_reduce(part, async_op=True).wait()
+                        total += part
+                    assert total.item() == ROUNDS * 2 * 3 * 3
+                    (tmp_path / f"written-by-rank-{rank}").write_text(__name__)
+        """,
+    })  # fmt: skip
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["PASSED tests/test_layout.py::TestLayout::test_all_reduce[[]payload0]"])
+    written = sorted(pytester.path.glob("runpytest-0/test_all_reduce_payload0_0/written-by-rank-*"))
+    assert [p.read_text() for p in written] == ["tests.test_layout"] * 2  # pytest's module name, in each rank
+
+
+def test_an_rss_trend_over_max_rss_slope_fails_with_the_verdicts_reason(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_grows="""
+        import time
+        import pytest
+
+        @pytest.mark.hicache_ranks(2, max_rss_slope="50MB/h")
+        def test_keeps_a_megabyte_every_20ms(rank, world_size):
+            kept = []
+            ends = time.monotonic() + 4.0
+            while time.monotonic() < ends:
+                kept.append(b"x" * (1 << 20))
+                time.sleep(0.02)
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.re_match_lines([r"rank 0: RSS \+\d+ MB/h \[95% \+\d+, \+\d+\] is above 50 MB/h; live Works not "
+                                  r"growing \(max_rss_slope=50 MB/h\)"])  # fmt: skip
+
+
+def test_a_fork_server_killed_between_tests_is_started_again(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        from hicache_cli.pytest_ranks import parent
+
+        def pytest_runtest_setup(item):
+            if item.name == "test_second":
+                server = item.config.stash[parent._SERVER].server
+                server.proc.kill()
+                server.proc.wait()
+        """
+    )
+    pytester.makepyfile(
+        test_twice="""
+        import pytest
+        import torch.distributed as dist
+
+        @pytest.fixture
+        def forked(hicache_ranks_result):
+            yield
+            print(f"forked {hicache_ranks_result.result.forked}")
+
+        @pytest.mark.usefixtures("forked")
+        @pytest.mark.hicache_ranks(2)
+        def test_first(rank, world_size):
+            dist.barrier()
+
+        @pytest.mark.usefixtures("forked")
+        @pytest.mark.hicache_ranks(2)
+        def test_second(rank, world_size):
+            dist.barrier()
+        """
+    )
+    result = run_inner(pytester, "-s")
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count("forked 2") == 2
+    assert left_of(pytester) == []
+
+
+def test_a_skip_in_the_ranks_and_xfail_read_as_pytest_reads_them(pytester: pytest.Pytester) -> None:
+    source = textwrap.dedent(
+        """
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        @pytest.mark.xfail(reason="a known leak", strict=True)
+        @pytest.mark.hicache_ranks(2, max_live_works=4)
+        def test_known_leak(rank, world_size):
+            kept = [dist.isend(torch.ones(1), dst=1) for _ in range(20)] if rank == 0 else []
+            for _ in range(20 if rank == 1 else 0):
+                dist.recv(torch.zeros(1), src=0)
+            dist.barrier()
+
+        @pytest.mark.hicache_ranks(2)
+        def test_skips(rank, world_size):
+            pytest.skip("needs one GPU per rank")
+        """
+    )
+    pytester.makepyfile(test_marks=source)
+    result = run_inner(pytester, "-rxs")
+    result.assert_outcomes(xfailed=1, skipped=1)
+    at = line_of(source, "def test_skips") - 1  # the test's own place (its decorator's line), as for a skip mark
+    result.stdout.fnmatch_lines([f"SKIPPED [[]1] test_marks.py:{at}: needs one GPU per rank"])
+
+
+def test_sglangs_own_pp_sync_fails_on_the_release_that_reaps_and_passes_on_the_one_that_drains(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SGLang 0.5.14's and 0.5.15's own hiradix_cache.py (fetched once into hicache's cache,
+    as tests/integration/test_sglang_real.py does)."""
+    monkeypatch.setenv("HICACHE_CACHE_DIR", str(HICACHE_CACHE))
+    hiradix = release("0.5.14").files["HiRadixCache"].read_text()
+    pytester.makepyfile(test_sglang_pp_sync=(EXAMPLES / "sglang_pp_sync.py").read_text())
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*_ test_hiradix_cache_pp_sync_waits_its_works[[]0.5.14] _*",
+        "rank 0 held 600 Works it had not waited (max_live_works=8), 600 of them from hiradix_cache.py:"
+        f"{line_of(hiradix, 'torch.distributed.isend(')} in _pp_sync (isend to rank 1); at the end: 600 created, "
+        "600 waited, 0 still held",  # 2 syncs a round, 300 rounds; the shutdown waits them, too late
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines(["PASSED test_sglang_pp_sync.py::test_hiradix_cache_pp_sync_waits_its_works[[]0.5.15]"])
