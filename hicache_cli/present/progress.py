@@ -9,7 +9,7 @@ import codecs
 import io
 import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -29,7 +29,7 @@ class RunConsole(Console):
         # rich exits here; a run must still finish and write its report, so go quiet.
         self.quiet = True
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, self.file.fileno())
 
 
 def ensure_stdout() -> None:
@@ -65,11 +65,26 @@ def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
-def make_console(live: bool) -> Console:
+def human_stream(json_output: bool = False) -> TextIO:
+    """Where a command's human text goes: stdout, or stderr when stdout carries a JSON
+    document (`--json`)."""
+    ensure_stdout()
+    return sys.stderr if json_output else sys.stdout
+
+
+def make_console(live: bool, json_output: bool = False) -> Console:
     """A console for command output: colours only when live; off a terminal, wide enough
-    for the tables (rich would assume 80 columns and cut them) and never markup."""
-    tty = stdout_is_terminal()
-    return RunConsole(markup=False, highlight=False, color_system="auto" if live else None, width=None if tty else 160)
+    for the tables (rich would assume 80 columns and cut them) and never markup. With
+    `json_output` it writes to stderr, leaving stdout to the JSON document."""
+    stream = human_stream(json_output)
+    tty = stream.isatty()
+    return RunConsole(
+        stderr=json_output,
+        markup=False,
+        highlight=False,
+        color_system="auto" if live else None,
+        width=None if tty else 160,
+    )
 
 
 class PlainProgress:

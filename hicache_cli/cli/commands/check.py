@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 
 import typer
 
-from hicache_cli.analysis.gate import Thresholds, evaluate, exit_code
+from hicache_cli.analysis.gate import Thresholds, evaluate, exit_code, gate_document
 from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands import trace as trace_command
@@ -63,6 +64,12 @@ def check(
     run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
     port: int = common.PORT,
     no_live: bool = common.NO_LIVE,
+    json_output: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the gate's result, its assertions and the report as one JSON document on stdout; "
+        "everything else goes to stderr.",
+    ),
     loop: str = trace_command.LOOP,
     command: list[str] = trace_command.COMMAND,
 ) -> None:
@@ -126,11 +133,13 @@ def check(
     directory = create_run_dir(run_dir, config.policy)
     settler = Settler(config) if max_duration else None
     if command:
-        result, console = trace_command.run_traced(config, directory, no_live, 4.0, report, early_stop=settler)
+        result, console = trace_command.run_traced(
+            config, directory, no_live, 4.0, report, early_stop=settler, json_output=json_output
+        )
         what = f"trace of {' '.join(command)}"
     else:
-        live = common.wants_live(no_live)
-        console = make_console(live)
+        live = common.wants_live(no_live, json_output)
+        console = make_console(live, json_output)
         mode = f"until settled, at most {max_duration}" if max_duration else format_duration(config.duration_s)
         what = f"{config.policy}, pp={config.pp} tp={config.tp}"
         console.print(f"hicache check: {what}, {mode}; run directory {directory}")
@@ -138,9 +147,11 @@ def check(
             config, directory, console, live, port=port, report_copy=report, early_stop=settler
         )
     rep = result.report
-    common.exit_if_interrupted(rep)
     results = evaluate(rep, limits)
     code = exit_code(results)
+    if json_output:
+        common.print_json(gate_document(rep, results, limits))
+    common.exit_if_interrupted(rep)
     console.print(summary_table(rep, console.width))
     for a in results:
         mark = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[a.passed]
@@ -156,7 +167,7 @@ def check(
         console.print(f"junit: {junit}")
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(results, config.policy):
-            print(line)
+            print(line, file=sys.stderr if json_output else sys.stdout)  # the runner reads both
     raise typer.Exit(code)
 
 

@@ -3,6 +3,9 @@ one workload with a progress view."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -21,7 +24,7 @@ from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.run import RunResult, execute
 from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.present.dashboard import Dashboard
-from hicache_cli.present.progress import LiveView, PlainProgress, stdout_is_terminal
+from hicache_cli.present.progress import LiveView, PlainProgress, ensure_stdout, human_stream
 from hicache_cli.rundir import output_problem
 from hicache_cli.sglang_target.locate import parse_target
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES
@@ -165,8 +168,21 @@ def exit_if_interrupted(*reports: dict[str, Any]) -> None:
         raise typer.Exit(STOPS.exit_code())
 
 
-def wants_live(no_live: bool) -> bool:
-    return not no_live and stdout_is_terminal()
+def wants_live(no_live: bool, json_output: bool = False) -> bool:
+    """The live dashboard, on the terminal human text goes to (stderr under `--json`)."""
+    return not no_live and human_stream(json_output).isatty()
+
+
+def print_json(document: dict[str, Any]) -> None:
+    """`--json`: the one JSON document on stdout. A reader that went away (`| head`) is no
+    error: the run's files are written anyway."""
+    ensure_stdout()
+    try:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail again
 
 
 def run_with_progress(
@@ -227,6 +243,9 @@ SGLANG_CLASS = typer.Option(
 PORT = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one).")
 NO_LIVE = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard.")
 REFRESH = typer.Option(4.0, "--refresh", help="Live dashboard refreshes per second.")
+JSON = typer.Option(
+    False, "--json", help="Print the report as one JSON document on stdout; everything else goes to stderr."
+)
 DEVICE = typer.Option("auto", "--device", help="auto (a GPU when there is one), cpu or cuda.")
 PP_BACKEND = typer.Option(
     "gloo", "--pp-backend", help="Backend of the TP and PP-sync groups: gloo (as SGLang) or nccl (CUDA tensors)."

@@ -61,6 +61,9 @@ def compare_policies(
     plot: Path = typer.Option(None, "--plot", help="Write a PNG of RSS and depth per policy (needs the plot extra)."),
     run_dir: Path = typer.Option(None, "--run-dir", help="Parent directory (default ./hicache-runs/<time>-compare/)."),
     no_live: bool = common.NO_LIVE,
+    json_output: bool = typer.Option(
+        False, "--json", help="Print the JSON bundle on stdout (as --output writes it); everything else goes to stderr."
+    ),
 ) -> None:
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
@@ -75,8 +78,8 @@ def compare_policies(
     if len({c.policy for c in configs}) != len(configs):
         raise UsageError("--target: the same SGLang is named twice")
     parent = create_run_dir(run_dir, "compare")
-    live = common.wants_live(no_live)
-    console = make_console(live)
+    live = common.wants_live(no_live, json_output)
+    console = make_console(live, json_output)
     first = configs[0]
     console.print(
         f"hicache compare-policies: {', '.join(c.policy for c in configs)}; pp={first.pp} tp={first.tp}, "
@@ -108,4 +111,6 @@ def compare_policies(
     if plot is not None:
         console.print(f"plot: {plot_reports([(r['config']['policy'], r) for r in reports], plot)}")
     console.print(f"bundle: {parent / 'compare.json'}")
+    if json_output:
+        common.print_json(data)
     common.exit_if_interrupted(*reports)

@@ -64,6 +64,7 @@ def stress(
     ),
     no_live: bool = common.NO_LIVE,
     refresh: float = common.REFRESH,
+    json_output: bool = common.JSON,
 ) -> None:
     """Run a real multi-rank HiCache PP-sync workload under one drain policy and report on it."""
     common.check_run_options(refresh, report, port)  # cheap, and before a release is fetched
@@ -78,9 +79,11 @@ def stress(
         raise UsageError("--port is for one machine; across nodes the rendezvous is --rdzv-endpoint")
     if nodes is not None and not nodes.is_head and report is not None:
         raise UsageError("--report: node 0 writes the report; give it there")
+    if nodes is not None and not nodes.is_head and json_output:
+        raise UsageError("--json: node 0 writes the report; give it there")
     directory = create_run_dir(run_dir, config.policy)
-    live = common.wants_live(no_live) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
-    console = make_console(live)
+    live = common.wants_live(no_live, json_output) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
+    console = make_console(live, json_output)
     console.print(f"hicache stress: {config.policy}, pp={config.pp} tp={config.tp}, {config.duration_s:g}s")
     if nodes is not None:
         console.print(
@@ -98,6 +101,8 @@ def stress(
     if nodes is not None and (dropped := link_summary(result.run_dir)) is not None:
         console.print(dropped)
     console.print(f"report: {result.report_path}")
+    if json_output:
+        common.print_json(result.report)
     common.exit_if_interrupted(result.report)
     if result.report["status"] == "failed":
         raise typer.Exit(EXIT_RUN_FAILED)

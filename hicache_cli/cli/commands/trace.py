@@ -65,16 +65,23 @@ def trace(
         False, "--no-live", help="No dashboard: the program's output passes through, hicache's goes to stderr."
     ),
     refresh: float = common.REFRESH,
+    json_output: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the report as one JSON document on stdout; hicache's text and the program's output go to stderr.",
+    ),
 ) -> None:
     """Watch any torch.distributed program for Works it never waits, and name where they come from."""
     config = trace_config(command or [], loop, duration, probe_hz, warmup, leak_threshold, stall_timeout)
     common.check_run_options(refresh, report, None)
     directory = create_run_dir(run_dir, "trace")
-    result, console = run_traced(config, directory, no_live, refresh, report)
+    result, console = run_traced(config, directory, no_live, refresh, report, json_output=json_output)
     console.print(summary_table(result.report, console.width))
     for line in verdict_lines(result.report):
         console.print(line)
     console.print(f"report: {result.report_path}")
+    if json_output:
+        common.print_json(result.report)
     raise typer.Exit(trace_exit_code(result))
 
 
@@ -85,12 +92,18 @@ def run_traced(
     refresh: float,
     report: Path | None,
     early_stop: EarlyStop | None = None,
+    json_output: bool = False,
 ) -> tuple[RunResult, Console]:
     """Run the program under the tracer: on a terminal with the dashboard (the program's
-    output kept in the run directory), else passing its output through. Returns the result
-    and the console hicache's own output goes to."""
-    live = common.wants_live(no_live)
-    console = make_console(live) if live else RunConsole(file=sys.stderr, markup=False, highlight=False, width=160)
+    output kept in the run directory), else passing its output through (to stderr under
+    `--json`, whose document is stdout's). Returns the result and the console hicache's own
+    output goes to."""
+    live = common.wants_live(no_live, json_output)
+    console = (
+        make_console(live, json_output)
+        if live
+        else RunConsole(file=sys.stderr, markup=False, highlight=False, width=160)
+    )
     console.print(f"hicache trace: {' '.join(config.trace['command'])}")
     console.print(f"run directory: {directory}")
     if live:
@@ -107,7 +120,15 @@ def run_traced(
             )
     else:
         view = PlainProgress(config.duration_s, write=console.print)
-        result = execute(config, directory, view, report_copy=report, early_stop=early_stop, passthrough=True)
+        result = execute(
+            config,
+            directory,
+            view,
+            report_copy=report,
+            early_stop=early_stop,
+            passthrough=True,
+            passthrough_to_stderr=json_output,
+        )
     return result, console
 
 
