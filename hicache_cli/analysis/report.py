@@ -29,6 +29,7 @@ from hicache_cli.protocol import REPORT_FILE, stacks_file
 from hicache_cli.rundir import write_atomically
 from hicache_cli.sample import Sample
 from hicache_cli.sglang_target.extract import waits_on_next_stage
+from hicache_cli.version import hicache_version
 
 SCHEMA_VERSION = 1
 REQUIRED_KEYS = ("status", "config", "environment", "verdict", "failures", "ranks")
@@ -60,6 +61,7 @@ def environment(config: StressConfig) -> dict[str, Any]:
     except metadata.PackageNotFoundError:
         torch_version = None
     return {
+        "hicache_version": hicache_version(),
         "torch_version": torch_version,
         "backend": config.backend,
         "pp_backend": config.pp_backend,

@@ -134,6 +134,7 @@ class Target(_Record):
 
 @dataclass(frozen=True)
 class Environment(_Record):
+    hicache_version: str | None = None  # absent (None) in reports written before it was recorded
     torch_version: str | None = None
     backend: str | None = None
     pp_backend: str | None = None

@@ -33,7 +33,8 @@ def report_summary(report: dict[str, Any], width: int = 160) -> RenderableType:
             f"threshold {cfg['leak_threshold_mb_per_h']:g} MB/h"
         ),
         Text(
-            f"torch {env.get('torch_version')}, {env.get('device')}/{env.get('backend')}, host {env.get('host')}, "
+            (f"hicache {env['hicache_version']}, " if env.get("hicache_version") else "")
+            + f"torch {env.get('torch_version')}, {env.get('device')}/{env.get('backend')}, host {env.get('host')}, "
             f"{env.get('cpu_count')} CPUs; wall {report.get('wall_s', 0):g}s"
         ),
     ]
