@@ -65,25 +65,43 @@ def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
-def human_stream(json_output: bool = False) -> TextIO:
-    """Where a command's human text goes: stdout, or stderr when stdout carries a JSON
-    document (`--json`)."""
+def human_stream(to_stderr: bool = False) -> TextIO:
+    """Where a command's human text goes: stdout, or stderr (under `--json`, stdout carries
+    the JSON document; a traced program's output has stdout)."""
     ensure_stdout()
-    return sys.stderr if json_output else sys.stdout
+    return sys.stderr if to_stderr else sys.stdout
 
 
-def make_console(live: bool, json_output: bool = False) -> Console:
-    """A console for command output: colours only when live; off a terminal, wide enough
-    for the tables (rich would assume 80 columns and cut them) and never markup. With
-    `json_output` it writes to stderr, leaving stdout to the JSON document."""
-    stream = human_stream(json_output)
-    tty = stream.isatty()
+# Off a terminal nothing is wrapped: tables are laid out as wide as they need (never cut),
+# and lines are printed whole however long (a CI log or a pipe has no width of its own).
+UNWRAPPED_WIDTH = 1000
+
+
+def user_width() -> int | None:
+    """A width the user set for output off a terminal (COLUMNS), if any."""
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
+def make_console(live: bool, to_stderr: bool = False) -> Console:
+    """A console for command output, on stdout or (`to_stderr`) stderr: colours only when
+    live, never markup. On a terminal it is as wide as the terminal. Off one rich would wrap
+    every line at 80 columns (splitting a pp 4 progress line mid-figure, and long reasons):
+    there lines are never wrapped, unless the user sets COLUMNS, which is then the width."""
+    stream = human_stream(to_stderr)
+    if stream.isatty():
+        width, soft_wrap = None, False
+    elif (columns := user_width()) is not None:
+        width, soft_wrap = columns, False
+    else:
+        width, soft_wrap = UNWRAPPED_WIDTH, True
     return RunConsole(
-        stderr=json_output,
+        stderr=to_stderr,
         markup=False,
         highlight=False,
         color_system="auto" if live else None,
-        width=None if tty else 160,
+        width=width,
+        soft_wrap=soft_wrap,
     )
 
 

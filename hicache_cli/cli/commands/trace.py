@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -17,7 +16,7 @@ from hicache_cli.launch.run import RunResult, execute
 from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.lifecycle import exit_code_for
 from hicache_cli.present.dashboard import Dashboard
-from hicache_cli.present.progress import LiveView, PlainProgress, RunConsole, make_console, summary_table, verdict_lines
+from hicache_cli.present.progress import LiveView, PlainProgress, make_console, summary_table, verdict_lines
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.tracer.protocol import PROGRAM_LOG
 
@@ -99,11 +98,7 @@ def run_traced(
     `--json`, whose document is stdout's). Returns the result and the console hicache's own
     output goes to."""
     live = common.wants_live(no_live, json_output)
-    console = (
-        make_console(live, json_output)
-        if live
-        else RunConsole(file=sys.stderr, markup=False, highlight=False, width=160)
-    )
+    console = make_console(live, to_stderr=json_output or not live)  # not live: stdout is the program's
     console.print(f"hicache trace: {' '.join(config.trace['command'])}")
     console.print(f"run directory: {directory}")
     if live:
