@@ -35,7 +35,7 @@ class Sample:
     round_age_s: float  # time since the current round began
     sent: int  # PP-sync messages sent downstream
     received: int  # PP-sync messages received from upstream
-    blocked_on: str | None = None  # e.g. "recv from rank 0", while blocked
+    blocked_on: str | None = None  # while blocked, e.g. "PP sync, waiting in recv from pp rank 0"
     blocked_peer: int | None = None  # the pp rank it is blocked on, when it knows
     counters: dict[str, float] = field(default_factory=dict)
     # Cumulative loop-latency histogram since the start: {bucket: rounds}, sparse;

@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from hicache_cli.present.dashboard import device_word
 from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.units import format_bytes
 
@@ -25,6 +26,8 @@ def run_line(report: dict[str, Any]) -> str:
 
 def report_summary(report: dict[str, Any], width: int = 160) -> RenderableType:
     cfg, env = report["config"], report["environment"]
+    # what the ranks ran on (env.devices) and the PP-sync groups' backend, as the dashboard says it
+    where = f"{device_word(env.get('device'), env.get('devices') or ())}/{env.get('pp_backend') or env.get('backend')}"
     head = [
         Text(f"hicache report (schema {report['schema_version']}): {run_line(report)}"),
         Text(
@@ -34,7 +37,7 @@ def report_summary(report: dict[str, Any], width: int = 160) -> RenderableType:
         ),
         Text(
             (f"hicache {env['hicache_version']}, " if env.get("hicache_version") else "")
-            + f"torch {env.get('torch_version')}, {env.get('device')}/{env.get('backend')}, host {env.get('host')}, "
+            + f"torch {env.get('torch_version')}, {where}, host {env.get('host')}, "
             f"{env.get('cpu_count')} CPUs; wall {report.get('wall_s', 0):g}s"
         ),
     ]

@@ -14,6 +14,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from cache.faults import SHAPES as FAULT_SHAPES
 from cache.policies import POLICIES
 from cache.workload import PRESETS
 from hicache_cli.api import with_sglang
@@ -224,8 +225,7 @@ WARMUP = typer.Option(
 FAULT = typer.Option(
     [],
     "--fault",
-    help="Inject a fault (repeatable): lag:RANK:MS, stall:RANK:AT:FOR, hang:RANK:AT, kill:RANK:AT, "
-    "raise-in-wait:RANK:AT. See docs/faults.md.",
+    help="Inject a fault (repeatable): " + ", ".join(FAULT_SHAPES.values()) + ". See docs/faults.md.",
 )
 STALL_TIMEOUT = typer.Option(
     "5s", "--stall-timeout", help="A rank whose round runs longer is stalled: stacks dumped, run ended."
