@@ -97,14 +97,17 @@ CHECK_SCHEMA_VERSION = 1
 RESULT_WORDS = {EXIT_OK: "PASS", EXIT_FINDING: "FAIL", EXIT_RUN_FAILED: "UNDECIDED"}
 
 
-def gate_document(report: dict[str, Any], results: list[Assertion], limits: Thresholds) -> dict[str, Any]:
-    """What `check --json` prints: the gate's result, each assertion, the thresholds, and the
-    run's full report (docs/ci.md)."""
+def gate_document(
+    report: dict[str, Any], results: list[Assertion], limits: Thresholds, baseline: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What `check --json` prints: the gate's result, each assertion, the thresholds, the
+    baseline compared with (`{report, tolerance}`, or None), and the run's full report."""
     return {
         "schema_version": CHECK_SCHEMA_VERSION,
         "kind": "check",
         "result": RESULT_WORDS[exit_code(results)],
         "thresholds": asdict(limits),
+        "baseline": baseline,
         "assertions": [asdict(a) for a in results],
         "report": report,
     }

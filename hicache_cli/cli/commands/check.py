@@ -11,16 +11,21 @@ from __future__ import annotations
 import math
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from hicache_cli.analysis.baseline import compare as compare_to_baseline
+from hicache_cli.analysis.baseline import parse_tolerance, workload_difference
 from hicache_cli.analysis.gate import Thresholds, evaluate, exit_code, gate_document
+from hicache_cli.analysis.report import load_report
 from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands import trace as trace_command
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
-from hicache_cli.config import DEFAULT_PROBE_HZ
+from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.present.junit import github_annotations, junit_xml
@@ -47,6 +52,18 @@ def check(
     ),
     max_depth: int = typer.Option(None, "--max-depth", help="Fail when a work list ever holds more Works."),
     max_p99_ms: float = typer.Option(None, "--max-p99-ms", help="Fail when a rank's loop p99 exceeds this."),
+    baseline: Path = typer.Option(
+        None,
+        "--baseline",
+        help="Also fail when this run is worse than this report (or run directory) of the same workload: "
+        "RSS slope, peak depth, loop p99. See docs/ci.md.",
+    ),
+    tolerance: list[str] = typer.Option(
+        [],
+        "--tolerance",
+        help="With --baseline, how much worse is still noise (repeatable): slope=RATE beyond the baseline's "
+        "interval, depth=FACTOR, p99=FACTOR. Default: slope=50MB/h, depth=1.5x, p99=3x.",
+    ),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per assertion per rank)."),
     report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
     workload: str = common.WORKLOAD,
@@ -107,6 +124,9 @@ def check(
         raise UsageError(f"--max-depth must be 0 or more, got {max_depth}")
     if max_p99_ms is not None and not (math.isfinite(max_p99_ms) and max_p99_ms > 0):
         raise UsageError(f"--max-p99-ms must be more than zero, got {max_p99_ms}")
+    if tolerance and baseline is None:
+        raise UsageError("--tolerance applies to --baseline: give the report to compare with")
+    allowed = parse_tolerance(tolerance)
     common.check_output_paths(junit=junit)
     common.check_run_options(4.0, report, port)
     if command:
@@ -130,6 +150,7 @@ def check(
             ),
             common.say,
         )
+    base = _load_baseline(baseline, config) if baseline is not None else None
     directory = create_run_dir(run_dir, config.policy)
     settler = Settler(config) if max_duration else None
     if command:
@@ -148,14 +169,17 @@ def check(
         )
     rep = result.report
     results = evaluate(rep, limits)
+    if base is not None:
+        results += compare_to_baseline(rep, base, str(baseline), allowed)
     code = exit_code(results)
     if json_output:
-        common.print_json(gate_document(rep, results, limits))
+        compared = None if base is None else {"report": str(baseline), "tolerance": asdict(allowed)}
+        common.print_json(gate_document(rep, results, limits, compared))
     common.exit_if_interrupted(rep)
     console.print(summary_table(rep, console.width))
     for a in results:
         mark = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[a.passed]
-        console.print(f"{mark:>9}  {a.name:<10} {a.message}")
+        console.print(f"{mark:>9}  {a.name:<14} {a.message}")
     took = f"{rep['run_s']:.1f} s of workload, {rep['wall_s']:.1f} s in all"
     if rep.get("stopped_early"):
         took = f"{rep['stopped_early']}; {took}"
@@ -169,6 +193,18 @@ def check(
         for line in github_annotations(results, config.policy):
             print(line, file=sys.stderr if json_output else sys.stdout)  # the runner reads both
     raise typer.Exit(code)
+
+
+def _load_baseline(path: Path, config: StressConfig) -> dict[str, Any]:
+    """The report to compare with: a completed run of the same workload, or one line why not."""
+    base = load_report(path)
+    if base["status"] != "completed":
+        raise UsageError(f"--baseline {path}: that run {base['status']}; a baseline must be a completed run")
+    if (difference := workload_difference(base["config"], config.to_dict())) is not None:
+        raise UsageError(
+            f"--baseline {path}: another workload ({difference}); only the policy and the code under test may differ"
+        )
+    return base
 
 
 def _refuse_model_options(**given: bool) -> None:
