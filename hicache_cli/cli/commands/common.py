@@ -25,6 +25,7 @@ from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.run import RunResult, execute
 from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.present.dashboard import Dashboard
+from hicache_cli.present.metrics_exporter import MetricsExporter, check_metrics_options
 from hicache_cli.present.progress import LiveView, PlainProgress, ensure_stdout, human_stream
 from hicache_cli.rundir import output_problem
 from hicache_cli.sglang_target.locate import parse_target
@@ -149,7 +150,13 @@ def check_output_paths(**paths: Path | None) -> None:
             raise UsageError(f"--{option.replace('_', '-')} {path}: {problem}")
 
 
-def check_run_options(refresh: float, report: Path | None, port: int | None) -> None:
+def check_run_options(
+    refresh: float,
+    report: Path | None,
+    port: int | None,
+    metrics_port: int | None = None,
+    metrics_host: str | None = None,
+) -> None:
     """Options about running rather than the workload; a bad or busy port fails here,
     before anything is created."""
     if not 0.2 <= refresh <= 20:
@@ -157,6 +164,7 @@ def check_run_options(refresh: float, report: Path | None, port: int | None) -> 
     check_output_paths(report=report)
     if port is not None:
         pick_port(LOOPBACK, port)
+    check_metrics_options(metrics_port, metrics_host)
 
 
 def exit_if_interrupted(*reports: dict[str, Any]) -> None:
@@ -186,6 +194,18 @@ def print_json(document: dict[str, Any]) -> None:
         os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail again
 
 
+def serve_metrics(
+    ctx: typer.Context, port: int | None, host: str | None, config: StressConfig
+) -> MetricsExporter | None:
+    """With --metrics-port: the endpoint, bound now (a busy port fails before a run directory
+    exists) and closed when the command ends, however it ends."""
+    if port is None:
+        return None
+    exporter = MetricsExporter.start(host, port, config, run_dir="")
+    ctx.call_on_close(exporter.close)
+    return exporter
+
+
 def run_with_progress(
     config: StressConfig,
     directory: Path,
@@ -196,12 +216,19 @@ def run_with_progress(
     report_copy: Path | None = None,
     early_stop: EarlyStop | None = None,
     nodes: NodeSpec | None = None,
+    metrics: MetricsExporter | None = None,
 ) -> RunResult:
-    """One workload, shown live on a terminal or as plain lines otherwise."""
+    """One workload, shown live on a terminal or as plain lines otherwise (and served as
+    metrics, with `metrics`)."""
+    if metrics is not None:
+        metrics.run_dir = str(directory)
+        console.print(f"metrics: {metrics.url}")
     if live:
-        with LiveView(Dashboard(config, str(directory)), console) as view:
+        with LiveView(Dashboard(config, str(directory)), console) as live_view:
+            view = live_view if metrics is None else metrics.feeding(live_view)
             return execute(config, directory, view, port, report_copy, 1.0 / refresh, early_stop, nodes)
-    view = PlainProgress(config.duration_s, write=console.print)
+    plain = PlainProgress(config.duration_s, write=console.print)
+    view = plain if metrics is None else metrics.feeding(plain)
     return execute(config, directory, view, port, report_copy, early_stop=early_stop, nodes=nodes)
 
 
@@ -243,6 +270,15 @@ SGLANG_CLASS = typer.Option(
 PORT = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one).")
 NO_LIVE = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard.")
 REFRESH = typer.Option(4.0, "--refresh", help="Live dashboard refreshes per second.")
+METRICS_PORT = typer.Option(
+    None,
+    "--metrics-port",
+    help="Serve Prometheus metrics on this port while the run lasts: per rank RSS, work-list depth, loop "
+    "latency, rounds (0: a free port). Needs the metrics extra. See docs/dashboard.md.",
+)
+METRICS_HOST = typer.Option(
+    None, "--metrics-host", help="Address the metrics endpoint listens on (default 127.0.0.1; 0.0.0.0: every one)."
+)
 JSON = typer.Option(
     False, "--json", help="Print the report as one JSON document on stdout; everything else goes to stderr."
 )
