@@ -177,11 +177,17 @@ def test_a_rerun_of_the_baselines_configuration_passes(drain_pp2: Run, tmp_path:
 
 def test_a_slower_loop_than_the_baseline_fails_on_the_baseline_alone(drain_pp2: Run, tmp_path: Path) -> None:
     """Rank 0 sleeping 100 ms a round (--fault, which stands for slower code under test): rank
-    1's loop, waiting on it, is far slower than the baseline's; nothing else fails."""
+    1's loop, waiting on it, is far slower than the baseline's; nothing else fails. As on
+    GitHub Actions: annotations (on stderr, under --json) and the step summary."""
     base = drain_pp2.run_dir / "report.json"
+    summary = tmp_path / "step_summary.md"
+    summary.write_text("earlier step\n")
+    github = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
     args = ("check", "--json", "--policy", "drain", "--duration", "6s", "--max-rss-slope", "1GB/h")
     run_dir = str(tmp_path / "run")
-    proc = hicache(*args, "--fault", "lag:0:100", "--baseline", str(base), "--run-dir", run_dir, cwd=tmp_path)
+    proc = hicache(
+        *args, "--fault", "lag:0:100", "--baseline", str(base), "--run-dir", run_dir, cwd=tmp_path, env=github
+    )
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["result"] == "FAIL"
@@ -189,6 +195,11 @@ def test_a_slower_loop_than_the_baseline_fails_on_the_baseline_alone(drain_pp2: 
     assert (1, "baseline-p99") in failed and {name for _, name in failed} == {"baseline-p99"}
     message = next(a["message"] for a in doc["assertions"] if (a["rank"], a["name"]) == (1, "baseline-p99"))
     assert message.startswith("rank 1 loop p99 ") and f"baseline {base}'s" in message
+    assert "::error title=hicache check (drain)::rank 1 loop p99 " in proc.stderr
+    text = summary.read_text()
+    assert text.startswith("earlier step\n### hicache check FAIL: drain, pp=2 tp=1\n")
+    assert next(line for line in text.splitlines() if line.startswith("| 1 |")).endswith("| baseline-p99 |")
+    assert "- `baseline-p99`: rank 1 loop p99 " in text
     assert "FAIL  baseline-p99" in proc.stderr
 
 

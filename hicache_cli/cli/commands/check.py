@@ -28,7 +28,8 @@ from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.trace_launcher import trace_config
-from hicache_cli.present.junit import github_annotations, junit_xml
+from hicache_cli.present.github import check_summary, github_annotations
+from hicache_cli.present.junit import junit_xml
 from hicache_cli.present.progress import make_console, summary_table
 from hicache_cli.rundir import create_run_dir, write_atomically
 from hicache_cli.units import format_duration, parse_duration, parse_rate_mb_per_h
@@ -192,6 +193,7 @@ def check(
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(results, config.policy):
             print(line, file=sys.stderr if json_output else sys.stdout)  # the runner reads both
+    common.append_step_summary(check_summary(rep, results, verdict, what, str(result.report_path)))
     raise typer.Exit(code)
 
 

@@ -25,6 +25,7 @@ from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.run import RunResult, execute
 from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.present.dashboard import Dashboard
+from hicache_cli.present.github import STEP_SUMMARY_ENV
 from hicache_cli.present.metrics_exporter import MetricsExporter, check_metrics_options
 from hicache_cli.present.progress import LiveView, PlainProgress, ensure_stdout, human_stream
 from hicache_cli.rundir import output_problem
@@ -192,6 +193,20 @@ def print_json(document: dict[str, Any]) -> None:
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail again
+
+
+def append_step_summary(markdown: str) -> None:
+    """On GitHub Actions ($GITHUB_STEP_SUMMARY set): add `markdown` to the step's summary,
+    appended to the file GitHub names, never replacing it. A summary that cannot be written
+    is a warning: the command's result stands."""
+    path = os.environ.get(STEP_SUMMARY_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as summary:
+            summary.write(markdown + "\n")
+    except OSError as exc:
+        say(f"warning: cannot add to the step summary {path}: {exc.strerror or exc}")
 
 
 def serve_metrics(

@@ -14,6 +14,7 @@ from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.errors import UsageError
 from hicache_cli.lifecycle import STOPS
+from hicache_cli.present.github import compare_summary
 from hicache_cli.present.plot import output_path, plot_reports
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.tables import policy_table, to_markdown, to_rich
@@ -108,6 +109,7 @@ def compare_policies(
     title = f"hicache compare-policies: pp={first.pp} tp={first.tp}, {first.duration_s:g}s, workload {first.workload}"
     if markdown is not None:
         write_atomically(markdown, to_markdown(policy_table(rows), title))
+    common.append_step_summary(compare_summary(rows, reports, title))
     if plot is not None:
         console.print(f"plot: {plot_reports([(r['config']['policy'], r) for r in reports], plot)}")
     console.print(f"bundle: {parent / 'compare.json'}")
