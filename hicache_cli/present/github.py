@@ -96,7 +96,7 @@ def compare_summary(rows: list[PolicyRow], reports: list[dict[str, Any]], title:
     """compare-policies in a step summary: its Markdown table, then why each rank that was
     not bounded was not, and each failure."""
     text = to_markdown(policy_table(rows), md(title))
-    reasons = []
+    reasons = [f"- {md(row.note)}" for row in rows if row.note]
     for report in reports:
         policy = report["config"]["policy"]
         for r in report["ranks"]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from cache.policies import POLICIES
-from hicache_cli.analysis.compare import bundle, summarize
+from cache.policies import POLICIES, not_applicable
+from hicache_cli.analysis.compare import bundle, not_applicable_row, summarize
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.errors import UsageError
@@ -86,12 +86,17 @@ def compare_policies(
         f"hicache compare-policies: {', '.join(c.policy for c in configs)}; pp={first.pp} tp={first.tp}, "
         f"{first.duration_s:g}s each, workload {first.workload}, seed {first.seed} -> {parent}"
     )
-    reports = []
+    reports, rows = [], []
     for i, config in enumerate(configs, 1):
+        reason = not_applicable(config.policy, config.pp_backend) if config.target == "model" else None
+        if reason is not None:  # it would fail by design: say so instead of listing a failure
+            rows.append(not_applicable_row(config.policy, config.pp_backend, reason))
+            console.print(f"[{i}/{len(configs)}] {config.policy}: not applicable on {config.pp_backend}: {reason}")
+            continue
         console.print(f"[{i}/{len(configs)}] {config.policy} ...")
         result = common.run_with_progress(config, create_run_dir(parent / config.policy, config.policy), console, live)
         reports.append(result.report)
-        row = summarize(result.report)
+        rows.append(row := summarize(result.report))
         console.print(
             f"[{i}/{len(configs)}] {config.policy}: {row.verdict} ({row.status}), peak depth {row.peak_depth}"
         )
@@ -99,13 +104,15 @@ def compare_policies(
             break
     dicts = [c.to_dict() for c in configs]
     common_config = {k: v for k, v in dicts[0].items() if all(d[k] == v for d in dicts)}
-    data = bundle(reports, common_config)
+    data = bundle(reports, common_config, rows)
     text = json.dumps(data, indent=2) + "\n"
     write_atomically(parent / "compare.json", text)
     if output is not None:
         write_atomically(output, text)
-    rows = [summarize(r) for r in reports]
     console.print(to_rich(policy_table(rows)))
+    for row in rows:
+        if row.note:
+            console.print(row.note)
     title = f"hicache compare-policies: pp={first.pp} tp={first.tp}, {first.duration_s:g}s, workload {first.workload}"
     if markdown is not None:
         write_atomically(markdown, to_markdown(policy_table(rows), title))
