@@ -44,6 +44,9 @@ class Sample:
     # PP consistency: {event round: digest of the counts applied up to it}, new ones only
     digests: dict[str, int] = field(default_factory=dict)
     gpu_bytes: int | None = None  # torch.cuda.memory_allocated on the rank's GPU; None on CPU
+    # what RSS is made of (smaps_rollup), read about once a second and in the final line; None between
+    anon_bytes: int | None = None  # anonymous memory
+    uss_bytes: int | None = None  # unique set size
     device_name: str | None = None  # "cpu" or the GPU model
     # hicache trace: the process's Works (created, waited, completed, dropped, live), and
     # (at most once a second, and in the final line) the top creation sites

@@ -42,7 +42,29 @@ def report_summary(report: dict[str, Any], width: int = 160) -> RenderableType:
         ),
     ]
     lines = [Text(line) for line in verdict_lines(report)]
+    kinds = [Text(line) for line in memory_lines(report)]
+    if kinds:
+        lines += [Text(""), *kinds]
     return Group(*head, Text(""), summary_table(report, width), Text(""), *lines)
+
+
+def memory_lines(report: dict[str, Any]) -> list[str]:
+    """What each rank's RSS was made of at the end, and its anonymous memory's trend: the
+    memory a kept Work grows (docs/verdicts.md). Ranks of older reports have none."""
+    lines = []
+    for r in report["ranks"]:
+        kinds = r.get("memory_kinds")
+        if not kinds:
+            continue
+        ci = kinds.get("anon_slope_ci95_mb_per_h")
+        trend = "" if ci is None else f" ({kinds['anon_slope_mb_per_h']:+.0f} MB/h [95% {ci[0]:+.0f}, {ci[1]:+.0f}])"
+        lines.append(
+            f"rank {r['rank']} memory: anonymous {format_bytes(kinds.get('anon_end_bytes'))}{trend}, "
+            f"USS {format_bytes(kinds.get('uss_end_bytes'))}, "
+            f"file-backed {format_bytes(kinds.get('file_backed_end_bytes'))} "
+            f"({kinds.get('readings', 0)} readings)"
+        )
+    return lines
 
 
 @dataclass(frozen=True)

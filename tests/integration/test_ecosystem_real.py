@@ -108,13 +108,28 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> Watched:
 
 
 def test_stress_json_is_the_report_on_stdout_and_text_on_stderr(watched: Watched) -> None:
-    assert watched.returncode == 0, watched.stderr
+    said = watched.stderr[-3000:]
+    assert watched.returncode == 0, said
     report = json.loads(watched.stdout)  # the whole of stdout is one document
     assert report == json.loads((watched.run_dir / "report.json").read_text())
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
-    assert "hicache stress: reap" in watched.stderr and "rank 0: LEAK" in watched.stderr
-    assert f"run directory: {watched.run_dir}\n" in watched.stderr  # off a terminal, not wrapped
+    assert "hicache stress: reap" in watched.stderr and "rank 0: LEAK" in watched.stderr, said
+    assert f"run directory: {watched.run_dir}\n" in watched.stderr, said  # off a terminal, not wrapped
     assert report["environment"]["hicache_version"] == metadata.version("hicache")
+
+
+def test_the_report_and_report_show_say_what_rss_was_made_of(watched: Watched, tmp_path: Path) -> None:
+    report = json.loads(watched.stdout)
+    for r in report["ranks"]:
+        kinds = r["memory_kinds"]
+        assert kinds["readings"] >= 4  # about once a second, and the final line
+        assert 0 < kinds["anon_end_bytes"] <= r["rss"]["end_bytes"]
+        assert kinds["uss_end_bytes"] > 0 and kinds["file_backed_end_bytes"] > 0
+    # the kept Works are heap: PP0's anonymous memory grows with its list
+    assert report["ranks"][0]["memory_kinds"]["anon_end_bytes"] > report["ranks"][0]["memory_kinds"]["anon_start_bytes"]
+    shown = hicache("report", "show", str(watched.run_dir), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert any(line.startswith("rank 0 memory: anonymous ") for line in shown.stdout.splitlines())
 
 
 def rank_labels(rank: int, **extra: str) -> tuple[tuple[str, str], ...]:
