@@ -16,7 +16,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-KINDS = ("lag", "stall", "hang", "kill", "raise-in-wait", "keep")
+# kind -> how it is written: the one list of kinds (help texts and messages are made from it)
+SHAPES = {
+    "lag": "lag:RANK:MS",
+    "stall": "stall:RANK:AT:FOR",
+    "hang": "hang:RANK:AT",
+    "kill": "kill:RANK:AT",
+    "raise-in-wait": "raise-in-wait:RANK:AT",
+    "keep": "keep:RANK:K",
+}
+KINDS = tuple(SHAPES)
 _ARITY = {"lag": 1, "stall": 2, "hang": 1, "kill": 1, "raise-in-wait": 1, "keep": 1}
 _DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(ms|s|m)?$")
 _SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
@@ -54,8 +63,7 @@ def parse_fault(spec: str, world_size: int) -> Fault:
     if kind not in KINDS:
         raise FaultSpecError(f"fault {spec!r}: unknown kind {kind!r}; choose one of: {', '.join(KINDS)}")
     if len(parts) != 2 + _ARITY[kind]:
-        shapes = {"lag": "lag:RANK:MS", "stall": "stall:RANK:AT:FOR", "keep": "keep:RANK:K"}
-        raise FaultSpecError(f"fault {spec!r}: expected {shapes.get(kind, kind + ':RANK:AT')}")
+        raise FaultSpecError(f"fault {spec!r}: expected {SHAPES[kind]}")
     if not (parts[1].isascii() and parts[1].isdigit()):
         raise FaultSpecError(f"fault {spec!r}: rank {parts[1]!r} is not a number")
     rank = int(parts[1])

@@ -29,6 +29,9 @@ class DrainPolicy:
     batched: ClassVar[bool] = False
     # True when a rank skips the whole sync in rounds it has no copy in flight.
     skip_sync_when_idle: ClassVar[bool] = False
+    # backend -> why the policy cannot work there by design (compare-policies does not run
+    # it on that backend and says why, rather than listing a failure)
+    unsupported_backends: ClassVar[dict[str, str]] = {}
 
     def __init__(self, options: PolicyOptions) -> None:
         self.options = options
@@ -61,6 +64,11 @@ def make_policy(name: str, options: PolicyOptions | None = None) -> DrainPolicy:
     except KeyError:
         raise UnknownPolicy(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}") from None
     return cls(options or PolicyOptions())
+
+
+def not_applicable(name: str, backend: str) -> str | None:
+    """Why policy `name` cannot work on `backend` by design; None when it can."""
+    return POLICIES[name].unsupported_backends.get(backend)
 
 
 def describe(name: str) -> str:
@@ -135,6 +143,10 @@ class Adaptive(DrainPolicy):
     """
 
     name = "adaptive"
+    unsupported_backends: ClassVar[dict[str, str]] = {
+        "gloo": "its 1 ms timed wait() times out on a send not yet received, and gloo closes the pair "
+        "on a timed-out wait, so the next send fails (run it with --pp-backend nccl)"
+    }
 
     def __init__(self, options: PolicyOptions) -> None:
         super().__init__(options)

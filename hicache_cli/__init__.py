@@ -32,6 +32,7 @@ _EXPORTS = {
     "Sample": "hicache_cli.sample",
     "HicacheError": "hicache_cli.errors",
     "UsageError": "hicache_cli.errors",
+    "__version__": "hicache_cli.version",
 }
 __all__ = sorted(_EXPORTS)
 

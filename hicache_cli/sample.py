@@ -35,7 +35,7 @@ class Sample:
     round_age_s: float  # time since the current round began
     sent: int  # PP-sync messages sent downstream
     received: int  # PP-sync messages received from upstream
-    blocked_on: str | None = None  # e.g. "recv from rank 0", while blocked
+    blocked_on: str | None = None  # while blocked, e.g. "PP sync, waiting in recv from pp rank 0"
     blocked_peer: int | None = None  # the pp rank it is blocked on, when it knows
     counters: dict[str, float] = field(default_factory=dict)
     # Cumulative loop-latency histogram since the start: {bucket: rounds}, sparse;
@@ -44,6 +44,9 @@ class Sample:
     # PP consistency: {event round: digest of the counts applied up to it}, new ones only
     digests: dict[str, int] = field(default_factory=dict)
     gpu_bytes: int | None = None  # torch.cuda.memory_allocated on the rank's GPU; None on CPU
+    # what RSS is made of (smaps_rollup), read about once a second and in the final line; None between
+    anon_bytes: int | None = None  # anonymous memory
+    uss_bytes: int | None = None  # unique set size
     device_name: str | None = None  # "cpu" or the GPU model
     # hicache trace: the process's Works (created, waited, completed, dropped, live), and
     # (at most once a second, and in the final line) the top creation sites

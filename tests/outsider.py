@@ -19,7 +19,9 @@ def send_raw(host: str, port: int, data: bytes, timeout_s: float = 3.0) -> bytes
     """Send bytes that are not the link's protocol; return whatever comes back before node 0 closes."""
     with socket.create_connection((host, port), timeout=timeout_s) as sock:
         sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
+        # node 0 may have read enough to refuse and closed already: then there is nothing to shut
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
         received = b""
         with contextlib.suppress(OSError):
             while chunk := sock.recv(4096):

@@ -20,6 +20,7 @@ class Assessment:
     verdict: stats.Verdict
     rss: stats.Trend | None  # bytes per second
     depth: stats.Trend | None  # Works per second
+    anon: stats.Trend | None  # anonymous memory, bytes per second; None: too few readings
     span_s: float  # seconds of post-warm-up data
     cut: int  # index of the first post-warm-up sample
     warmup_s: float  # where the trends start
@@ -47,6 +48,9 @@ def assess_rank(
     rss_points = [(s.t, float(s.rss_bytes)) for s in after if s.rss_bytes is not None]
     rss = stats.theil_sen(stats.thin(rss_points, max_points), quantum=RSS_QUANTUM)
     depth = stats.theil_sen(stats.thin([(s.t, float(s.depth)) for s in after], max_points))
+    # read about once a second (the probe's MEMORY_KINDS_HZ): a trend once there are enough
+    anon_points = [(s.t, float(s.anon_bytes)) for s in after if s.anon_bytes is not None]
+    anon = stats.theil_sen(anon_points, quantum=RSS_QUANTUM) if len(anon_points) >= stats.MIN_POINTS else None
     span = after[-1].t - after[0].t if after else 0.0
     inputs = stats.VerdictInputs(
         rss=rss,
@@ -54,7 +58,8 @@ def assess_rank(
         final_depth=series[-1].depth if series else 0,
         span_s=span,
         live_works=bool(series) and series[-1].works is not None,  # a traced process
+        anon=anon,
     )
     grew = bool(after) and after[-1].depth - after[0].depth >= 1000
     per_work = rss.slope / depth.slope if grew and rss and depth and depth.slope > 0 else None
-    return Assessment(stats.decide(inputs, threshold_mb_per_h), rss, depth, span, cut, warmup, per_work)
+    return Assessment(stats.decide(inputs, threshold_mb_per_h), rss, depth, anon, span, cut, warmup, per_work)

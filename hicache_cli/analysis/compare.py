@@ -25,6 +25,31 @@ class PolicyRow:
     messages_sent: int  # all ranks
     stalls: int  # watchdog findings
     failures: int
+    note: str | None = None  # why a policy was not run (not applicable on this backend)
+
+
+NOT_APPLICABLE = "not applicable"
+
+
+def not_applicable_row(policy: str, backend: str, reason: str) -> PolicyRow:
+    """A policy that cannot work on `backend` by design: a row that says so, never run."""
+    return PolicyRow(
+        policy=policy,
+        status=NOT_APPLICABLE,
+        verdict=f"{NOT_APPLICABLE} on {backend}",
+        slope_mb_per_h=None,
+        slope_ci95=None,
+        peak_depth=None,
+        final_depth=None,
+        p50_ms=None,
+        p99_ms=None,
+        max_ms=None,
+        rounds_per_s=None,
+        messages_sent=0,
+        stalls=0,
+        failures=0,
+        note=f"{policy}: {NOT_APPLICABLE} on {backend}: {reason}",
+    )
 
 
 def summarize(report: dict[str, Any]) -> PolicyRow:
@@ -84,6 +109,8 @@ def _num(value: float | None, spec: str) -> str:
 
 
 def cells(row: PolicyRow) -> dict[str, str]:
+    if row.status == NOT_APPLICABLE:
+        return {key: row.policy if key == "policy" else row.verdict if key == "verdict" else "-" for key in HEADERS}
     ci = row.slope_ci95
     slope = "-" if row.slope_mb_per_h is None else f"{row.slope_mb_per_h:+.0f} [{ci[0]:+.0f},{ci[1]:+.0f}]"
     return {
@@ -116,16 +143,28 @@ HEADERS = {
 }
 
 
-def bundle(reports: list[dict[str, Any]], common: dict[str, Any]) -> dict[str, Any]:
-    """The JSON bundle: the shared settings and, per policy, its verdict, summary and full report."""
-    rows = [summarize(r) for r in reports]
+def bundle(
+    reports: list[dict[str, Any]], common: dict[str, Any], rows: list[PolicyRow] | None = None
+) -> dict[str, Any]:
+    """The JSON bundle: the shared settings and, per policy, its verdict, summary and full
+    report. `rows`, when given, are every policy's in order, those not run included (their
+    report is null, their `note` says why); otherwise one per report."""
+    rows = rows if rows is not None else [summarize(r) for r in reports]
+    by_policy = {r["config"]["policy"]: r for r in reports}
     return {
         "schema_version": BUNDLE_SCHEMA_VERSION,
         "kind": "compare-policies",
         "config": common,
         "best": best_of(rows),
         "policies": [
-            {"policy": row.policy, "verdict": row.verdict, "status": row.status, "summary": asdict(row), "report": rep}
-            for row, rep in zip(rows, reports, strict=True)
+            {
+                "policy": row.policy,
+                "verdict": row.verdict,
+                "status": row.status,
+                "note": row.note,
+                "summary": asdict(row),
+                "report": by_policy.get(row.policy),
+            }
+            for row in rows
         ],
     }

@@ -5,7 +5,7 @@ Pure: a report dict in, results out. `hicache check` prints them and writes JUni
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from hicache_cli.errors import EXIT_FINDING, EXIT_OK, EXIT_RUN_FAILED
@@ -91,3 +91,23 @@ def exit_code(results: list[Assertion]) -> int:
     if any(a.passed is None for a in results):
         return EXIT_RUN_FAILED
     return EXIT_OK
+
+
+CHECK_SCHEMA_VERSION = 1
+RESULT_WORDS = {EXIT_OK: "PASS", EXIT_FINDING: "FAIL", EXIT_RUN_FAILED: "UNDECIDED"}
+
+
+def gate_document(
+    report: dict[str, Any], results: list[Assertion], limits: Thresholds, baseline: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What `check --json` prints: the gate's result, each assertion, the thresholds, the
+    baseline compared with (`{report, tolerance}`, or None), and the run's full report."""
+    return {
+        "schema_version": CHECK_SCHEMA_VERSION,
+        "kind": "check",
+        "result": RESULT_WORDS[exit_code(results)],
+        "thresholds": asdict(limits),
+        "baseline": baseline,
+        "assertions": [asdict(a) for a in results],
+        "report": report,
+    }

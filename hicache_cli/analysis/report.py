@@ -29,6 +29,7 @@ from hicache_cli.protocol import REPORT_FILE, stacks_file
 from hicache_cli.rundir import write_atomically
 from hicache_cli.sample import Sample
 from hicache_cli.sglang_target.extract import waits_on_next_stage
+from hicache_cli.version import hicache_version
 
 SCHEMA_VERSION = 1
 REQUIRED_KEYS = ("status", "config", "environment", "verdict", "failures", "ranks")
@@ -60,6 +61,7 @@ def environment(config: StressConfig) -> dict[str, Any]:
     except metadata.PackageNotFoundError:
         torch_version = None
     return {
+        "hicache_version": hicache_version(),
         "torch_version": torch_version,
         "backend": config.backend,
         "pp_backend": config.pp_backend,
@@ -223,6 +225,7 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
             "trend_p_value": round(rss_trend.p_value, 6) if rss_trend else None,
             "autocorrelation": round(rss_trend.autocorrelation, 3) if rss_trend else None,
         },
+        "memory_kinds": _memory_kinds(series, assessment.anon),
         "work_list": {
             "max": max(s.depth for s in series),
             "final": last.depth,
@@ -244,6 +247,29 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
         "counters": last.counters,
         "samples": len(series),
         "series": _series(series),
+    }
+
+
+def _memory_kinds(series: list[Sample], anon: stats.Trend | None) -> dict[str, Any] | None:
+    """What RSS was made of, from the readings of smaps_rollup (about once a second); None
+    when there were none (a kernel without it, a report's older ranks)."""
+    read = [s for s in series if s.anon_bytes is not None or s.uss_bytes is not None]
+    if not read:
+        return None
+    anon_values = [s.anon_bytes for s in read if s.anon_bytes is not None]
+    last = read[-1]
+    file_backed = None
+    if last.rss_bytes is not None and last.anon_bytes is not None:
+        file_backed = max(0, last.rss_bytes - last.anon_bytes)
+    return {
+        "readings": len(read),
+        "anon_start_bytes": anon_values[0] if anon_values else None,
+        "anon_end_bytes": anon_values[-1] if anon_values else None,
+        "anon_peak_bytes": max(anon_values) if anon_values else None,
+        "anon_slope_mb_per_h": _mb_h(anon.slope) if anon else None,
+        "anon_slope_ci95_mb_per_h": [_mb_h(anon.lo), _mb_h(anon.hi)] if anon else None,
+        "uss_end_bytes": last.uss_bytes,
+        "file_backed_end_bytes": file_backed,
     }
 
 

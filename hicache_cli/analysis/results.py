@@ -134,6 +134,7 @@ class Target(_Record):
 
 @dataclass(frozen=True)
 class Environment(_Record):
+    hicache_version: str | None = None  # absent (None) in reports written before it was recorded
     torch_version: str | None = None
     backend: str | None = None
     pp_backend: str | None = None
@@ -155,6 +156,20 @@ class Rss(_Record):
     detection_floor_mb_per_h: float | None = None
     trend_p_value: float | None = None
     autocorrelation: float | None = None
+
+
+@dataclass(frozen=True)
+class MemoryKinds(_Record):
+    """What RSS was made of (smaps_rollup, read about once a second); absent in older reports."""
+
+    readings: int = 0
+    anon_start_bytes: int | None = None
+    anon_end_bytes: int | None = None
+    anon_peak_bytes: int | None = None
+    anon_slope_mb_per_h: float | None = None
+    anon_slope_ci95_mb_per_h: list[float] | None = None  # [low, high]
+    uss_end_bytes: int | None = None
+    file_backed_end_bytes: int | None = None  # RSS less anonymous memory, at the last reading
 
 
 @dataclass(frozen=True)
@@ -234,6 +249,7 @@ class RankReport(_Record):
     stop: str | None = None
     warmup_s: float | None = None
     rss: Rss | None = None
+    memory_kinds: MemoryKinds | None = None
     work_list: WorkList | None = None
     works: Works | None = None
     loop_latency: LoopLatency | None = field(default=None, metadata=_key("loop_latency_ms"))

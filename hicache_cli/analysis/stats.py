@@ -142,13 +142,14 @@ class VerdictInputs:
     final_depth: int
     span_s: float  # seconds of post-warm-up data
     live_works: bool = False  # depth counts a traced program's live Works, not a work list
+    anon: Trend | None = None  # anonymous memory, bytes per second after warm-up; None: too few readings
 
 
 @dataclass(frozen=True)
 class Verdict:
     verdict: str  # "LEAK" | "BOUNDED" | "INCONCLUSIVE"
     reason: str
-    basis: str = "rss"  # "work-list" (the causal signal), "rss", or "data" (too little of it)
+    basis: str = "rss"  # "work-list" (the causal signal), "rss", "anon" (RSS grew, file-backed), or "data"
 
 
 MB = 1_000_000.0
@@ -186,7 +187,7 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
         )
     threshold = leak_threshold_mb_per_h
     if per_hour_mb(rss.lo) > threshold:
-        return Verdict("LEAK", f"{rss_text} is above {threshold:.0f} MB/h; {held} not growing")
+        return _rss_above(inputs, rss_text, threshold, held)
     if per_hour_mb(rss.floor) >= threshold:
         return Verdict(
             "INCONCLUSIVE",
@@ -198,6 +199,31 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
             "BOUNDED", f"{rss_text} is below {threshold:.0f} MB/h; {held} bounded (final {inputs.final_depth})"
         )
     return Verdict("INCONCLUSIVE", f"{rss_text} straddles {threshold:.0f} MB/h; {held} not growing")
+
+
+def _rss_above(inputs: VerdictInputs, rss_text: str, threshold: float, held: str) -> Verdict:
+    """RSS grows past the threshold: a leak when anonymous memory grows with it (or was not
+    read). RSS also counts file-backed pages (mapped files, read in and kept by the kernel
+    as long as memory allows), whose growth alone is no leak of the program's."""
+    anon = inputs.anon
+    if anon is None:
+        return Verdict("LEAK", f"{rss_text} is above {threshold:.0f} MB/h; {held} not growing")
+    anon_text = (
+        f"anonymous memory {per_hour_mb(anon.slope):+.0f} MB/h "
+        f"[95% {per_hour_mb(anon.lo):+.0f}, {per_hour_mb(anon.hi):+.0f}]"
+    )
+    if per_hour_mb(anon.lo) > threshold:
+        return Verdict("LEAK", f"{rss_text} is above {threshold:.0f} MB/h, {anon_text} too; {held} not growing")
+    if per_hour_mb(anon.hi) < threshold:
+        return Verdict(
+            "BOUNDED",
+            f"{rss_text} is above {threshold:.0f} MB/h but {anon_text} is below it: the growth is file-backed, "
+            f"not a leak; {held} bounded (final {inputs.final_depth})",
+            "anon",
+        )
+    return Verdict(
+        "INCONCLUSIVE", f"{rss_text} is above {threshold:.0f} MB/h; {anon_text} straddles it; {held} not growing"
+    )
 
 
 def overall(verdicts: list[str]) -> str:

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from cache.policies import POLICIES, describe
+from hicache_cli.cli import conventions
 from hicache_cli.cli.commands import report
 from hicache_cli.cli.commands.check import check
 from hicache_cli.cli.commands.compare import compare_policies
@@ -21,7 +22,7 @@ from hicache_cli.lifecycle import STOPS
 
 app = typer.Typer(
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion, as typer offers them
     pretty_exceptions_enable=False,
 )
 
@@ -35,7 +36,7 @@ ROOT_HELP = (
 
 
 @app.callback(help=ROOT_HELP)
-def root() -> None:
+def root(version: bool = conventions.VERSION) -> None:
     """The command group; each command is its own module under hicache_cli/cli/commands."""
 
 
@@ -73,7 +74,7 @@ app.add_typer(report.app, name="report")
 def main(argv: list[str] | None = None) -> int:
     STOPS.install()  # SIGTERM and SIGHUP stop a run as Ctrl-C does
     try:
-        app(args=argv, prog_name="hicache")
+        conventions.plain_help(typer.main.get_command(app))(args=argv, prog_name="hicache")
     except HicacheError as exc:
         print(f"hicache: error: {exc}", file=sys.stderr)
         return exc.exit_code

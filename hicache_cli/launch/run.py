@@ -37,17 +37,25 @@ def execute(
     early_stop: EarlyStop | None = None,
     nodes: NodeSpec | None = None,
     passthrough: bool = True,
+    passthrough_to_stderr: bool = False,
 ) -> RunResult:
     """Launch the run in `run_dir`, wait for it, and write its report, whatever happened.
 
     `on_tick` gets the samples so far every `refresh_s` seconds. A traced program's output
-    goes to ours with `passthrough`, else to program.log in the run directory.
+    goes to ours with `passthrough` (its stdout to our stderr with `passthrough_to_stderr`),
+    else to program.log in the run directory.
     """
     stress.save(run_dir)
     cpu_before = time.process_time()
     launched_wall = time.time()
     if stress.traced:
-        traced = TraceLaunch(run_dir=run_dir, stress=stress, passthrough=passthrough, poll_interval_s=refresh_s)
+        traced = TraceLaunch(
+            run_dir=run_dir,
+            stress=stress,
+            passthrough=passthrough,
+            to_stderr=passthrough_to_stderr,
+            poll_interval_s=refresh_s,
+        )
         result = launch_traced(traced, on_tick, early_stop)
     else:
         launch_config = LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s, nodes=nodes)

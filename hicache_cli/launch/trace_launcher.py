@@ -87,6 +87,7 @@ class TraceLaunch:
     run_dir: Path
     stress: StressConfig  # target "trace"; stress.trace holds the command
     passthrough: bool  # the program's output to ours; else to the run directory's program.log
+    to_stderr: bool = False  # passed through, its stdout goes to our stderr (stdout holds --json's document)
     interrupt_grace_s: float = 5.0  # after SIGINT, before SIGTERM
     term_grace_s: float = 3.0  # after SIGTERM, before SIGKILL
     poll_interval_s: float = 0.5
@@ -182,6 +183,9 @@ def launch_traced(
     )
 
 
+STDERR_FD = 2  # the process's own stderr, whatever sys.stderr has been replaced with
+
+
 def _start(config: TraceLaunch) -> subprocess.Popen[bytes]:
     env = protocol.environment(
         dict(os.environ), config.run_dir, config.stress.probe_hz, config.stress.trace.get("loop"), owner_token()
@@ -192,7 +196,7 @@ def _start(config: TraceLaunch) -> subprocess.Popen[bytes]:
             config.command,
             env=env,
             stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdout=log or (STDERR_FD if config.to_stderr else None),
             stderr=subprocess.STDOUT if log else None,
             start_new_session=True,  # Ctrl-C reaches hicache, which stops the program in order
             preexec_fn=parent_death_signal(),  # hicache SIGKILLed: the program gets SIGTERM

@@ -70,6 +70,7 @@ class DashboardModel:
     verdict: str  # so far
     # across nodes: node -> (its host, the ranks it runs), from the samples; one entry on one machine
     nodes: dict[int, tuple[str | None, list[int]]] = field(default_factory=dict)
+    devices: tuple[str, ...] = ()  # what the ranks say they run on ("cpu" or a GPU model), once they sample
 
     @property
     def started(self) -> bool:
@@ -111,7 +112,8 @@ class Dashboard:
         for rank, series in sorted(samples.items()):
             if series:
                 nodes.setdefault(series[-1].node, (series[-1].host, []))[1].append(rank)
-        return DashboardModel(self.config, self.run_dir, run_t, launch_elapsed, rows, verdict, nodes)
+        devices = tuple(sorted({s[-1].device_name for s in samples.values() if s and s[-1].device_name}))
+        return DashboardModel(self.config, self.run_dir, run_t, launch_elapsed, rows, verdict, nodes, devices)
 
     def _row(self, rank: int, series: list[Sample]) -> RankRow:
         pp_rank, tp_rank = divmod(rank, self.config.tp)
@@ -173,6 +175,14 @@ def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def device_word(asked: str | None, used: tuple[str, ...] | list[str] = ()) -> str:
+    """`cpu` or `cuda`: what the ranks run on, as they report it (a GPU by its model name),
+    else what was asked (`auto` until the first sample)."""
+    if asked in ("cpu", "cuda") or not used:
+        return str(asked)
+    return "cpu" if all(name == "cpu" for name in used) else "cuda"
+
+
 def render(model: DashboardModel, width: int = 100) -> RenderableType:
     return Group(_header(model, width), rank_table(model, width))
 
@@ -185,7 +195,8 @@ def _header(model: DashboardModel, width: int) -> RenderableType:
         line.append(f"{' '.join(cfg.trace['command'])}  verdict so far: ")
     elif width >= 70:
         line.append("hicache ", style="bold")
-        line.append(f"{cfg.policy}  pp={cfg.pp} x tp={cfg.tp}  {cfg.device}/{cfg.backend}  verdict so far: ")
+        where = f"{device_word(cfg.device, model.devices)}/{cfg.pp_backend}"
+        line.append(f"{cfg.policy}  pp={cfg.pp} x tp={cfg.tp}  {where}  verdict so far: ")
     else:
         line.append(f"{cfg.policy} pp{cfg.pp}xtp{cfg.tp} ")
     line.append(model.verdict, style=VERDICT_STYLE.get(model.verdict, ""))

@@ -1,4 +1,4 @@
-"""JUnit XML for CI systems: one test case per assertion per rank."""
+"""JUnit XML for CI systems: one test case per assertion per rank (GitHub's annotations: github.py)."""
 
 from __future__ import annotations
 
@@ -47,18 +47,3 @@ def junit_xml(results: list[Assertion], report: dict[str, Any], wall_s: float) -
             ET.SubElement(case, "system-out").text = message
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
-
-
-def github_annotations(results: list[Assertion], policy: str) -> list[str]:
-    """Workflow commands GitHub Actions turns into annotations on the run."""
-    lines = []
-    for a in results:
-        if a.passed is False:
-            lines.append(f"::error title=hicache check ({policy})::{_escape(a.message)}")
-        elif a.passed is None:
-            lines.append(f"::warning title=hicache check ({policy})::{_escape(a.message)}")
-    return lines
-
-
-def _escape(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")

@@ -9,7 +9,7 @@ import codecs
 import io
 import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -29,7 +29,7 @@ class RunConsole(Console):
         # rich exits here; a run must still finish and write its report, so go quiet.
         self.quiet = True
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, self.file.fileno())
 
 
 def ensure_stdout() -> None:
@@ -65,11 +65,44 @@ def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
-def make_console(live: bool) -> Console:
-    """A console for command output: colours only when live; off a terminal, wide enough
-    for the tables (rich would assume 80 columns and cut them) and never markup."""
-    tty = stdout_is_terminal()
-    return RunConsole(markup=False, highlight=False, color_system="auto" if live else None, width=None if tty else 160)
+def human_stream(to_stderr: bool = False) -> TextIO:
+    """Where a command's human text goes: stdout, or stderr (under `--json`, stdout carries
+    the JSON document; a traced program's output has stdout)."""
+    ensure_stdout()
+    return sys.stderr if to_stderr else sys.stdout
+
+
+# Off a terminal nothing is wrapped: tables are laid out as wide as they need (never cut),
+# and lines are printed whole however long (a CI log or a pipe has no width of its own).
+UNWRAPPED_WIDTH = 1000
+
+
+def user_width() -> int | None:
+    """A width the user set for output off a terminal (COLUMNS), if any."""
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
+def make_console(live: bool, to_stderr: bool = False) -> Console:
+    """A console for command output, on stdout or (`to_stderr`) stderr: colours only when
+    live, never markup. On a terminal it is as wide as the terminal. Off one rich would wrap
+    every line at 80 columns (splitting a pp 4 progress line mid-figure, and long reasons):
+    there lines are never wrapped, unless the user sets COLUMNS, which is then the width."""
+    stream = human_stream(to_stderr)
+    if stream.isatty():
+        width, soft_wrap = None, False
+    elif (columns := user_width()) is not None:
+        width, soft_wrap = columns, False
+    else:
+        width, soft_wrap = UNWRAPPED_WIDTH, True
+    return RunConsole(
+        stderr=to_stderr,
+        markup=False,
+        highlight=False,
+        color_system="auto" if live else None,
+        width=width,
+        soft_wrap=soft_wrap,
+    )
 
 
 class PlainProgress:

@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from hicache_cli.present.dashboard import device_word
 from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.units import format_bytes
 
@@ -25,6 +26,8 @@ def run_line(report: dict[str, Any]) -> str:
 
 def report_summary(report: dict[str, Any], width: int = 160) -> RenderableType:
     cfg, env = report["config"], report["environment"]
+    # what the ranks ran on (env.devices) and the PP-sync groups' backend, as the dashboard says it
+    where = f"{device_word(env.get('device'), env.get('devices') or ())}/{env.get('pp_backend') or env.get('backend')}"
     head = [
         Text(f"hicache report (schema {report['schema_version']}): {run_line(report)}"),
         Text(
@@ -33,12 +36,35 @@ def report_summary(report: dict[str, Any], width: int = 160) -> RenderableType:
             f"threshold {cfg['leak_threshold_mb_per_h']:g} MB/h"
         ),
         Text(
-            f"torch {env.get('torch_version')}, {env.get('device')}/{env.get('backend')}, host {env.get('host')}, "
+            (f"hicache {env['hicache_version']}, " if env.get("hicache_version") else "")
+            + f"torch {env.get('torch_version')}, {where}, host {env.get('host')}, "
             f"{env.get('cpu_count')} CPUs; wall {report.get('wall_s', 0):g}s"
         ),
     ]
     lines = [Text(line) for line in verdict_lines(report)]
+    kinds = [Text(line) for line in memory_lines(report)]
+    if kinds:
+        lines += [Text(""), *kinds]
     return Group(*head, Text(""), summary_table(report, width), Text(""), *lines)
+
+
+def memory_lines(report: dict[str, Any]) -> list[str]:
+    """What each rank's RSS was made of at the end, and its anonymous memory's trend: the
+    memory a kept Work grows (docs/verdicts.md). Ranks of older reports have none."""
+    lines = []
+    for r in report["ranks"]:
+        kinds = r.get("memory_kinds")
+        if not kinds:
+            continue
+        ci = kinds.get("anon_slope_ci95_mb_per_h")
+        trend = "" if ci is None else f" ({kinds['anon_slope_mb_per_h']:+.0f} MB/h [95% {ci[0]:+.0f}, {ci[1]:+.0f}])"
+        lines.append(
+            f"rank {r['rank']} memory: anonymous {format_bytes(kinds.get('anon_end_bytes'))}{trend}, "
+            f"USS {format_bytes(kinds.get('uss_end_bytes'))}, "
+            f"file-backed {format_bytes(kinds.get('file_backed_end_bytes'))} "
+            f"({kinds.get('readings', 0)} readings)"
+        )
+    return lines
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ def policy_table(rows: list[compare.PolicyRow]) -> TableSpec:
     best = compare.best_of(rows)
     keys = list(compare.HEADERS)
     values = [compare.cells(row) for row in rows]
+    notes = " ".join(f"{row.note}." for row in rows if row.note)
     return TableSpec(
         headers=tuple(compare.HEADERS.values()),
         right=frozenset(i for i, k in enumerate(keys) if k not in ("policy", "verdict")),
@@ -56,7 +57,7 @@ def policy_table(rows: list[compare.PolicyRow]) -> TableSpec:
         caption="latency and rounds/s: PP0's loop",
         no_wrap=True,
         footnote="Bold: the best value in its column among the policies that stayed bounded. "
-        "Latency and rounds/s are PP0's loop; RSS is the steepest rank.",
+        "Latency and rounds/s are PP0's loop; RSS is the steepest rank." + (f" {notes}" if notes else ""),
     )
 
 

@@ -21,6 +21,7 @@ from typing import IO, Any
 from hicache_cli.lifecycle import Lifeline
 from hicache_cli.protocol import EARLY_STOP, LIFELINE_EVERY_S, ORPHANED_EXIT, STOP_SIGNALS
 from hicache_cli.rank.loop_stats import (  # noqa: F401 - re-exported: the probe's vocabulary
+    MEMORY_KINDS_HZ,
     RING,
     RING_MASK,
     SUMMARY_ROUNDS,
@@ -29,6 +30,7 @@ from hicache_cli.rank.loop_stats import (  # noqa: F401 - re-exported: the probe
     RankIdentity,
     Readings,
     latency_summary,
+    memory_kinds,
     rss_bytes,
 )
 from hicache_cli.sample import Sample
@@ -57,6 +59,9 @@ class Probe:
         self.deadline = deadline
         self.stop_grace_s = stop_grace_s
         self._windows = LatencyWindows(stats, numpy)
+        # memory kinds cost a walk of every mapping: every this many samples, and in the final line
+        self._kinds_every = max(1, round(hz / MEMORY_KINDS_HZ))
+        self._taken = 0
         self._lock = threading.Lock()
         self._closed = False
         self.state = "running"
@@ -71,6 +76,8 @@ class Probe:
         stats, ident = self.stats, self.identity
         p50, p99, worst, finished = self._windows.take()
         readings = self.read()
+        kinds = memory_kinds() if kind == "final" or self._taken % self._kinds_every == 0 else None
+        self._taken += 1
         now = time.monotonic()
         return Sample(
             t=round(now - self.started, 4),
@@ -98,6 +105,8 @@ class Probe:
             digests=readings.digests,
             gpu_bytes=readings.gpu_bytes,
             device_name=readings.device_name,
+            anon_bytes=kinds.anon_bytes if kinds else None,
+            uss_bytes=kinds.uss_bytes if kinds else None,
             works=readings.works,
             sites=readings.sites,
             node=ident.node,

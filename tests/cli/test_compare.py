@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from cache.policies import POLICIES, not_applicable
 from hicache_cli.analysis.compare import (
     BUNDLE_SCHEMA_VERSION,
     HEADERS,
     PolicyRow,
     best_of,
     bundle,
+    cells,
+    not_applicable_row,
     summarize,
 )
 from hicache_cli.analysis.report import RunOutcome, build_report
@@ -234,7 +237,8 @@ def test_bundle(drain_and_reap: list[dict[str, Any]]) -> None:
     assert data["best"] == best_of([summarize(r) for r in drain_and_reap])
     assert [p["policy"] for p in data["policies"]] == ["drain", "reap"]
     for entry, report in zip(data["policies"], drain_and_reap, strict=True):
-        assert set(entry) == {"policy", "verdict", "status", "summary", "report"}
+        assert set(entry) == {"policy", "verdict", "status", "note", "summary", "report"}
+        assert entry["note"] is None
         assert (entry["verdict"], entry["status"]) == (report["verdict"], report["status"])
         assert entry["summary"] == dataclasses.asdict(summarize(report))
         assert entry["report"] is report
@@ -243,3 +247,27 @@ def test_bundle(drain_and_reap: list[dict[str, Any]]) -> None:
     again = json.loads(json.dumps(data))
     assert again["policies"][0]["report"] == json.loads(json.dumps(drain_and_reap[0]))
     assert again["policies"][1]["summary"]["rounds_per_s"] == pytest.approx(2000.0)
+
+
+# a policy that cannot work on the backend
+
+
+def test_a_policy_not_applicable_on_the_backend(drain_and_reap: list[dict[str, Any]]) -> None:
+    reason = not_applicable("adaptive", "gloo")
+    assert reason is not None and "gloo closes the pair" in reason
+    assert not_applicable("adaptive", "nccl") is None  # runnable where timed waits are harmless
+    assert all(not_applicable(name, "gloo") is None for name in POLICIES if name != "adaptive")
+    row = not_applicable_row("adaptive", "gloo", reason)
+    assert cells(row) == {
+        key: {"policy": "adaptive", "verdict": "not applicable on gloo"}.get(key, "-") for key in HEADERS
+    }
+    rows = [summarize(drain_and_reap[0]), row, summarize(drain_and_reap[1])]
+    data = bundle(drain_and_reap, {}, rows)
+    assert [(p["policy"], p["status"]) for p in data["policies"]] == [
+        ("drain", "completed"),
+        ("adaptive", "not applicable"),
+        ("reap", "completed"),
+    ]
+    assert data["policies"][1]["report"] is None
+    assert data["policies"][1]["note"] == f"adaptive: not applicable on gloo: {reason}"
+    assert "adaptive" not in data["best"].values()

@@ -73,11 +73,26 @@ def test_compare_two_policies(fake_execute: FakeExecute, tmp_path: Path, capsys:
     assert f"bundle: {parent / 'compare.json'}" in out
 
 
-def test_every_registered_policy_by_default(fake_execute: FakeExecute, tmp_path: Path) -> None:
-    assert compare(tmp_path, "--duration", "5s") == 0
-    assert [c["config"].policy for c in fake_execute.calls] == list(POLICIES)
+def test_every_registered_policy_by_default(
+    fake_execute: FakeExecute, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On gloo `adaptive` is listed as not applicable, with the reason, and not run."""
+    markdown = tmp_path / "t.md"
+    assert compare(tmp_path, "--duration", "5s", "--markdown", str(markdown)) == 0
+    assert [c["config"].policy for c in fake_execute.calls] == [p for p in POLICIES if p != "adaptive"]
     data = json.loads((tmp_path / "c" / "compare.json").read_text())
     assert [p["policy"] for p in data["policies"]] == list(POLICIES)
+    adaptive = next(p for p in data["policies"] if p["policy"] == "adaptive")
+    assert (adaptive["status"], adaptive["verdict"], adaptive["report"]) == (
+        "not applicable",
+        "not applicable on gloo",
+        None,
+    )
+    out = capsys.readouterr().out
+    assert "adaptive: not applicable on gloo: its 1 ms timed wait() times out" in out
+    assert "INCONCLUSIVE" not in out and "failed" not in out
+    assert "| adaptive | not applicable on gloo | - |" in markdown.read_text()
+    assert "adaptive: not applicable on gloo: its 1 ms" in markdown.read_text()  # the footnote
 
 
 def test_an_interrupted_run_ends_the_comparison(fake_execute: FakeExecute, tmp_path: Path) -> None:

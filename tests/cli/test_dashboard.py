@@ -361,3 +361,18 @@ def test_on_one_machine_the_header_has_no_node_line(make_pp2_run: MakePP2Run) ->
     model = Dashboard(CONFIG, "run").model(make_pp2_run(n=30), 5.0)
     assert list(model.nodes) == [0]
     assert "node 0" not in render_text(model, 118)
+
+
+# -- header ------------------------------------------------------------------------
+
+
+def test_the_header_says_what_the_ranks_run_on(make_pp2_run: MakePP2Run, make_series: MakeSeries) -> None:
+    """`auto` until the ranks say (docs/dashboard.md's `cpu/gloo`), then their device; the
+    backend is the PP-sync groups'."""
+    dashboard = Dashboard(CONFIG, "runs/x")
+    assert "reap  pp=2 x tp=1  auto/gloo  verdict so far" in render_text(dashboard.model({}, 2.0), 100)
+    run = {r: [dataclasses.replace(s, device_name="cpu") for s in series] for r, series in make_pp2_run().items()}
+    assert "reap  pp=2 x tp=1  cpu/gloo  verdict so far" in render_text(dashboard.model(run, 61.0), 100)
+    gpu = {r: [dataclasses.replace(s, device_name="NVIDIA H200") for s in series] for r, series in run.items()}
+    nccl = Dashboard(dataclasses.replace(CONFIG, pp_backend="nccl"), "runs/x")
+    assert "cuda/nccl" in render_text(nccl.model(gpu, 61.0), 100)

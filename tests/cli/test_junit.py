@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from hicache_cli.analysis.gate import Assertion, Thresholds, evaluate
-from hicache_cli.present.junit import github_annotations, junit_xml
+from hicache_cli.present.github import github_annotations
+from hicache_cli.present.junit import junit_xml
 
 MakeReport = Callable[..., dict[str, Any]]
 

@@ -253,7 +253,7 @@ def test_the_dashboard_is_node_0s(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         lives[nodes.node_rank] = live
         return RunResult(directory, None, None, LaunchResult(0, False, False, None, 1.0))
 
-    monkeypatch.setattr(run_commands, "wants_live", lambda no_live: True)
+    monkeypatch.setattr(run_commands, "wants_live", lambda no_live, json_output=False: True)
     monkeypatch.setattr(run_commands, "run_with_progress", run_with_progress)
     for node in ("0", "1"):
         main(["stress", "--run-dir", str(tmp_path / f"run{node}"), *NODE_OPTIONS, "--node-rank", node])

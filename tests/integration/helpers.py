@@ -16,8 +16,11 @@ from scripts.rss_crosscheck import ExternalRss, watch_rss
 REPO = Path(__file__).resolve().parents[2]
 
 
-def hicache(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def hicache(
+    *args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess; `env` is added to (or, a value of "", taken from) ours."""
+    env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}.items() if v != ""}
     return subprocess.run(
         [sys.executable, "-m", "hicache_cli", *args],
         cwd=cwd,

@@ -34,16 +34,21 @@ def test_check_passes_drain(tmp_path) -> None:
 
 
 def test_compare_two_policies(tmp_path) -> None:
+    """Two runs; `adaptive`, named too, is not applicable on gloo: listed with why, never run."""
     bundle, md = tmp_path / "bundle.json", tmp_path / "table.md"
-    args = ("compare-policies", "--policies", "reap,batched", "--pp", "2", "--duration", "5s", "--no-live")
+    args = ("compare-policies", "--policies", "reap,batched,adaptive", "--pp", "2", "--duration", "5s", "--no-live")
     proc = hicache(
         *args, "--output", str(bundle), "--markdown", str(md), "--run-dir", str(tmp_path / "c"), cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(bundle.read_text())
-    assert [p["policy"] for p in data["policies"]] == ["reap", "batched"]
+    assert [p["policy"] for p in data["policies"]] == ["reap", "batched", "adaptive"]
+    assert (data["policies"][2]["status"], data["policies"][2]["report"]) == ("not applicable", None)
+    assert "adaptive: not applicable on gloo: its 1 ms timed wait()" in proc.stdout
+    assert not (tmp_path / "c" / "adaptive").exists()
     assert data["policies"][0]["verdict"] == "LEAK"
     assert data["policies"][1]["summary"]["peak_depth"] <= 1
     assert data["policies"][1]["report"]["ranks"][0]["messages"]["sent"] > 0
     assert "| reap | LEAK |" in md.read_text()
+    assert "| adaptive | not applicable on gloo |" in md.read_text()
     assert (tmp_path / "c" / "compare.json").is_file()

@@ -10,19 +10,26 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from hicache_cli.analysis.gate import Thresholds, evaluate, exit_code
+from hicache_cli.analysis.baseline import compare as compare_to_baseline
+from hicache_cli.analysis.baseline import parse_tolerance, workload_difference
+from hicache_cli.analysis.gate import Thresholds, evaluate, exit_code, gate_document
+from hicache_cli.analysis.report import load_report
 from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands import trace as trace_command
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
-from hicache_cli.config import DEFAULT_PROBE_HZ
+from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.trace_launcher import trace_config
-from hicache_cli.present.junit import github_annotations, junit_xml
+from hicache_cli.present.github import check_summary, github_annotations
+from hicache_cli.present.junit import junit_xml
 from hicache_cli.present.progress import make_console, summary_table
 from hicache_cli.rundir import create_run_dir, write_atomically
 from hicache_cli.units import format_duration, parse_duration, parse_rate_mb_per_h
@@ -46,6 +53,18 @@ def check(
     ),
     max_depth: int = typer.Option(None, "--max-depth", help="Fail when a work list ever holds more Works."),
     max_p99_ms: float = typer.Option(None, "--max-p99-ms", help="Fail when a rank's loop p99 exceeds this."),
+    baseline: Path = typer.Option(
+        None,
+        "--baseline",
+        help="Also fail when this run is worse than this report (or run directory) of the same workload: "
+        "RSS slope, peak depth, loop p99. See docs/ci.md.",
+    ),
+    tolerance: list[str] = typer.Option(
+        [],
+        "--tolerance",
+        help="With --baseline, how much worse is still noise (repeatable): slope=RATE beyond the baseline's "
+        "interval, depth=FACTOR, p99=FACTOR. Default: slope=50MB/h, depth=1.5x, p99=3x.",
+    ),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per assertion per rank)."),
     report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
     workload: str = common.WORKLOAD,
@@ -63,6 +82,12 @@ def check(
     run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
     port: int = common.PORT,
     no_live: bool = common.NO_LIVE,
+    json_output: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the gate's result, its assertions and the report as one JSON document on stdout; "
+        "everything else goes to stderr.",
+    ),
     loop: str = trace_command.LOOP,
     command: list[str] = trace_command.COMMAND,
 ) -> None:
@@ -100,6 +125,9 @@ def check(
         raise UsageError(f"--max-depth must be 0 or more, got {max_depth}")
     if max_p99_ms is not None and not (math.isfinite(max_p99_ms) and max_p99_ms > 0):
         raise UsageError(f"--max-p99-ms must be more than zero, got {max_p99_ms}")
+    if tolerance and baseline is None:
+        raise UsageError("--tolerance applies to --baseline: give the report to compare with")
+    allowed = parse_tolerance(tolerance)
     common.check_output_paths(junit=junit)
     common.check_run_options(4.0, report, port)
     if command:
@@ -123,14 +151,17 @@ def check(
             ),
             common.say,
         )
+    base = _load_baseline(baseline, config) if baseline is not None else None
     directory = create_run_dir(run_dir, config.policy)
     settler = Settler(config) if max_duration else None
     if command:
-        result, console = trace_command.run_traced(config, directory, no_live, 4.0, report, early_stop=settler)
+        result, console = trace_command.run_traced(
+            config, directory, no_live, 4.0, report, early_stop=settler, json_output=json_output
+        )
         what = f"trace of {' '.join(command)}"
     else:
-        live = common.wants_live(no_live)
-        console = make_console(live)
+        live = common.wants_live(no_live, json_output)
+        console = make_console(live, json_output)
         mode = f"until settled, at most {max_duration}" if max_duration else format_duration(config.duration_s)
         what = f"{config.policy}, pp={config.pp} tp={config.tp}"
         console.print(f"hicache check: {what}, {mode}; run directory {directory}")
@@ -138,13 +169,18 @@ def check(
             config, directory, console, live, port=port, report_copy=report, early_stop=settler
         )
     rep = result.report
-    common.exit_if_interrupted(rep)
     results = evaluate(rep, limits)
+    if base is not None:
+        results += compare_to_baseline(rep, base, str(baseline), allowed)
     code = exit_code(results)
+    if json_output:
+        compared = None if base is None else {"report": str(baseline), "tolerance": asdict(allowed)}
+        common.print_json(gate_document(rep, results, limits, compared))
+    common.exit_if_interrupted(rep)
     console.print(summary_table(rep, console.width))
     for a in results:
         mark = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[a.passed]
-        console.print(f"{mark:>9}  {a.name:<10} {a.message}")
+        console.print(f"{mark:>9}  {a.name:<14} {a.message}")
     took = f"{rep['run_s']:.1f} s of workload, {rep['wall_s']:.1f} s in all"
     if rep.get("stopped_early"):
         took = f"{rep['stopped_early']}; {took}"
@@ -156,8 +192,21 @@ def check(
         console.print(f"junit: {junit}")
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(results, config.policy):
-            print(line)
+            print(line, file=sys.stderr if json_output else sys.stdout)  # the runner reads both
+    common.append_step_summary(check_summary(rep, results, verdict, what, str(result.report_path)))
     raise typer.Exit(code)
+
+
+def _load_baseline(path: Path, config: StressConfig) -> dict[str, Any]:
+    """The report to compare with: a completed run of the same workload, or one line why not."""
+    base = load_report(path)
+    if base["status"] != "completed":
+        raise UsageError(f"--baseline {path}: that run {base['status']}; a baseline must be a completed run")
+    if (difference := workload_difference(base["config"], config.to_dict())) is not None:
+        raise UsageError(
+            f"--baseline {path}: another workload ({difference}); only the policy and the code under test may differ"
+        )
+    return base
 
 
 def _refuse_model_options(**given: bool) -> None:

@@ -3,6 +3,9 @@ one workload with a progress view."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -11,6 +14,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from cache.faults import SHAPES as FAULT_SHAPES
 from cache.policies import POLICIES
 from cache.workload import PRESETS
 from hicache_cli.api import with_sglang
@@ -21,7 +25,9 @@ from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.run import RunResult, execute
 from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.present.dashboard import Dashboard
-from hicache_cli.present.progress import LiveView, PlainProgress, stdout_is_terminal
+from hicache_cli.present.github import STEP_SUMMARY_ENV
+from hicache_cli.present.metrics_exporter import MetricsExporter, check_metrics_options
+from hicache_cli.present.progress import LiveView, PlainProgress, ensure_stdout, human_stream
 from hicache_cli.rundir import output_problem
 from hicache_cli.sglang_target.locate import parse_target
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES
@@ -145,7 +151,13 @@ def check_output_paths(**paths: Path | None) -> None:
             raise UsageError(f"--{option.replace('_', '-')} {path}: {problem}")
 
 
-def check_run_options(refresh: float, report: Path | None, port: int | None) -> None:
+def check_run_options(
+    refresh: float,
+    report: Path | None,
+    port: int | None,
+    metrics_port: int | None = None,
+    metrics_host: str | None = None,
+) -> None:
     """Options about running rather than the workload; a bad or busy port fails here,
     before anything is created."""
     if not 0.2 <= refresh <= 20:
@@ -153,6 +165,7 @@ def check_run_options(refresh: float, report: Path | None, port: int | None) -> 
     check_output_paths(report=report)
     if port is not None:
         pick_port(LOOPBACK, port)
+    check_metrics_options(metrics_port, metrics_host)
 
 
 def exit_if_interrupted(*reports: dict[str, Any]) -> None:
@@ -165,8 +178,47 @@ def exit_if_interrupted(*reports: dict[str, Any]) -> None:
         raise typer.Exit(STOPS.exit_code())
 
 
-def wants_live(no_live: bool) -> bool:
-    return not no_live and stdout_is_terminal()
+def wants_live(no_live: bool, json_output: bool = False) -> bool:
+    """The live dashboard, on the terminal human text goes to (stderr under `--json`)."""
+    return not no_live and human_stream(json_output).isatty()
+
+
+def print_json(document: dict[str, Any]) -> None:
+    """`--json`: the one JSON document on stdout. A reader that went away (`| head`) is no
+    error: the run's files are written anyway."""
+    ensure_stdout()
+    try:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail again
+
+
+def append_step_summary(markdown: str) -> None:
+    """On GitHub Actions ($GITHUB_STEP_SUMMARY set): add `markdown` to the step's summary,
+    appended to the file GitHub names, never replacing it. A summary that cannot be written
+    is a warning: the command's result stands."""
+    path = os.environ.get(STEP_SUMMARY_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as summary:
+            summary.write(markdown + "\n")
+    except OSError as exc:
+        say(f"warning: cannot add to the step summary {path}: {exc.strerror or exc}")
+
+
+def serve_metrics(
+    ctx: typer.Context, port: int | None, host: str | None, config: StressConfig
+) -> MetricsExporter | None:
+    """With --metrics-port: the endpoint, bound now (a busy port fails before a run directory
+    exists) and closed when the command ends, however it ends."""
+    if port is None:
+        return None
+    exporter = MetricsExporter.start(host, port, config, run_dir="")
+    ctx.call_on_close(exporter.close)
+    return exporter
 
 
 def run_with_progress(
@@ -179,12 +231,19 @@ def run_with_progress(
     report_copy: Path | None = None,
     early_stop: EarlyStop | None = None,
     nodes: NodeSpec | None = None,
+    metrics: MetricsExporter | None = None,
 ) -> RunResult:
-    """One workload, shown live on a terminal or as plain lines otherwise."""
+    """One workload, shown live on a terminal or as plain lines otherwise (and served as
+    metrics, with `metrics`)."""
+    if metrics is not None:
+        metrics.run_dir = str(directory)
+        console.print(f"metrics: {metrics.url}")
     if live:
-        with LiveView(Dashboard(config, str(directory)), console) as view:
+        with LiveView(Dashboard(config, str(directory)), console) as live_view:
+            view = live_view if metrics is None else metrics.feeding(live_view)
             return execute(config, directory, view, port, report_copy, 1.0 / refresh, early_stop, nodes)
-    view = PlainProgress(config.duration_s, write=console.print)
+    plain = PlainProgress(config.duration_s, write=console.print)
+    view = plain if metrics is None else metrics.feeding(plain)
     return execute(config, directory, view, port, report_copy, early_stop=early_stop, nodes=nodes)
 
 
@@ -208,8 +267,7 @@ WARMUP = typer.Option(
 FAULT = typer.Option(
     [],
     "--fault",
-    help="Inject a fault (repeatable): lag:RANK:MS, stall:RANK:AT:FOR, hang:RANK:AT, kill:RANK:AT, "
-    "raise-in-wait:RANK:AT. See docs/faults.md.",
+    help="Inject a fault (repeatable): " + ", ".join(FAULT_SHAPES.values()) + ". See docs/faults.md.",
 )
 STALL_TIMEOUT = typer.Option(
     "5s", "--stall-timeout", help="A rank whose round runs longer is stalled: stacks dumped, run ended."
@@ -227,6 +285,18 @@ SGLANG_CLASS = typer.Option(
 PORT = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one).")
 NO_LIVE = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard.")
 REFRESH = typer.Option(4.0, "--refresh", help="Live dashboard refreshes per second.")
+METRICS_PORT = typer.Option(
+    None,
+    "--metrics-port",
+    help="Serve Prometheus metrics on this port while the run lasts: per rank RSS, work-list depth, loop "
+    "latency, rounds (0: a free port). Needs the metrics extra. See docs/dashboard.md.",
+)
+METRICS_HOST = typer.Option(
+    None, "--metrics-host", help="Address the metrics endpoint listens on (default 127.0.0.1; 0.0.0.0: every one)."
+)
+JSON = typer.Option(
+    False, "--json", help="Print the report as one JSON document on stdout; everything else goes to stderr."
+)
 DEVICE = typer.Option("auto", "--device", help="auto (a GPU when there is one), cpu or cuda.")
 PP_BACKEND = typer.Option(
     "gloo", "--pp-backend", help="Backend of the TP and PP-sync groups: gloo (as SGLang) or nccl (CUDA tensors)."

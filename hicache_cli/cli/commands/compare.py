@@ -8,12 +8,13 @@ from pathlib import Path
 
 import typer
 
-from cache.policies import POLICIES
-from hicache_cli.analysis.compare import bundle, summarize
+from cache.policies import POLICIES, not_applicable
+from hicache_cli.analysis.compare import bundle, not_applicable_row, summarize
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.errors import UsageError
 from hicache_cli.lifecycle import STOPS
+from hicache_cli.present.github import compare_summary
 from hicache_cli.present.plot import output_path, plot_reports
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.tables import policy_table, to_markdown, to_rich
@@ -61,6 +62,9 @@ def compare_policies(
     plot: Path = typer.Option(None, "--plot", help="Write a PNG of RSS and depth per policy (needs the plot extra)."),
     run_dir: Path = typer.Option(None, "--run-dir", help="Parent directory (default ./hicache-runs/<time>-compare/)."),
     no_live: bool = common.NO_LIVE,
+    json_output: bool = typer.Option(
+        False, "--json", help="Print the JSON bundle on stdout (as --output writes it); everything else goes to stderr."
+    ),
 ) -> None:
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
@@ -75,19 +79,24 @@ def compare_policies(
     if len({c.policy for c in configs}) != len(configs):
         raise UsageError("--target: the same SGLang is named twice")
     parent = create_run_dir(run_dir, "compare")
-    live = common.wants_live(no_live)
-    console = make_console(live)
+    live = common.wants_live(no_live, json_output)
+    console = make_console(live, json_output)
     first = configs[0]
     console.print(
         f"hicache compare-policies: {', '.join(c.policy for c in configs)}; pp={first.pp} tp={first.tp}, "
         f"{first.duration_s:g}s each, workload {first.workload}, seed {first.seed} -> {parent}"
     )
-    reports = []
+    reports, rows = [], []
     for i, config in enumerate(configs, 1):
+        reason = not_applicable(config.policy, config.pp_backend) if config.target == "model" else None
+        if reason is not None:  # it would fail by design: say so instead of listing a failure
+            rows.append(not_applicable_row(config.policy, config.pp_backend, reason))
+            console.print(f"[{i}/{len(configs)}] {config.policy}: not applicable on {config.pp_backend}: {reason}")
+            continue
         console.print(f"[{i}/{len(configs)}] {config.policy} ...")
         result = common.run_with_progress(config, create_run_dir(parent / config.policy, config.policy), console, live)
         reports.append(result.report)
-        row = summarize(result.report)
+        rows.append(row := summarize(result.report))
         console.print(
             f"[{i}/{len(configs)}] {config.policy}: {row.verdict} ({row.status}), peak depth {row.peak_depth}"
         )
@@ -95,17 +104,22 @@ def compare_policies(
             break
     dicts = [c.to_dict() for c in configs]
     common_config = {k: v for k, v in dicts[0].items() if all(d[k] == v for d in dicts)}
-    data = bundle(reports, common_config)
+    data = bundle(reports, common_config, rows)
     text = json.dumps(data, indent=2) + "\n"
     write_atomically(parent / "compare.json", text)
     if output is not None:
         write_atomically(output, text)
-    rows = [summarize(r) for r in reports]
     console.print(to_rich(policy_table(rows)))
+    for row in rows:
+        if row.note:
+            console.print(row.note)
     title = f"hicache compare-policies: pp={first.pp} tp={first.tp}, {first.duration_s:g}s, workload {first.workload}"
     if markdown is not None:
         write_atomically(markdown, to_markdown(policy_table(rows), title))
+    common.append_step_summary(compare_summary(rows, reports, title))
     if plot is not None:
         console.print(f"plot: {plot_reports([(r['config']['policy'], r) for r in reports], plot)}")
     console.print(f"bundle: {parent / 'compare.json'}")
+    if json_output:
+        common.print_json(data)
     common.exit_if_interrupted(*reports)

@@ -40,6 +40,9 @@ def sglang_scan(
         None, "--run-dir", help="Parent directory (default ./hicache-runs/<time>-sglang-scan/)."
     ),
     no_live: bool = common.NO_LIVE,
+    json_output: bool = typer.Option(
+        False, "--json", help="Print the JSON bundle on stdout (as --output writes it); everything else goes to stderr."
+    ),
 ) -> None:
     """Run SGLang's own PP-sync code from each release in a range: where the leak came and went."""
     common.check_output_paths(output=output, markdown=markdown)
@@ -47,8 +50,8 @@ def sglang_scan(
     config_from_options(base)  # the shared options, checked before anything is fetched
     chosen = pick_versions(versions, release_versions(common.say))
     parent = create_run_dir(run_dir, "sglang-scan")
-    live = common.wants_live(no_live)
-    console = make_console(live)
+    live = common.wants_live(no_live, json_output)
+    console = make_console(live, json_output)
     console.print(
         f"hicache sglang-scan: {len(chosen)} releases ({chosen[0]} .. {chosen[-1]}), pp={pp}, {duration} each"
     )
@@ -67,7 +70,8 @@ def sglang_scan(
         console.print(f"[{i}/{len(chosen)}] {version}: {rows[-1].verdict}")
         if result.report["status"] == "interrupted" or STOPS.signal is not None:
             break
-    text = json.dumps(scan_bundle(rows, asdict(base) | {"versions": versions}, reports), indent=2) + "\n"
+    data = scan_bundle(rows, asdict(base) | {"versions": versions}, reports)
+    text = json.dumps(data, indent=2) + "\n"
     write_atomically(parent / "scan.json", text)
     if output is not None:
         write_atomically(output, text)
@@ -79,6 +83,8 @@ def sglang_scan(
             markdown, to_markdown(release_table(rows), f"hicache sglang-scan: pp={pp}, {duration} per release")
         )
     console.print(f"bundle: {parent / 'scan.json'}")
+    if json_output:
+        common.print_json(data)
     common.exit_if_interrupted(*reports.values())
     if any(r.status == "failed" for r in rows):
         raise typer.Exit(EXIT_RUN_FAILED)

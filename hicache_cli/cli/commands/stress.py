@@ -64,9 +64,12 @@ def stress(
     ),
     no_live: bool = common.NO_LIVE,
     refresh: float = common.REFRESH,
+    metrics_port: int = common.METRICS_PORT,
+    metrics_host: str = common.METRICS_HOST,
+    json_output: bool = common.JSON,
 ) -> None:
     """Run a real multi-rank HiCache PP-sync workload under one drain policy and report on it."""
-    common.check_run_options(refresh, report, port)  # cheap, and before a release is fetched
+    common.check_run_options(refresh, report, port, metrics_port, metrics_host)  # cheap, before a release is fetched
     config = config_from_options(
         StressOptions.given(ctx),
         common.say,
@@ -78,9 +81,12 @@ def stress(
         raise UsageError("--port is for one machine; across nodes the rendezvous is --rdzv-endpoint")
     if nodes is not None and not nodes.is_head and report is not None:
         raise UsageError("--report: node 0 writes the report; give it there")
+    if nodes is not None and not nodes.is_head and json_output:
+        raise UsageError("--json: node 0 writes the report; give it there")
+    metrics = common.serve_metrics(ctx, metrics_port, metrics_host, config)
     directory = create_run_dir(run_dir, config.policy)
-    live = common.wants_live(no_live) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
-    console = make_console(live)
+    live = common.wants_live(no_live, json_output) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
+    console = make_console(live, json_output)
     console.print(f"hicache stress: {config.policy}, pp={config.pp} tp={config.tp}, {config.duration_s:g}s")
     if nodes is not None:
         console.print(
@@ -88,7 +94,9 @@ def stress(
             f"rendezvous {nodes.endpoint}, samples to node 0 on port {nodes.sample_port}"
         )
     console.print(f"run directory: {directory}")
-    result = common.run_with_progress(config, directory, console, live, refresh, port, report, nodes=nodes)
+    result = common.run_with_progress(
+        config, directory, console, live, refresh, port, report, nodes=nodes, metrics=metrics
+    )
     if result.report is None:  # another node: node 0 has the samples and writes the report
         _node_summary(console, result, nodes)
         return
@@ -98,6 +106,8 @@ def stress(
     if nodes is not None and (dropped := link_summary(result.run_dir)) is not None:
         console.print(dropped)
     console.print(f"report: {result.report_path}")
+    if json_output:
+        common.print_json(result.report)
     common.exit_if_interrupted(result.report)
     if result.report["status"] == "failed":
         raise typer.Exit(EXIT_RUN_FAILED)

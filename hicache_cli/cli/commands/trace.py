@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -17,7 +16,8 @@ from hicache_cli.launch.run import RunResult, execute
 from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.lifecycle import exit_code_for
 from hicache_cli.present.dashboard import Dashboard
-from hicache_cli.present.progress import LiveView, PlainProgress, RunConsole, make_console, summary_table, verdict_lines
+from hicache_cli.present.metrics_exporter import MetricsExporter
+from hicache_cli.present.progress import LiveView, PlainProgress, make_console, summary_table, verdict_lines
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.tracer.protocol import PROGRAM_LOG
 
@@ -48,6 +48,7 @@ observed, without a change to the program. See docs/trace.md.
 
 
 def trace(
+    ctx: typer.Context,
     command: list[str] = COMMAND,
     duration: str = typer.Option(
         None, "--duration", "-d", help="Stop the program after this long (default: let it run to its end)."
@@ -65,16 +66,26 @@ def trace(
         False, "--no-live", help="No dashboard: the program's output passes through, hicache's goes to stderr."
     ),
     refresh: float = common.REFRESH,
+    metrics_port: int = common.METRICS_PORT,
+    metrics_host: str = common.METRICS_HOST,
+    json_output: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the report as one JSON document on stdout; hicache's text and the program's output go to stderr.",
+    ),
 ) -> None:
     """Watch any torch.distributed program for Works it never waits, and name where they come from."""
     config = trace_config(command or [], loop, duration, probe_hz, warmup, leak_threshold, stall_timeout)
-    common.check_run_options(refresh, report, None)
+    common.check_run_options(refresh, report, None, metrics_port, metrics_host)
+    metrics = common.serve_metrics(ctx, metrics_port, metrics_host, config)
     directory = create_run_dir(run_dir, "trace")
-    result, console = run_traced(config, directory, no_live, refresh, report)
+    result, console = run_traced(config, directory, no_live, refresh, report, json_output=json_output, metrics=metrics)
     console.print(summary_table(result.report, console.width))
     for line in verdict_lines(result.report):
         console.print(line)
     console.print(f"report: {result.report_path}")
+    if json_output:
+        common.print_json(result.report)
     raise typer.Exit(trace_exit_code(result))
 
 
@@ -85,17 +96,24 @@ def run_traced(
     refresh: float,
     report: Path | None,
     early_stop: EarlyStop | None = None,
+    json_output: bool = False,
+    metrics: MetricsExporter | None = None,
 ) -> tuple[RunResult, Console]:
     """Run the program under the tracer: on a terminal with the dashboard (the program's
-    output kept in the run directory), else passing its output through. Returns the result
-    and the console hicache's own output goes to."""
-    live = common.wants_live(no_live)
-    console = make_console(live) if live else RunConsole(file=sys.stderr, markup=False, highlight=False, width=160)
+    output kept in the run directory), else passing its output through (to stderr under
+    `--json`, whose document is stdout's). Returns the result and the console hicache's own
+    output goes to."""
+    live = common.wants_live(no_live, json_output)
+    console = make_console(live, to_stderr=json_output or not live)  # not live: stdout is the program's
     console.print(f"hicache trace: {' '.join(config.trace['command'])}")
     console.print(f"run directory: {directory}")
+    if metrics is not None:
+        metrics.run_dir = str(directory)
+        console.print(f"metrics: {metrics.url}")
     if live:
         console.print(f"the program's output: {directory / PROGRAM_LOG}")
-        with LiveView(Dashboard(config, str(directory)), console) as view:
+        with LiveView(Dashboard(config, str(directory)), console) as live_view:
+            view = live_view if metrics is None else metrics.feeding(live_view)
             result = execute(
                 config,
                 directory,
@@ -106,8 +124,17 @@ def run_traced(
                 passthrough=False,
             )
     else:
-        view = PlainProgress(config.duration_s, write=console.print)
-        result = execute(config, directory, view, report_copy=report, early_stop=early_stop, passthrough=True)
+        plain = PlainProgress(config.duration_s, write=console.print)
+        view = plain if metrics is None else metrics.feeding(plain)
+        result = execute(
+            config,
+            directory,
+            view,
+            report_copy=report,
+            early_stop=early_stop,
+            passthrough=True,
+            passthrough_to_stderr=json_output,
+        )
     return result, console
 
 

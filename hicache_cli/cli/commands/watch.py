@@ -8,9 +8,11 @@ from pathlib import Path
 import typer
 
 from hicache_cli.analysis.report import load_report
+from hicache_cli.cli.commands import common
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.present.dashboard import Dashboard
+from hicache_cli.present.metrics_exporter import check_metrics_options
 from hicache_cli.present.progress import (
     LiveView,
     PlainProgress,
@@ -54,23 +56,32 @@ def _all_final(samples: dict[int, list[Sample]], world_size: int) -> bool:
 
 
 def watch(
+    ctx: typer.Context,
     run_dir: Path = typer.Argument(..., help="The run directory (hicache-runs/<time>-<policy>/)."),
     no_live: bool = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard."),
     refresh: float = typer.Option(4.0, "--refresh", help="Refreshes per second."),
+    metrics_port: int = common.METRICS_PORT,
+    metrics_host: str = common.METRICS_HOST,
 ) -> None:
     """Attach the dashboard to a run directory: a run in progress, or one that has finished."""
     if not (run_dir / CONFIG_FILE).is_file():
         raise UsageError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
     if not 0.2 <= refresh <= 20:
         raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
+    check_metrics_options(metrics_port, metrics_host)
     config = StressConfig.load(run_dir)
+    metrics = common.serve_metrics(ctx, metrics_port, metrics_host, config)
     live = not no_live and stdout_is_terminal()
     console = make_console(live)
+    if metrics is not None:
+        metrics.run_dir = str(run_dir)
+        console.print(f"metrics: {metrics.url}")
     if live:
-        with LiveView(Dashboard(config, str(run_dir)), console) as view:
-            why = follow(run_dir, config, view, 1.0 / refresh)
+        with LiveView(Dashboard(config, str(run_dir)), console) as live_view:
+            why = follow(run_dir, config, live_view if metrics is None else metrics.feeding(live_view), 1.0 / refresh)
     else:
-        why = follow(run_dir, config, PlainProgress(config.duration_s, write=console.print), 1.0 / refresh)
+        plain = PlainProgress(config.duration_s, write=console.print)
+        why = follow(run_dir, config, plain if metrics is None else metrics.feeding(plain), 1.0 / refresh)
     console.print(f"watch ended: {why}")
     if (run_dir / REPORT_FILE).exists():
         report = load_report(run_dir / REPORT_FILE)

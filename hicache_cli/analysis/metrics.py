@@ -1,0 +1,81 @@
+"""What `--metrics-port` exports, from the samples so far: one record per rank. Pure: the
+Prometheus side (present/metrics_exporter.py) only names and serves these values.
+
+The loop-latency histogram is the samples' own (cumulative since the workload started, 20
+buckets a decade) summed into Prometheus buckets at every quarter decade, whose edges are
+edges of the samples' buckets too: the counts are exact, not interpolated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hicache_cli.analysis.histogram import BUCKETS_PER_DECADE
+from hicache_cli.sample import Sample
+
+# Prometheus bucket edges, seconds: 10 us to 10 s, four a decade (10^(m/4)).
+EDGES_PER_DECADE = 4
+EDGE_EXPONENTS = range(-5 * EDGES_PER_DECADE, 1 * EDGES_PER_DECADE + 1)
+_STRIDE = BUCKETS_PER_DECADE // EDGES_PER_DECADE  # sample buckets per Prometheus bucket
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    rank: int  # the rank file's number (a traced process's slot)
+    pp_rank: int
+    tp_rank: int
+    node: int
+    rss_bytes: int | None  # None: not read in the last sample
+    depth: int  # the work list's Works (under trace: live Works, never waited)
+    rounds: int  # scheduler rounds completed (a traced program's --loop calls)
+    latency_buckets: tuple[tuple[float, int], ...]  # (upper edge s, rounds at or under it), cumulative
+    latency_count: int  # rounds the histogram holds
+    state: str  # the last sample's
+
+    def labels(self) -> dict[str, str]:
+        return {
+            "rank": str(self.rank),
+            "pp_rank": str(self.pp_rank),
+            "tp_rank": str(self.tp_rank),
+            "node": str(self.node),
+        }
+
+
+def latency_buckets(hist: dict[str, int]) -> tuple[tuple[tuple[float, int], ...], int]:
+    """A sample's cumulative histogram ({bucket: rounds}) as Prometheus buckets: (le, count)
+    at every quarter decade, cumulative; and the total."""
+    counts = sorted((int(bucket), int(n)) for bucket, n in hist.items())
+    total = sum(n for _, n in counts)
+    out, seen, i = [], 0, 0
+    for m in EDGE_EXPONENTS:
+        upper = m * _STRIDE  # sample bucket b ends at 10^((b+1)/20): those with b + 1 <= upper
+        while i < len(counts) and counts[i][0] + 1 <= upper:
+            seen += counts[i][1]
+            i += 1
+        out.append((10 ** (m / EDGES_PER_DECADE), seen))
+    return tuple(out), total
+
+
+def rank_metrics(samples: dict[int, list[Sample]]) -> list[RankMetrics]:
+    """Every rank that has sampled, from its latest sample, in rank order."""
+    out = []
+    for rank, series in sorted(samples.items()):
+        if not series:
+            continue
+        last = series[-1]
+        buckets, total = latency_buckets(last.lat_hist)
+        out.append(
+            RankMetrics(
+                rank=rank,
+                pp_rank=last.pp_rank,
+                tp_rank=last.tp_rank,
+                node=last.node,
+                rss_bytes=last.rss_bytes,
+                depth=last.depth,
+                rounds=last.rounds,
+                latency_buckets=buckets,
+                latency_count=total,
+                state=last.state,
+            )
+        )
+    return out

@@ -1,0 +1,109 @@
+"""What GitHub Actions shows: workflow-command annotations, escaped as the runner requires,
+and the Markdown a step appends to its summary ($GITHUB_STEP_SUMMARY). Text only: the
+command writes it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hicache_cli.analysis.compare import PolicyRow
+from hicache_cli.analysis.gate import Assertion
+from hicache_cli.present.tables import policy_table, to_markdown
+
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message: %, CR and LF are the runner's own syntax."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property (`title=...`): the message's escapes, and `:` and `,`,
+    which end a property."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(results: list[Assertion], policy: str) -> list[str]:
+    """`::error` for each failed assertion, `::warning` for each undecided one."""
+    title = escape_property(f"hicache check ({policy})")
+    lines = []
+    for a in results:
+        if a.passed is False:
+            lines.append(f"::error title={title}::{escape_data(a.message)}")
+        elif a.passed is None:
+            lines.append(f"::warning title={title}::{escape_data(a.message)}")
+    return lines
+
+
+_MARKDOWN = re.compile(r"([\\`*_\[\]|#])")
+
+
+def md(text: str) -> str:
+    """Plain text in a Markdown table cell or list item: no accidental emphasis, links,
+    code or cell ends; no HTML (GitHub renders it in summaries)."""
+    flat = " ".join(str(text).split())
+    return _MARKDOWN.sub(r"\\\1", flat).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slope_cell(rank: dict[str, Any]) -> str:
+    rss = rank.get("rss") or {}
+    ci = rss.get("slope_ci95_mb_per_h")
+    return "n/a" if ci is None else f"{rss['slope_mb_per_h']:+.0f} [{ci[0]:+.0f}, {ci[1]:+.0f}]"
+
+
+def _p99_cell(rank: dict[str, Any]) -> str:
+    p99 = (rank.get("loop_latency_ms") or {}).get("p99")
+    return "n/a" if p99 is None else f"{p99:.2f}"
+
+
+def check_summary(
+    report: dict[str, Any], results: list[Assertion], result: str, what: str, report_path: str | None
+) -> str:
+    """The gate in a step summary: the result, a row per rank with what failed on it, then
+    every failed and undecided assertion's message."""
+    by_rank: dict[int | None, list[Assertion]] = {}
+    for a in results:
+        by_rank.setdefault(a.rank, []).append(a)
+    lines = [
+        f"### hicache check {result}: {md(what)}",
+        "",
+        f"Run {report['status']}, verdict **{report['verdict']}**; {report['run_s']:.1f} s of workload.",
+        "",
+        "| rank | pp/tp | verdict | RSS MB/h [95%] | depth max/final | loop p99 ms | failed |",
+        "|---:|---|---|---:|---:|---:|---|",
+    ]
+    for r in report["ranks"]:
+        failed = [a.name for a in by_rank.get(r["rank"], []) if a.passed is False]
+        sampled = r.get("samples", 0) > 0
+        depth = f"{r['work_list']['max']}/{r['work_list']['final']}" if sampled else "n/a"
+        cells = [str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"]]
+        cells += [_slope_cell(r) if sampled else "n/a", depth, _p99_cell(r) if sampled else "n/a"]
+        cells.append(", ".join(failed) or "-")
+        lines.append("| " + " | ".join(md(c) for c in cells) + " |")
+    for word, passed in (("Failed", False), ("Undecided", None)):
+        found = [a for a in results if a.passed is passed]
+        if found:
+            lines += ["", f"**{word}**", ""]
+            lines += [f"- `{a.name}`: {md(a.message)}" for a in found]
+    if report_path:
+        lines += ["", f"Report: `{report_path}`"]
+    return "\n".join(lines) + "\n"
+
+
+def compare_summary(rows: list[PolicyRow], reports: list[dict[str, Any]], title: str) -> str:
+    """compare-policies in a step summary: its Markdown table, then why each rank that was
+    not bounded was not, and each failure."""
+    text = to_markdown(policy_table(rows), md(title))
+    reasons = [f"- {md(row.note)}" for row in rows if row.note]
+    for report in reports:
+        policy = report["config"]["policy"]
+        for r in report["ranks"]:
+            if r["verdict"] != "BOUNDED":
+                reasons.append(f"- {md(policy)} rank {r['rank']}: {r['verdict']} - {md(r['verdict_reason'])}")
+        for f in report["failures"]:
+            reasons.append(f"- {md(policy)} rank {f['rank']} {f['kind']}: {md(f['message'])}")
+    if reasons:
+        text += "\n**Not bounded, and why**\n\n" + "\n".join(reasons) + "\n"
+    return text

@@ -1,0 +1,124 @@
+"""`--metrics-port`: every rank's figures in Prometheus' text exposition, served over HTTP
+while the command runs (`/metrics`), with prometheus_client. That library is the optional
+`metrics` extra: it is imported here only, and only when a command is given the option.
+
+The exporter is a view like the dashboard: the launcher (or `watch`'s follower) hands it
+the samples so far; a scrape reads the latest snapshot (analysis/metrics.py), never the
+run directory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hicache_cli.analysis.metrics import RankMetrics, rank_metrics
+from hicache_cli.config import StressConfig
+from hicache_cli.errors import UsageError
+from hicache_cli.sample import Sample
+
+LABELS = ("rank", "pp_rank", "tp_rank", "node")
+INSTALL_HINT = "pip install 'hicache[metrics]'"
+View = Callable[[dict[int, list[Sample]], float], None]
+
+
+def check_metrics_options(port: int | None, host: str | None) -> None:
+    """Cheap checks, before a run directory exists."""
+    if port is None:
+        if host is not None:
+            raise UsageError("--metrics-host applies to --metrics-port: give the port to serve on")
+        return
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--metrics-port: {port} is not a valid TCP port (0-65535; 0 picks a free one)")
+
+
+class MetricsExporter:
+    """Serves the latest samples' figures on http://HOST:PORT/metrics until close()."""
+
+    def __init__(self, config: StressConfig, run_dir: str) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self._lock = threading.Lock()
+        self._ranks: list[RankMetrics] = []
+        self._server: Any = None
+        self.url = ""
+
+    @classmethod
+    def start(cls, host: str | None, port: int, config: StressConfig, run_dir: str) -> MetricsExporter:
+        """Bind and serve; a missing library or a port that cannot be had is a UsageError."""
+        try:
+            import prometheus_client
+        except ImportError:
+            raise UsageError(f"--metrics-port needs the prometheus-client package: {INSTALL_HINT}") from None
+        exporter = cls(config, run_dir)
+        registry = prometheus_client.CollectorRegistry(auto_describe=False)
+        registry.register(exporter)
+        address = host or "127.0.0.1"
+        try:
+            served = prometheus_client.start_http_server(port, addr=address, registry=registry)
+        except OSError as exc:
+            raise UsageError(f"--metrics-port {port} on {address}: {exc.strerror or exc}") from None
+        exporter._server = served[0] if isinstance(served, tuple) else None  # older clients return nothing
+        bound = exporter._server.server_port if exporter._server is not None else port
+        exporter.url = f"http://{address if ':' not in address else f'[{address}]'}:{bound}/metrics"
+        return exporter
+
+    def update(self, samples: dict[int, list[Sample]]) -> None:
+        snapshot = rank_metrics(samples)
+        with self._lock:
+            self._ranks = snapshot
+
+    def feeding(self, view: View) -> View:
+        """`view`, and this exporter fed the same samples first."""
+
+        def both(samples: dict[int, list[Sample]], elapsed: float) -> None:
+            self.update(samples)
+            view(samples, elapsed)
+
+        return both
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def collect(self) -> Iterator[Any]:
+        """prometheus_client's Collector protocol: the metric families, at scrape time."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        with self._lock:
+            ranks = list(self._ranks)
+        cfg = self.config
+        info = GaugeMetricFamily(
+            "hicache_run_info", "The run being measured (value 1).", labels=["policy", "pp", "tp", "target", "run_dir"]
+        )
+        info.add_metric([cfg.policy, str(cfg.pp), str(cfg.tp), cfg.target, self.run_dir], 1)
+        yield info
+        rss = GaugeMetricFamily("hicache_rss_bytes", "Resident set size of the rank's process.", labels=LABELS)
+        depth = GaugeMetricFamily(
+            "hicache_work_list_depth",
+            "Outstanding isend Works in the rank's work list (under hicache trace: live Works never waited).",
+            labels=LABELS,
+        )
+        rounds = CounterMetricFamily("hicache_rounds", "Scheduler rounds the rank has completed.", labels=LABELS)
+        latency = HistogramMetricFamily(
+            "hicache_loop_latency_seconds",
+            "Scheduler round latency since the workload started (buckets only: the ranks keep no exact sum).",
+            labels=LABELS,
+        )
+        for r in ranks:
+            labels = list(r.labels().values())
+            if r.rss_bytes is not None:
+                rss.add_metric(labels, r.rss_bytes)
+            depth.add_metric(labels, r.depth)
+            rounds.add_metric(labels, r.rounds)
+            buckets = [(_le(edge), count) for edge, count in r.latency_buckets] + [("+Inf", r.latency_count)]
+            latency.add_metric(labels, buckets, sum_value=None)
+        yield from (rss, depth, rounds, latency)
+
+
+def _le(seconds: float) -> str:
+    """A bucket edge as Prometheus writes one: short, and the same on every scrape."""
+    return format(seconds, ".6g")

@@ -1,0 +1,189 @@
+"""The docs and the code agree: every option of every command (as `--help` shows it) is in a
+table of docs/commands.md, under that command's heading, and every option there exists; the
+fault kinds, the bad-input messages of docs/faults.md, and the report's keys in
+docs/report.md are the code's."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import typer
+
+from cache.faults import SHAPES
+from hicache_cli.analysis.report import environment
+from hicache_cli.cli.commands.common import FAULT
+from hicache_cli.cli.conventions import plain_help
+from hicache_cli.cli.main import app, main
+from hicache_cli.config import StressConfig
+from hicache_cli.sample import Sample
+from tests.cli.conftest import build_pp2_report
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+OPTIONS_HEADER = "| option | default | meaning |"
+OPTION = re.compile(r"(?<![\w-])(--?[a-z][a-z0-9-]*)")
+
+
+def cli_commands() -> dict[tuple[str, ...], set[str]]:
+    """Every command (and group) by the words that name it -> its options, as --help lists them."""
+    found: dict[tuple[str, ...], set[str]] = {}
+
+    def walk(command: object, path: tuple[str, ...]) -> None:
+        params = getattr(command, "params", [])
+        found[path] = {o for p in params if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)}
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, (*path, name))
+
+    walk(plain_help(typer.main.get_command(app)), ())
+    return found
+
+
+def heading_command(line: str, known: set[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The command a heading names (`## \\`hicache report plot FILE...\\``), or None."""
+    match = re.search(r"`hicache((?: [a-z][a-z-]*)*)", line)
+    if match is None:
+        return None
+    words = tuple(match.group(1).split())
+    while words not in known:
+        words = words[:-1]
+    return words
+
+
+def documented(path: Path, known: set[tuple[str, ...]]) -> tuple[dict[tuple[str, ...], set[str]], set]:
+    """Options in the first column of each options table, by the command whose heading it is
+    under; and every command that has a heading."""
+    options: dict[tuple[str, ...], set[str]] = {}
+    headed: set[tuple[str, ...]] = set()
+    current, in_table = None, False
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            current = heading_command(line, known)
+            if current is not None:
+                headed.add(current)
+            in_table = False
+        elif line.startswith(OPTIONS_HEADER):
+            assert current is not None, f"an options table under no command's heading: {line}"
+            in_table = True
+        elif in_table and line.startswith("|") and not line.startswith("|---"):
+            first_cell = line.split("|")[1]
+            options.setdefault(current, set()).update(OPTION.findall(first_cell))
+        elif not line.startswith("|"):
+            in_table = False
+    return options, headed
+
+
+@pytest.fixture(scope="module")
+def commands() -> dict[tuple[str, ...], set[str]]:
+    return cli_commands()
+
+
+@pytest.fixture(scope="module")
+def in_docs(commands: dict[tuple[str, ...], set[str]]) -> tuple[dict[tuple[str, ...], set[str]], set]:
+    return documented(DOCS / "commands.md", set(commands))
+
+
+def test_every_command_has_a_heading_in_commands_md(commands: dict, in_docs: tuple) -> None:
+    _, headed = in_docs
+    assert set(commands) - headed == set()
+
+
+def test_every_option_in_help_is_in_commands_md(commands: dict, in_docs: tuple) -> None:
+    options, _ = in_docs
+    missing = {
+        " ".join(path) or "hicache": sorted(opts - {"--help"} - options.get(path, set()))
+        for path, opts in commands.items()
+    }
+    assert {k: v for k, v in missing.items() if v} == {}
+
+
+def test_every_option_in_commands_md_exists(commands: dict, in_docs: tuple) -> None:
+    options, _ = in_docs
+    unknown = {" ".join(path) or "hicache": sorted(opts - commands[path]) for path, opts in options.items()}
+    assert {k: v for k, v in unknown.items() if v} == {}
+
+
+def test_the_fault_help_names_every_kind() -> None:
+    for shape in SHAPES.values():
+        assert shape in FAULT.help
+
+
+def test_faults_md_lists_every_kind_and_no_other() -> None:
+    text = (DOCS / "faults.md").read_text()
+    table = text[text.index("## `--fault`") : text.index("\n## ", text.index("## `--fault`") + 1)]
+    rows = re.findall(r"^\| `([a-z-]+:[A-Z:]+)` \|", table, re.MULTILINE)
+    assert rows == list(SHAPES.values())
+
+
+def bad_input_rows() -> list[tuple[list[str], str]]:
+    """docs/faults.md's bad-input rows whose input is one plain command line (no note, no
+    placeholder) and whose message is quoted whole: (argv, message)."""
+    text = (DOCS / "faults.md").read_text()
+    section = text[text.index("## Bad input") :]
+    rows = []
+    for line in section.splitlines():
+        match = re.fullmatch(r"\| `([^`]+)` \| `([^`]+)` \|", line)
+        if match is None:
+            continue
+        argv = shlex.split(match.group(1))
+        if any(a.startswith("sglang") for a in argv):
+            continue  # fetching or finding SGLang: the lint and sglang tests run those for real
+        if argv[0].startswith("-"):
+            argv = ["stress", *argv]  # the table's options are stress's unless it names a command
+        rows.append((argv, match.group(2)))
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"), bad_input_rows(), ids=lambda x: " ".join(x) if isinstance(x, list) else ""
+)
+def test_faults_md_bad_input_messages_are_the_real_ones(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)  # nothing may be made, but if it were, here
+    if "r.json" in argv:  # the row's report exists: the error is about the other argument
+        (tmp_path / "r.json").write_text(json.dumps(build_pp2_report()))
+    if "notes.txt" in argv:  # the row's file exists and is not Python
+        (tmp_path / "notes.txt").write_text("notes\n")
+    if "/etc/hostname" in argv and not Path("/etc/hostname").is_file():
+        pytest.skip("the row reads /etc/hostname, which this machine lacks")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    if argv[0] == "lint":  # lint reports each unreadable target, lints the rest, then sums up
+        assert err.splitlines()[0] == f"hicache: error: {message}"
+    else:
+        assert err == f"hicache: error: {message}\n"
+
+
+def test_there_are_bad_input_rows_to_check() -> None:
+    assert len(bad_input_rows()) >= 10
+
+
+def report_md_row(key: str) -> str:
+    text = (DOCS / "report.md").read_text()
+    match = re.search(rf"^\| `{key}` \|(.*)$", text, re.MULTILINE)
+    assert match is not None, key
+    return match.group(1)
+
+
+def test_report_md_names_every_config_key() -> None:
+    row = report_md_row("config")
+    missing = [f.name for f in fields(StressConfig) if f"`{f.name}`" not in row]
+    assert missing == []
+
+
+def test_report_md_names_every_environment_key() -> None:
+    row = report_md_row("environment")
+    missing = [k for k in [*environment(StressConfig()), "devices"] if f"`{k}`" not in row]
+    assert missing == []
+
+
+def test_report_md_names_every_sample_key() -> None:
+    text = (DOCS / "report.md").read_text()
+    table = text[text.index("## Samples") : text.index("## The report")]
+    first_cells = " ".join(line.split("|")[1] for line in table.splitlines() if line.startswith("| `"))
+    missing = [f.name for f in fields(Sample) if f"`{f.name}`" not in first_cells]
+    assert missing == []
