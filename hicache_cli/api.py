@@ -22,7 +22,7 @@ from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import EarlyStop
 from hicache_cli.launch.run import execute
-from hicache_cli.launch.trace_launcher import trace_config
+from hicache_cli.launch.trace_launcher import traced_config
 from hicache_cli.protocol import REPORT_FILE
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import Sample
@@ -80,14 +80,14 @@ def trace(
     `capture_output`: the program's output goes to program.log in the run directory
     instead of this process's stdout and stderr.
     """
-    config = trace_config(
+    config = traced_config(
         list(command),
         loop,
-        None if duration_s is None else _seconds(duration_s),
+        duration_s or 0.0,
         probe_hz,
-        None if warmup_s is None else _seconds(warmup_s),
+        warmup_s,
         leak_threshold_mb_per_h,
-        _seconds(stall_timeout_s),
+        stall_timeout_s,
     )
     directory = create_run_dir(_path(run_dir), "trace")
     result = execute(config, directory, on_samples or _ignore, early_stop=early_stop, passthrough=not capture_output)
@@ -124,10 +124,6 @@ def with_sglang(
 
 def _path(value: str | os.PathLike[str] | None) -> Path | None:
     return None if value is None else Path(value)
-
-
-def _seconds(value: float) -> str:
-    return format(value, "f")  # plain seconds, as the CLI reads them
 
 
 def _ignore(samples: dict[int, list[Sample]], elapsed: float) -> None:

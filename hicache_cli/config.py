@@ -66,15 +66,16 @@ class StressConfig:
         from cache.workload import PRESETS
         from hicache_cli.units import MAX_RUN_S, MAX_TIMEOUT_S, format_limit
 
-        for name, value in (("pp", self.pp), ("tp", self.tp)):
-            if value < 1:
-                raise UsageError(f"--{name} must be at least 1, got {value}")
-        if self.world_size > MAX_WORLD_SIZE:
-            raise UsageError(f"--pp x --tp = {self.world_size} ranks; at most {MAX_WORLD_SIZE} are supported")
-        if self.target == "model" and self.policy not in POLICIES:
-            raise UsageError(f"--policy: unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
-        if self.workload not in PRESETS:
-            raise UsageError(f"--workload: unknown workload {self.workload!r}; choose one of: {', '.join(PRESETS)}")
+        if not self.traced:  # a traced program's ranks, policy and workload are its own
+            for name, value in (("pp", self.pp), ("tp", self.tp)):
+                if value < 1:
+                    raise UsageError(f"--{name} must be at least 1, got {value}")
+            if self.world_size > MAX_WORLD_SIZE:
+                raise UsageError(f"--pp x --tp = {self.world_size} ranks; at most {MAX_WORLD_SIZE} are supported")
+            if self.target == "model" and self.policy not in POLICIES:
+                raise UsageError(f"--policy: unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
+            if self.workload not in PRESETS:
+                raise UsageError(f"--workload: unknown workload {self.workload!r}; choose one of: {', '.join(PRESETS)}")
         for name, value in (
             ("request-rate", self.request_rate),
             ("prefix-sharing", self.prefix_sharing),

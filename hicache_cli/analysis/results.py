@@ -14,7 +14,7 @@ import enum
 import functools
 import types
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -291,9 +291,7 @@ class Report(_Record):
 
     @classmethod
     def read(cls, data: dict[str, Any], path: Path | None = None) -> Report:
-        report = cls.from_dict(data)
-        object.__setattr__(report, "path", path)
-        return report
+        return replace(cls.from_dict(data), path=path)
 
     def rank(self, rank: int) -> RankReport:
         """The report of torch.distributed rank `rank` (the first, for a traced program that

@@ -11,7 +11,6 @@ including the ones that left its process group or were orphaned.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import shutil
@@ -47,8 +46,30 @@ def trace_config(
     leak_threshold_mb_per_h: float = 100.0,
     stall_timeout: str = "60s",
 ) -> StressConfig:
-    """The config of a trace: the command checked (it must exist), the options checked;
-    bad input raises UsageError before anything is created."""
+    """The config of a trace from its options as typed (durations as text, e.g. 30s)."""
+    return traced_config(
+        command,
+        loop,
+        parse_duration(duration, "duration") if duration is not None else 0.0,
+        probe_hz,
+        parse_duration(warmup, "warmup") if warmup is not None else None,
+        leak_threshold_mb_per_h,
+        parse_duration(stall_timeout, "stall-timeout", MAX_TIMEOUT_S),
+    )
+
+
+def traced_config(
+    command: list[str],
+    loop: str | None,
+    duration_s: float,
+    probe_hz: float,
+    warmup_s: float | None,
+    leak_threshold_mb_per_h: float,
+    stall_timeout_s: float,
+) -> StressConfig:
+    """The config of a trace (duration 0: until the program exits): the command checked (it
+    must exist), every value checked by StressConfig.validate; bad input raises UsageError
+    before anything is created."""
     if not command:
         raise UsageError("name the program after --, e.g. hicache trace -- torchrun --nproc-per-node 2 train.py")
     program = command[0]
@@ -59,14 +80,6 @@ def trace_config(
         raise UsageError(f"cannot run {program!r}: no such command on PATH")
     if loop is not None and not _LOOP.fullmatch(loop):
         raise UsageError(f"--loop {loop!r}: give MODULE:QUALNAME, e.g. my_server.scheduler:Scheduler.step")
-    if not 0.1 <= probe_hz <= 100:
-        raise UsageError(f"--probe-hz must be between 0.1 and 100, got {probe_hz}")
-    if not (math.isfinite(leak_threshold_mb_per_h) and leak_threshold_mb_per_h > 0):
-        raise UsageError(f"--leak-threshold must be more than zero, got {leak_threshold_mb_per_h}")
-    duration_s = parse_duration(duration, "duration") if duration is not None else 0.0
-    warmup_s = parse_duration(warmup, "warmup") if warmup is not None else None
-    if warmup_s is not None and duration_s and warmup_s >= duration_s:
-        raise UsageError(f"--warmup ({warmup_s:g}s) must be shorter than --duration ({duration_s:g}s)")
     return StressConfig(
         pp=0,  # ranks are found as the program starts them
         tp=1,
@@ -76,10 +89,10 @@ def trace_config(
         probe_hz=probe_hz,
         warmup_s=warmup_s,
         leak_threshold_mb_per_h=leak_threshold_mb_per_h,
-        stall_timeout_s=parse_duration(stall_timeout, "stall-timeout", MAX_TIMEOUT_S),
+        stall_timeout_s=stall_timeout_s,
         target="trace",
         trace={"command": list(command), "loop": loop, "cwd": os.getcwd()},
-    )
+    ).validate()
 
 
 @dataclass(frozen=True)

@@ -10,19 +10,9 @@ from typing import Any
 from hicache_cli.analysis.compare import PolicyRow
 from hicache_cli.analysis.gate import Assertion
 from hicache_cli.present.tables import policy_table, to_markdown
+from hicache_cli.present.workflow_commands import escape_data, escape_property
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
-
-
-def escape_data(text: str) -> str:
-    """A workflow command's message: %, CR and LF are the runner's own syntax."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    """A workflow command's property (`title=...`): the message's escapes, and `:` and `,`,
-    which end a property."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def github_annotations(results: list[Assertion], policy: str) -> list[str]:

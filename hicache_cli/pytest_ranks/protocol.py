@@ -12,7 +12,6 @@ pending receive) and leaves. Its output goes to `rank-N.log`. Stdlib only.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 # rank-N.log and rank-N.stacks.txt, named as for hicache's own ranks (re-exported)
 from hicache_cli.protocol import log_file  # noqa: F401
 from hicache_cli.protocol import stacks_file as stack_file  # noqa: F401
+from hicache_cli.rundir import write_atomically  # noqa: F401 - readers see the whole file or none of it
 
 REQUEST = "request.json"
 ARGS = "args.pickle"
@@ -43,13 +43,6 @@ def started_file(run_dir: Path, rank: int) -> Path:
 def exit_file(run_dir: Path, rank: int) -> Path:
     """A forked rank's exit status, written by the fork server that reaped it."""
     return run_dir / f"rank-{rank}.exit"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Readers see the whole file or none of it."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
 
 
 @dataclass(frozen=True)
