@@ -130,9 +130,17 @@ class Probe:
             return True
 
     def finish(self, state: str, message: str | None = None, signal_name: str | None = None) -> None:
-        """Write the rank's final line (once); later calls do nothing."""
-        self.state = state
-        self._write(self.sample(kind="final", message=message, signal_name=signal_name))
+        """Write the rank's final line (once); later calls do nothing. The probe thread (a stop
+        signal) and the loop (its error) may both finish at once: the first one's state,
+        message and signal make the line, never a mix of the two."""
+        with self._lock:
+            if self._closed:
+                return
+            self.state = state
+            final = self.sample(kind="final", message=message, signal_name=signal_name)
+            self.out.write(final.to_json() + "\n")
+            self.out.flush()
+            self._closed = True
 
     def _run(self) -> None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 
 import pytest
@@ -139,3 +140,26 @@ def test_more_rounds_than_the_ring_holds_are_counted_and_the_newest_kept(reader:
     assert sample.lat_count == RING + 100
     assert sample.lat_max_ms == pytest.approx(500.0)
     assert LatencyHistogram.from_json(sample.lat_hist).total == RING  # what the ring held
+
+
+def test_two_finishes_at_once_write_one_final_line_from_one_of_them() -> None:
+    """A stop signal (the probe thread) and the loop's error (the main thread) can finish a
+    rank at the same moment; the final line is one caller's state, message and signal."""
+    entered = threading.Event()
+
+    def slow_read() -> Readings:
+        entered.set()
+        time.sleep(0.05)  # the other caller arrives while the final line is being built
+        return Readings()
+
+    out = io.StringIO()
+    probe = make_probe(LoopStats(), slow_read, out)  # type: ignore[arg-type]
+    signalled = threading.Thread(target=probe.finish, args=("interrupted", "stopped by SIGTERM", "SIGTERM"))
+    signalled.start()
+    entered.wait(5)
+    probe.finish("error", "RuntimeError: Connection reset by peer")
+    signalled.join(5)
+
+    (line,) = out.getvalue().splitlines()
+    final = json.loads(line)
+    assert (final["state"], final["message"], final["signal"]) == ("interrupted", "stopped by SIGTERM", "SIGTERM")
