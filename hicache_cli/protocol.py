@@ -27,6 +27,11 @@ def samples_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank-{rank}.jsonl"
 
 
+def sample_files(run_dir: Path) -> dict[int, Path]:
+    """The rank files a run directory holds, by rank."""
+    return {int(path.stem.split("-", 1)[1]): path for path in sorted(run_dir.glob(SAMPLES_GLOB))}
+
+
 def log_file(run_dir: Path, rank: int) -> Path:
     """Everything the rank printed."""
     return run_dir / f"rank-{rank}.log"

@@ -3,19 +3,27 @@
 Each rank appends one JSON object per line to `rank-<N>.jsonl` in the run directory.
 Lines have a `kind`: "sample" (periodic), or "final" (the last line a rank writes, with
 how it stopped). A reading that could not be taken is None, never an exception.
+
+Lines are compact (format 2, docs/report.md#rank-files): a line leaves out a *state*
+field whose value has not changed since the rank's previous line, and an *event* field
+(EVENT_FIELDS) that is empty; `t` and `wall` are in every line. The latency histogram and
+the counters are refreshed at most once a second. Every KEYFRAME_S, and in the final line,
+the line is complete, so a reader may start at any complete line. Lines written whole
+(format 1) read the same.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hicache_cli.protocol import SAMPLES_GLOB
+from hicache_cli.protocol import sample_files
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     t: float  # seconds since the rank's workload started (negative while starting)
     wall: float  # time.time() when taken
@@ -58,63 +66,137 @@ class Sample:
     message: str | None = None  # final lines: how the rank stopped
     signal: str | None = None  # final lines: the signal that stopped it (e.g. "SIGTERM"), if one did
 
+    def as_dict(self) -> dict[str, Any]:
+        # not asdict: it deep-copies every nested dict, and this runs in every rank ten
+        # times a second, next to the loop being measured
+        return {name: getattr(self, name) for name in FIELD_ORDER}
+
     def to_json(self) -> str:
-        # vars, not asdict: asdict deep-copies every nested dict, and this runs in every
-        # rank ten times a second, next to the loop being measured
-        return json.dumps(vars(self), separators=(",", ":"))
+        """The whole sample as one line (format 1; a keyframe of format 2)."""
+        return json.dumps(self.as_dict(), separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in FIELD_NAMES})
+
+
+FIELD_ORDER = tuple(f.name for f in fields(Sample))
+FIELD_NAMES = frozenset(FIELD_ORDER)
+# Fields that describe this sample alone: absent from a line, they take these values (not
+# the previous line's). Every other field is state, and an absent one keeps its last value.
+EVENT_FIELDS: dict[str, Any] = {
+    "lat_p50_ms": None,
+    "lat_p99_ms": None,
+    "lat_max_ms": None,
+    "lat_count": 0,
+    "digests": {},
+    "anon_bytes": None,
+    "uss_bytes": None,
+    "sites": None,
+    "kind": "sample",
+    "message": None,
+    "signal": None,
+}
+THROTTLED_FIELDS = ("lat_hist", "counters")  # cumulative, and the largest: at most once a second
+KEYFRAME_S = 10.0  # a complete line at least this often
+REFRESH_S = 1.0
+
+
+class LineEncoder:
+    """One rank's lines, format 2: what a reader cannot restore from the lines before.
+
+    A drain rank's line shrinks from ~1.3 kB to ~0.2 kB: the identity, the histogram (~50
+    buckets) and the counters are what repeat.
+    """
+
+    def __init__(self) -> None:
+        self._state: dict[str, Any] = {}  # state fields as the reader has them
+        self._keyframe_at = float("-inf")
+        self._refresh_at = float("-inf")
+
+    def encode(self, sample: Sample, now: float) -> str:
+        """The line for `sample`; `now` a monotonic clock in seconds."""
+        data = sample.as_dict()
+        if sample.kind != "sample" or now >= self._keyframe_at:
+            self._keyframe_at = now + KEYFRAME_S
+            self._refresh_at = now + REFRESH_S
+            self._state = {k: v for k, v in data.items() if k not in EVENT_FIELDS}
+            return json.dumps(data, separators=(",", ":"))
+        refresh = now >= self._refresh_at
+        if refresh:
+            self._refresh_at = now + REFRESH_S
+        line: dict[str, Any] = {}
+        state = self._state
+        for key, value in data.items():
+            if key in EVENT_FIELDS:
+                if value != EVENT_FIELDS[key]:
+                    line[key] = value
+            elif (key not in THROTTLED_FIELDS or refresh) and (
+                key not in state or (state[key] is not value and state[key] != value)
+            ):
+                line[key] = state[key] = value
+        return json.dumps(line, separators=(",", ":"))
+
+
+class LineDecoder:
+    """One rank file's lines back into samples (either format): state fields carry over."""
+
+    def __init__(self) -> None:
+        self._state: dict[str, Any] = {}
+
+    def decode(self, line: str | bytes) -> Sample | None:
+        """The sample of one line; None for a line that is none (torn, foreign, incomplete)."""
+        try:
+            data = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        if not isinstance(data, dict) or "t" not in data or "wall" not in data:  # every line has both
+            return None
+        state = self._state
+        for key, value in data.items():
+            if key not in EVENT_FIELDS and key in FIELD_NAMES:
+                state[key] = value
+        try:
+            return Sample(**{**EVENT_FIELDS, **state, **{k: v for k, v in data.items() if k in EVENT_FIELDS}})
+        except TypeError:  # a field no line has given yet
+            return None
+
+
+def decode_lines(lines: Iterable[str | bytes]) -> list[Sample]:
+    """The samples of one rank file's lines, in order (lines that are none are skipped)."""
+    decoder = LineDecoder()
+    return [s for line in lines if (s := decoder.decode(line)) is not None]
 
 
 class LineTail:
     """New complete lines of the rank files of a run directory, as they grow.
 
     A line a rank is still writing (or that a killed rank left torn) waits for its newline.
+    Files are read a chunk at a time, so a day-long run's file never sits in memory whole.
     """
+
+    CHUNK = 1 << 20
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self._offsets: dict[Path, int] = {}
 
-    def poll(self) -> dict[int, list[bytes]]:
-        new: dict[int, list[bytes]] = {}
-        for path in sorted(self.run_dir.glob(SAMPLES_GLOB)):
-            rank = int(path.stem.split("-", 1)[1])
-            offset = self._offsets.get(path, 0)
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        """(rank, line) for every complete line written since the last call, file by file."""
+        for rank, path in sample_files(self.run_dir).items():
             with path.open("rb") as fh:
-                fh.seek(offset)
-                data = fh.read()
-            end = data.rfind(b"\n") + 1
-            self._offsets[path] = offset + end
-            new[rank] = data[:end].splitlines()
+                fh.seek(self._offsets.get(path, 0))
+                rest = b""
+                while chunk := fh.read(self.CHUNK):
+                    data = rest + chunk
+                    end = data.rfind(b"\n") + 1
+                    self._offsets[path] = self._offsets.get(path, 0) + end
+                    rest = data[end:]
+                    for line in data[:end].splitlines():
+                        yield rank, line
+
+    def poll(self) -> dict[int, list[bytes]]:
+        new: dict[int, list[bytes]] = {rank: [] for rank in sample_files(self.run_dir)}
+        for rank, line in self.lines():
+            new.setdefault(rank, []).append(line)
         return new
-
-
-class RunFollower:
-    """The samples of a run directory's rank files, read incrementally as they grow.
-    Lines that are not samples are skipped."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
-        self.samples: dict[int, list[Sample]] = {}
-        self._tail = LineTail(run_dir)
-
-    def poll(self) -> dict[int, list[Sample]]:
-        for rank, lines in self._tail.poll().items():
-            parsed = self.samples.setdefault(rank, [])
-            for line in lines:
-                try:
-                    data = json.loads(line)
-                    if isinstance(data, dict):
-                        parsed.append(Sample.from_dict(data))
-                except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
-                    continue
-        return self.samples
-
-
-def read_run(run_dir: Path) -> dict[int, list[Sample]]:
-    """Samples of every rank that wrote a file, by rank."""
-    return RunFollower(run_dir).poll()

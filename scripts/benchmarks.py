@@ -6,7 +6,7 @@
     .venv/bin/python scripts/benchmarks.py lint
 
 Sections: time-to-verdict, false-alarms, sensitivity, probe-cost, startup, scale, ceiling,
-trace-cost, lint, pytest-plugin.
+trace-cost, lint, pytest-plugin, soak, day-run (scripts/soak.py; not in `all`: an hour each).
 Every run has real ranks, through the library API (hicache_cli.run and trace: the commands'
 code), except lint's and pytest-plugin's, which time the real CLI and pytest; results go
 to docs/performance.md (and docs/lint.md for lint's per-release findings) by hand.
@@ -27,6 +27,9 @@ from typing import Any
 
 import hicache_cli as hc
 from hicache_cli.units import parse_duration
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import soak  # noqa: E402 - scripts/soak.py, beside this file
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"leak_s": 10.0, "bounded_s": 30.0, "probe_cost": 0.03}
@@ -451,11 +454,12 @@ SECTIONS = {
     "lint": lint,
     "pytest-plugin": pytest_plugin,
 }
+LONG_SECTIONS = {"soak": soak.soak, "day-run": soak.day_run}  # run one at a time, never in `all`
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", choices=[*SECTIONS, "all"])
+    parser.add_argument("section", choices=[*SECTIONS, *LONG_SECTIONS, "all"])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--duration", default="15s")
     parser.add_argument("--sens-duration", default="30s")
@@ -465,13 +469,18 @@ def main() -> int:
     parser.add_argument("--alternate-seconds", type=float, default=60.0, help="trace-cost: the switching run")
     parser.add_argument("--lint-runs", type=int, default=5, help="lint: CLI runs per tree (the median is reported)")
     parser.add_argument("--pytest-runs", type=int, default=5, help="pytest-plugin: repetitions")
+    parser.add_argument("--soak-duration", default="1h", help="soak: the real run's duration")
+    parser.add_argument("--keep-rss", help="soak: write the hicache process's RSS readings to this JSON file")
+    parser.add_argument("--day-ranks", type=int, default=8, help="day-run: ranks of the synthetic run")
+    parser.add_argument("--day-hours", type=float, default=24.0, help="day-run: its hours of samples at 10 Hz")
+    parser.add_argument("--day-dir", help="day-run: keep (or reuse) the synthetic run directory here")
     args = parser.parse_args()
     chosen = list(SECTIONS) if args.section == "all" else [args.section]
     results = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
     with tempfile.TemporaryDirectory() as tmp:
         for name in chosen:
             print(f"== {name}")
-            results[name] = SECTIONS[name](Path(tmp), args)
+            results[name] = {**SECTIONS, **LONG_SECTIONS}[name](Path(tmp), args)
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     return 0

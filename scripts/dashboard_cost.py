@@ -27,7 +27,7 @@ from rich.console import Console  # noqa: E402
 
 from hicache_cli.config import StressConfig  # noqa: E402
 from hicache_cli.present.dashboard import Dashboard, render  # noqa: E402
-from hicache_cli.sample import read_run  # noqa: E402
+from hicache_cli.series import read_run  # noqa: E402
 
 
 def run(tmp: Path, name: str, extra: list[str], args: argparse.Namespace) -> dict:

@@ -11,6 +11,7 @@ import math
 import os
 import platform
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +29,7 @@ from hicache_cli.errors import UsageError
 from hicache_cli.protocol import REPORT_FILE, stacks_file
 from hicache_cli.rundir import write_atomically
 from hicache_cli.sample import Sample
+from hicache_cli.series import RankSeries, RunSeries, Totals
 from hicache_cli.sglang_target.extract import waits_on_next_stage
 from hicache_cli.version import hicache_version
 
@@ -74,11 +76,22 @@ def environment(config: StressConfig) -> dict[str, Any]:
 
 
 def build_report(
-    config: StressConfig, samples: dict[int, list[Sample]], outcome: RunOutcome, run_dir: Path | None = None
+    config: StressConfig,
+    samples: RunSeries | Mapping[int, list[Sample]],
+    outcome: RunOutcome,
+    run_dir: Path | None = None,
 ) -> dict[str, Any]:
+    """`samples`: as a follower kept them (RunSeries: bounded, with exact totals), or whole."""
+    run = samples if isinstance(samples, RunSeries) else RunSeries.of(samples)
+    samples = run.samples
     finals = {r: s[-1] for r, s in samples.items() if s and s[-1].kind == "final"}
     ranks = [
-        rank_summary(rank, samples.get(rank, []), [] if config.traced else samples.get(rank - config.tp, []), config)
+        rank_summary(
+            rank,
+            run.ranks.get(rank) or RankSeries(),
+            [] if config.traced else samples.get(rank - config.tp, []),
+            config,
+        )
         for rank in slots(config, samples)
     ]
     failures = _failures(config, samples, finals, outcome, run_dir)
@@ -99,7 +112,7 @@ def build_report(
         "root_cause": failures[0]["rank"] if failures else None,
         "stopped_early": outcome.stopped_early,
         "run_s": round(max((s[-1].t for s in samples.values() if s), default=0.0), 3),
-        "pp_consistency": pp_consistency(samples),
+        "pp_consistency": run.digests.summary(),
         "wall_s": round(outcome.wall_s, 2),
         "startup_s": _startup_s(samples, outcome.launched_wall),
         "torchrun_exit_code": outcome.torchrun_exit_code,
@@ -151,36 +164,18 @@ def target_summary(config: StressConfig, ranks: list[dict[str, Any]]) -> dict[st
     }
 
 
-def pp_consistency(samples: dict[int, list[Sample]]) -> dict[str, Any]:
-    """Did every rank apply the same counts in the same rounds? Compares the digests
-    ranks checkpoint every 1024 event rounds, at the rounds two or more ranks reached."""
-    by_round: dict[int, dict[int, int]] = {}
-    for rank, series in samples.items():
-        for sample in series:
-            for round_, digest in sample.digests.items():
-                by_round.setdefault(int(round_), {})[rank] = digest
-    shared = sorted(r for r, digests in by_round.items() if len(digests) > 1)
-    first = next((r for r in shared if len(set(by_round[r].values())) > 1), None)
-    return {
-        "checked_rounds": len(shared),
-        "last_checked_round": shared[-1] if shared else None,
-        "consistent": first is None,
-        "first_divergence": None
-        if first is None
-        else {"round": first, "digests": {str(k): v for k, v in sorted(by_round[first].items())}},
-    }
-
-
 def slots(config: StressConfig, samples: dict[int, list[Sample]]) -> list[int]:
     """The rank files a report covers: every rank of the run, and (`hicache trace`, where
     processes are discovered) every file the run directory holds."""
     return sorted(set(range(config.world_size)) | set(samples))
 
 
-def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config: StressConfig) -> dict[str, Any]:
+def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config: StressConfig) -> dict[str, Any]:
+    """One rank's entry, from its bounded history and exact totals."""
     pp_rank, tp_rank = divmod(rank, config.tp)
+    series, totals = followed.kept, followed.totals
     if config.traced and series:
-        return _traced_summary(rank, series, config)
+        return _traced_summary(rank, followed, config)
     if not series:
         return {
             "rank": rank,
@@ -193,12 +188,11 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
     last = series[-1]
     assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h)
     verdict, rss_trend, depth_trend, cut = assessment.verdict, assessment.rss, assessment.depth, assessment.cut
-    rss_values = [s.rss_bytes for s in series if s.rss_bytes is not None]
-    latency = _latency(series, cut)
+    latency = _latency(followed, cut)
     up_final = upstream[-1] if upstream and config.tp <= rank else None
     unreceived = max(0, up_final.sent - last.received) if up_final else 0
     reason = verdict.reason
-    if (top := top_site_line(works_summary(series))) is not None and verdict.verdict == "LEAK":
+    if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict == "LEAK":
         reason += f"; {top}"
     if unreceived:
         # gloo keeps state per pending message on the receiving side too
@@ -216,18 +210,18 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
         "stop": last.message if last.kind == "final" else "no final line: the rank ended abruptly",
         "warmup_s": round(assessment.warmup_s, 2),
         "rss": {
-            "start_bytes": rss_values[0] if rss_values else None,
-            "end_bytes": rss_values[-1] if rss_values else None,
-            "peak_bytes": max(rss_values) if rss_values else None,
+            "start_bytes": totals.rss_first,
+            "end_bytes": totals.rss_last,
+            "peak_bytes": totals.rss_peak,
             "slope_mb_per_h": _mb_h(rss_trend.slope) if rss_trend else None,
             "slope_ci95_mb_per_h": [_mb_h(rss_trend.lo), _mb_h(rss_trend.hi)] if rss_trend else None,
             "detection_floor_mb_per_h": _floor(rss_trend),
             "trend_p_value": round(rss_trend.p_value, 6) if rss_trend else None,
             "autocorrelation": round(rss_trend.autocorrelation, 3) if rss_trend else None,
         },
-        "memory_kinds": _memory_kinds(series, assessment.anon),
+        "memory_kinds": _memory_kinds(totals, assessment.anon),
         "work_list": {
-            "max": max(s.depth for s in series),
+            "max": totals.depth_max,
             "final": last.depth,
             "growth_per_s": round(depth_trend.slope, 3) if depth_trend else None,
             "held_bytes_final": last.held_bytes,
@@ -243,29 +237,27 @@ def rank_summary(rank: int, series: list[Sample], upstream: list[Sample], config
         },
         "round_age_at_stop_s": last.round_age_s,
         "device": last.device_name,
-        "gpu_memory": _gpu_memory(series),
+        "gpu_memory": _gpu_memory(totals),
         "counters": last.counters,
-        "samples": len(series),
+        "samples": totals.samples,
         "series": _series(series),
     }
 
 
-def _memory_kinds(series: list[Sample], anon: stats.Trend | None) -> dict[str, Any] | None:
+def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> dict[str, Any] | None:
     """What RSS was made of, from the readings of smaps_rollup (about once a second); None
     when there were none (a kernel without it, a report's older ranks)."""
-    read = [s for s in series if s.anon_bytes is not None or s.uss_bytes is not None]
-    if not read:
+    last = totals.last_memory_read
+    if last is None:
         return None
-    anon_values = [s.anon_bytes for s in read if s.anon_bytes is not None]
-    last = read[-1]
     file_backed = None
     if last.rss_bytes is not None and last.anon_bytes is not None:
         file_backed = max(0, last.rss_bytes - last.anon_bytes)
     return {
-        "readings": len(read),
-        "anon_start_bytes": anon_values[0] if anon_values else None,
-        "anon_end_bytes": anon_values[-1] if anon_values else None,
-        "anon_peak_bytes": max(anon_values) if anon_values else None,
+        "readings": totals.memory_readings,
+        "anon_start_bytes": totals.anon_first,
+        "anon_end_bytes": totals.anon_last,
+        "anon_peak_bytes": totals.anon_peak,
         "anon_slope_mb_per_h": _mb_h(anon.slope) if anon else None,
         "anon_slope_ci95_mb_per_h": [_mb_h(anon.lo), _mb_h(anon.hi)] if anon else None,
         "uss_end_bytes": last.uss_bytes,
@@ -273,29 +265,32 @@ def _memory_kinds(series: list[Sample], anon: stats.Trend | None) -> dict[str, A
     }
 
 
-def _traced_summary(slot: int, series: list[Sample], config: StressConfig) -> dict[str, Any]:
+def _traced_summary(slot: int, followed: RankSeries, config: StressConfig) -> dict[str, Any]:
     """A traced process: `rank` is its torch.distributed rank, `slot` its rank file's
     number (the same, unless several process groups used the same ranks); `works` says
     what became of the Works it was handed, by creation site."""
-    summary = rank_summary(slot, series, [], replace(config, target="model"))
+    summary = rank_summary(slot, followed, [], replace(config, target="model"))
     summary.pop("series", None)
-    last = series[-1]
-    works = works_summary(series)
+    last = followed.kept[-1]
+    works = works_summary(followed.totals)
     return {
         **summary,
         "rank": last.rank,
         "slot": slot,
         "world_size": int(last.counters.get("world_size", 0)) or None,
         "works": works,
-        "series": _series(series),
+        "series": _series(followed.kept),
     }
 
 
-def _latency(series: list[Sample], cut: int) -> dict[str, float | None]:
-    """Loop latency after warm-up (samples from `cut` on): histogram quantiles, exact max."""
+def _latency(followed: RankSeries, cut: int) -> dict[str, float | None]:
+    """Loop latency after warm-up (kept samples from `cut` on): histogram quantiles, exact max.
+    The window starts at the last histogram taken by the sample before the cut (the same
+    sample in a run of a minute or so; up to a thinned mark's spacing before it after that)."""
+    series = followed.kept
     window = LatencyHistogram.from_json(series[-1].lat_hist)
     if cut > 0:
-        window = window.minus(LatencyHistogram.from_json(series[cut - 1].lat_hist))
+        window = window.minus(LatencyHistogram.from_json(followed.histogram_before(series[cut - 1].t)))
     maxima = [s.lat_max_ms for s in series[cut:] if s.lat_max_ms is not None]
     worst = max(maxima) if maxima else None
     # A bucket's upper edge can lie above every round in it; no quantile exceeds the max.
@@ -444,9 +439,10 @@ def _startup_s(samples: dict[int, list[Sample]], launched_wall: float | None) ->
     return round(min(firsts) - launched_wall, 2)
 
 
-def _gpu_memory(series: list[Sample]) -> dict[str, int] | None:
-    readings = [s.gpu_bytes for s in series if s.gpu_bytes is not None]
-    return {"end_bytes": readings[-1], "peak_bytes": max(readings)} if readings else None
+def _gpu_memory(totals: Totals) -> dict[str, int] | None:
+    if totals.gpu_last is None or totals.gpu_peak is None:
+        return None
+    return {"end_bytes": totals.gpu_last, "peak_bytes": totals.gpu_peak}
 
 
 def _floor(trend: stats.Trend | None) -> float | None:

@@ -5,6 +5,7 @@ No I/O and no torch: functions of numbers, tested on synthetic series with known
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import TypeVar
@@ -100,33 +101,54 @@ def _two_sided_p(z: float) -> float:
 
 
 def plateau_start(points: list[tuple[float, float]], min_s: float, max_s: float, floor: float) -> float:
-    """Where the start-up transient ends: the first 1 s window from `min_s` on whose slope
-    is within twice the long-run slope (that of the second half) of it, or twice `floor`
+    """Where the start-up transient ends: the first window from `min_s` on whose slope is
+    within twice the long-run slope (that of the second half) of it, or twice `floor`
     units/s if that is larger: a climb or a drop well off the long run is a transient. A steady
     leak has none and gets `min_s`; a process whose RSS jumps, then settles, gets the time
-    it settled. Never past `max_s`."""
+    it settled. Never past `max_s`. A window is 1 s, stepped by 0.5 s; where the points lie
+    sparser (a thinned history, a slow probe) it widens to hold three of them."""
     if len(points) < 8:
         return min_s
     tail = theil_sen(points[len(points) // 2 :])
     long_run = tail.slope if tail else 0.0
     allowed = 2.0 * max(abs(long_run), floor)  # a climb or a drop this far off the long run is transient
+    window = max(1.0, 3.0 * (points[-1][0] - points[0][0]) / (len(points) - 1))
+    slopes = _WindowSlopes(points)
     start = min_s
     while start < max_s:
-        slope = _ols_slope([(t, y) for t, y in points if start <= t < start + 1.0])
+        slope = slopes.between(start, start + window)
         if slope is not None and abs(slope - long_run) <= allowed:
             return start
-        start += 0.5
+        start += window / 2.0
     return max_s
 
 
-def _ols_slope(points: list[tuple[float, float]]) -> float | None:
-    n = len(points)
-    if n < 3:
-        return None
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    stt = sum((t - mt) ** 2 for t, _ in points)
-    return None if stt == 0 else sum((t - mt) * (y - my) for t, y in points) / stt
+class _WindowSlopes:
+    """Least-squares slopes of any time window in O(log n), from running sums (centred on the
+    first point, so that long runs' large times and values keep their precision)."""
+
+    def __init__(self, points: list[tuple[float, float]]) -> None:
+        t0, y0 = points[0]
+        self.times = [t for t, _ in points]
+        self.sums = [(0, 0.0, 0.0, 0.0, 0.0)]
+        n, st, sy, stt, sty = 0, 0.0, 0.0, 0.0, 0.0
+        for t, y in points:
+            t, y = t - t0, y - y0
+            n, st, sy, stt, sty = n + 1, st + t, sy + y, stt + t * t, sty + t * y
+            self.sums.append((n, st, sy, stt, sty))
+
+    def between(self, start: float, end: float) -> float | None:
+        """Slope of the points with start <= t < end; None with fewer than 3 (or one time)."""
+        lo, hi = bisect.bisect_left(self.times, start), bisect.bisect_left(self.times, end)
+        n = hi - lo
+        if n < 3:
+            return None
+        a, b = self.sums[lo], self.sums[hi]
+        st, sy, stt, sty = b[1] - a[1], b[2] - a[2], b[3] - a[3], b[4] - a[4]
+        var_t = stt - st * st / n
+        if var_t <= 1e-12 * max(1.0, stt):
+            return None
+        return (sty - st * sy / n) / var_t
 
 
 def _median(ordered: list[float]) -> float:

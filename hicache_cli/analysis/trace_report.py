@@ -6,24 +6,23 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hicache_cli.sample import Sample
+from hicache_cli.series import Totals
 
 
-def works_summary(series: list[Sample]) -> dict[str, Any] | None:
+def works_summary(totals: Totals) -> dict[str, Any] | None:
     """created/waited/completed/dropped, live at the end and at most, and the creation
     sites sorted by live Works (from the last sample that carried them)."""
-    counted = [s for s in series if s.works is not None]
-    if not counted:
+    if totals.last_counted is None:
         return None
-    last = counted[-1].works or {}
-    sites = next((s.sites for s in reversed(series) if s.sites is not None), [])
+    last = totals.last_counted.works or {}
+    sites = totals.last_sites or []
     return {
         "created": last.get("created", 0),
         "waited": last.get("waited", 0),
         "completed": last.get("completed", 0),
         "dropped": last.get("dropped", 0),
         "live_final": last.get("live", 0),
-        "live_max": max(s.depth for s in counted),
+        "live_max": totals.live_max,
         "sites": sorted(sites, key=lambda s: (-s.get("live", 0), -s.get("live_max", 0), -s.get("created", 0))),
     }
 

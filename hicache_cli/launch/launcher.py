@@ -30,7 +30,8 @@ from hicache_cli.errors import UsageError
 from hicache_cli.launch.nodes import Feeder, Head, NodeSpec
 from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
 from hicache_cli.protocol import EARLY_STOP, NODE_ENV, OWNER_ENV, SECRET_ENV, STACKS, TORCHRUN_LOG
-from hicache_cli.sample import RunFollower, Sample
+from hicache_cli.sample import Sample
+from hicache_cli.series import RunFollower
 
 LOOPBACK = "127.0.0.1"
 

@@ -16,7 +16,8 @@ from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.trace_launcher import TraceLaunch, launch_traced
 from hicache_cli.lifecycle import STOPS
 from hicache_cli.protocol import STACKS_GLOB
-from hicache_cli.sample import Sample, read_run
+from hicache_cli.sample import Sample
+from hicache_cli.series import load_run
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def _write_up(
         worker_exits=exits,
         lost_nodes=result.lost_nodes,
     )
-    report = build_report(stress, read_run(run_dir), outcome, run_dir)
+    report = build_report(stress, load_run(run_dir), outcome, run_dir)
     path = write_report(report, run_dir, report_copy)
     return RunResult(run_dir, path, report, result)
 

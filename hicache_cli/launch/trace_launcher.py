@@ -29,7 +29,8 @@ from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import EarlyStop, GuardedView, LaunchResult
 from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
 from hicache_cli.protocol import STACKS
-from hicache_cli.sample import RunFollower, Sample
+from hicache_cli.sample import Sample
+from hicache_cli.series import RunFollower
 from hicache_cli.tracer import protocol
 from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
 

@@ -37,7 +37,8 @@ from hicache_cli.pytest_ranks.protocol import (
     started_file,
 )
 from hicache_cli.pytest_ranks.results import LOG_TAIL_LINES, RankEnd, RankOutcome
-from hicache_cli.sample import RunFollower, Sample
+from hicache_cli.sample import Sample
+from hicache_cli.series import RunFollower
 from hicache_cli.tracer import protocol as trace_protocol
 
 POLL_S = 0.05

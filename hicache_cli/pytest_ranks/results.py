@@ -20,6 +20,7 @@ from hicache_cli.analysis.trace_report import site_text, works_summary
 from hicache_cli.pytest_ranks.protocol import FAILED, SKIPPED, Outcome
 from hicache_cli.pytest_ranks.spec import RanksSpec
 from hicache_cli.sample import Sample
+from hicache_cli.series import Totals
 
 DEFAULT_RSS_THRESHOLD_MB_PER_H = 100.0  # the verdict's threshold when max_rss_slope is not given (trace's default)
 STACK_FRAMES = 12  # of a hung rank's stack, innermost first
@@ -214,7 +215,7 @@ def assess(
 
 
 def _rank_result(end: RankEnd, series: list[Sample], spec: RanksSpec) -> RankResult:
-    works = works_summary(series) or {}
+    works = works_summary(Totals.of(series)) or {}
     sites = tuple(WorkSite.from_json(s) for s in works.get("sites", []))
     top = max(sites, key=lambda s: (s.live_max, s.live, s.created), default=None)
     threshold = spec.max_rss_slope_mb_per_h or DEFAULT_RSS_THRESHOLD_MB_PER_H

@@ -33,7 +33,7 @@ from hicache_cli.rank.loop_stats import (  # noqa: F401 - re-exported: the probe
     memory_kinds,
     rss_bytes,
 )
-from hicache_cli.sample import Sample
+from hicache_cli.sample import LineEncoder, Sample
 
 
 class Probe:
@@ -63,6 +63,7 @@ class Probe:
         self._kinds_every = max(1, round(hz / MEMORY_KINDS_HZ))
         self._taken = 0
         self._lock = threading.Lock()
+        self._encoder = LineEncoder()  # compact lines: what changed, a whole line now and then
         self._closed = False
         self.state = "running"
         self.stop_reason = "reached the deadline"
@@ -91,9 +92,9 @@ class Probe:
             depth=readings.depth,
             held_bytes=readings.held_bytes,
             rounds=stats.rounds,
-            lat_p50_ms=p50,
-            lat_p99_ms=p99,
-            lat_max_ms=worst,
+            lat_p50_ms=_ms(p50),
+            lat_p99_ms=_ms(p99),
+            lat_max_ms=_ms(worst),
             lat_count=finished,
             round_age_s=round(self.round_age(), 6),
             sent=readings.sent,
@@ -123,7 +124,7 @@ class Probe:
         with self._lock:
             if self._closed:
                 return False
-            self.out.write(sample.to_json() + "\n")
+            self.out.write(self._encoder.encode(sample, time.monotonic()) + "\n")
             self.out.flush()
             if sample.kind == "final":
                 self._closed = True
@@ -138,7 +139,7 @@ class Probe:
                 return
             self.state = state
             final = self.sample(kind="final", message=message, signal_name=signal_name)
-            self.out.write(final.to_json() + "\n")
+            self.out.write(self._encoder.encode(final, time.monotonic()) + "\n")
             self.out.flush()
             self._closed = True
 
@@ -198,3 +199,8 @@ class Probe:
         """Left behind (hicache or torchrun killed): record it and leave, never run on unwatched."""
         self.finish("interrupted", f"stopped before the deadline: {why}")
         os._exit(ORPHANED_EXIT)
+
+
+def _ms(value: float | None) -> float | None:
+    """Milliseconds to 0.1 us: what a clock read around a round can tell, and 6 digits fewer."""
+    return None if value is None else round(value, 4)

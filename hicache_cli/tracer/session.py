@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -72,7 +73,7 @@ class TracedProbe(Probe):
         if kind == "final" or now - self._sites_at >= SITES_EVERY_S:
             self._sites_at = now
             sites = self.table.top_sites(FINAL_SITES if kind == "final" else SITES_REPORTED)
-            taken = Sample(**{**vars(taken), "sites": sites})
+            taken = replace(taken, sites=sites)
         return taken
 
     def _run(self) -> None:

@@ -26,7 +26,7 @@ def pp2_report(
     """Two bounded stages at 10 Hz for 60 s; rank 0's RSS grows `rss_per_s`, its list holds
     `depth` Works at the end (never growing), its rounds take `latency_s`."""
     rank0 = build_series(0, rss_per_s=rss_per_s, rss_noise=30_000, latency_s=lambda t: latency_s, sent_per_s=1000)
-    rank0 = [s.__class__(**{**vars(s), "depth": depth if s is rank0[-1] else min(depth, 2)}) for s in rank0]
+    rank0 = [s.__class__(**{**s.as_dict(), "depth": depth if s is rank0[-1] else min(depth, 2)}) for s in rank0]
     rank1 = build_series(1, rss_noise=30_000, noise_seed=2, received_per_s=1000)
     return build_report(config, {0: rank0, 1: rank1}, RunOutcome(wall_s=61.0))
 

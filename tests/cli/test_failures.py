@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome, build_report, pp_consistency
+from hicache_cli.analysis.report import RunOutcome, build_report
 from hicache_cli.analysis.torchrun_log import WorkerExit
 from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import StressConfig
 from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.sample import Sample
+from hicache_cli.series import RunSeries
 
 MakeSeries = Callable[..., list[Sample]]
 MakeSample = Callable[..., Sample]
@@ -296,7 +297,7 @@ def test_equal_digests_at_shared_rounds_are_consistent(make_sample: MakeSample) 
         0: with_digests(make_sample, 0, {"1024": 11}, {}, {"2048": 22, "3072": 33}),
         1: with_digests(make_sample, 1, {"1024": 11, "2048": 22}),
     }
-    assert pp_consistency(samples) == {
+    assert RunSeries.of(samples).digests.summary() == {
         "checked_rounds": 2,  # 3072 was reached by rank 0 only
         "last_checked_round": 2048,
         "consistent": True,
@@ -310,7 +311,7 @@ def test_a_differing_digest_is_the_first_divergence_with_every_ranks_digest(make
         1: with_digests(make_sample, 1, {"1024": 11}, {"2048": 23}, {"3072": 34}),
         2: with_digests(make_sample, 2, {"1024": 11}, {"2048": 22}),
     }
-    result = pp_consistency(samples)
+    result = RunSeries.of(samples).digests.summary()
     assert result["consistent"] is False
     assert result["checked_rounds"] == 3
     assert result["first_divergence"] == {"round": 2048, "digests": {"0": 22, "1": 23, "2": 22}}
@@ -321,15 +322,15 @@ def test_rounds_are_compared_as_numbers_not_strings(make_sample: MakeSample) -> 
         0: with_digests(make_sample, 0, {"9216": 5}, {"10240": 6}),
         1: with_digests(make_sample, 1, {"9216": 5, "10240": 7}),
     }
-    result = pp_consistency(samples)
+    result = RunSeries.of(samples).digests.summary()
     assert result["first_divergence"]["round"] == 10240
     assert result["last_checked_round"] == 10240
 
 
 def test_no_digests_check_nothing_and_are_consistent(make_sample: MakeSample, make_series: MakeSeries) -> None:
     expected = {"checked_rounds": 0, "last_checked_round": None, "consistent": True, "first_divergence": None}
-    assert pp_consistency({0: [make_sample(0)], 1: [make_sample(1)]}) == expected
-    assert pp_consistency({}) == expected
+    assert RunSeries.of({0: [make_sample(0)], 1: [make_sample(1)]}).digests.summary() == expected
+    assert RunSeries.of({}).digests.summary() == expected
     assert (
         build_report(PP2, {0: make_series(0, n=50), 1: make_series(1, n=50)}, RunOutcome())["pp_consistency"]
         == expected

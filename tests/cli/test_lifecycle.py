@@ -173,8 +173,8 @@ def test_ranks_stopped_from_outside_make_an_interrupted_run_not_a_completed_one(
     make_series: Callable[..., list[Sample]],
 ) -> None:
     samples = _two_ranks(make_series, final_state="interrupted", message="stopped by SIGTERM before the deadline")
-    samples[1][-1] = Sample.from_dict({**vars(samples[1][-1]), "signal": "SIGTERM"})
-    samples[0][-1] = Sample.from_dict({**vars(samples[0][-1]), "signal": "SIGTERM"})
+    samples[1][-1] = Sample.from_dict({**samples[1][-1].as_dict(), "signal": "SIGTERM"})
+    samples[0][-1] = Sample.from_dict({**samples[0][-1].as_dict(), "signal": "SIGTERM"})
     report = build_report(PP2, samples, RunOutcome(torchrun_exit_code=1))
     assert report["status"] == "interrupted"
     assert report["interruption"]["to"] == "ranks"

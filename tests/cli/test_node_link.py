@@ -30,7 +30,7 @@ from hicache_cli.launch.node_wire import NOT_THE_PROTOCOL, REFUSED_PROOF, UNPROV
 from hicache_cli.launch.nodes import HEARD_EVERY_S, LOST_AFTER_S, Feeder, Head, NodeSpec, link_summary
 from hicache_cli.protocol import LINK_FILE
 from hicache_cli.protocol import stacks_file as stack_file
-from hicache_cli.sample import read_run
+from hicache_cli.series import read_run
 from tests.cli.conftest import build_sample
 from tests.outsider import forge, send_raw
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from hicache_cli.protocol import samples_file as rank_file
-from hicache_cli.sample import RunFollower, Sample, read_run
+from hicache_cli.sample import Sample
+from hicache_cli.series import RunFollower, read_run
 
 MakeSample = Callable[..., Sample]
 

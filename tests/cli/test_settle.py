@@ -4,7 +4,6 @@ to the ranks (SIGUSR2), and how a rank's probe turns it into its deadline."""
 from __future__ import annotations
 
 import io
-import json
 import math
 import sys
 import time
@@ -22,7 +21,7 @@ from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.protocol import EARLY_STOP
 from hicache_cli.rank import probe as probe_module
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
-from hicache_cli.sample import Sample
+from hicache_cli.sample import Sample, decode_lines
 
 MakeRun = Callable[..., dict[int, list[Sample]]]
 MakeSeries = Callable[..., list[Sample]]
@@ -226,7 +225,7 @@ def test_early_stop_moves_the_deadline_to_now_and_says_why(monkeypatch: pytest.M
     assert probe.deadline < now + 600.0 - 300.0  # pulled in from ten minutes away
     assert probe.stop_reason == "stopped early: the verdict was settled"
     assert seen_when_stopping == [(True, "stopping")]
-    lines = [Sample.from_dict(json.loads(line)) for line in out.getvalue().splitlines()]
+    lines = decode_lines(out.getvalue().splitlines())
     assert [(s.kind, s.state) for s in lines] == [("sample", "running"), ("sample", "stopping"), ("final", "done")]
     assert lines[-1].message == "stopped early: the verdict was settled"
 

@@ -21,6 +21,7 @@ from hicache_cli.launch.run import RunResult
 from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.sample import Sample
+from hicache_cli.series import Totals
 
 PY = sys.executable
 LEAKY_SITE = {"file": "/srv/app/sync.py", "line": 42, "function": "sync_counts", "op": "isend", "peer": 1}
@@ -36,9 +37,9 @@ def _traced(series: list[Sample], rank: int, sites: list[dict[str, Any]], *, fin
         extra: dict[str, Any] = {"rank": rank, "works": works, "counters": {"world_size": 2}, "rounds": 0}
         if i % 10 == 9 or i == len(series) - 1:
             extra["sites"] = [{**site, "live": live, "live_max": live, "created": created} for site in sites]
-        out.append(Sample(**{**vars(s), **extra}))
+        out.append(Sample(**{**s.as_dict(), **extra}))
     if not final:
-        out[-1] = Sample(**{**vars(out[-1]), "kind": "sample", "state": "running", "message": None})
+        out[-1] = Sample(**{**out[-1].as_dict(), "kind": "sample", "state": "running", "message": None})
     return out
 
 
@@ -125,7 +126,7 @@ def test_site_text_and_the_top_site_line() -> None:
     )
     assert top_site_line({"sites": [{**LEAKY_SITE, "live": 0, "live_max": 1}]}) is None
     assert top_site_line(None) is None
-    assert works_summary([]) is None
+    assert works_summary(Totals()) is None
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hicache_cli.sample import decode_lines
 from tests.integration.helpers import REPO
 
 pytestmark = pytest.mark.slow
@@ -74,5 +75,5 @@ def test_two_runs_started_at_once_on_one_run_dir(tmp_path: Path) -> None:
     report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "completed"
     for rank in (0, 1):  # every line from one rank process: nothing interleaved
-        pids = {json.loads(line)["pid"] for line in (run_dir / f"rank-{rank}.jsonl").read_text().splitlines()}
+        pids = {s.pid for s in decode_lines((run_dir / f"rank-{rank}.jsonl").read_text().splitlines())}
         assert pids == {report["ranks"][rank]["pid"]}

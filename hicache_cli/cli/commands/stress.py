@@ -14,9 +14,8 @@ from hicache_cli.launch.nodes import NodeSpec, link_summary, node_spec
 from hicache_cli.launch.run import RunResult
 from hicache_cli.lifecycle import exit_code_for
 from hicache_cli.present.progress import make_console, summary_table, verdict_lines
-from hicache_cli.protocol import SECRET_ENV
+from hicache_cli.protocol import SECRET_ENV, sample_files
 from hicache_cli.rundir import create_run_dir
-from hicache_cli.sample import RunFollower
 
 
 def stress(
@@ -117,7 +116,7 @@ def _node_summary(console: Console, result: RunResult, nodes: NodeSpec) -> None:
     """What a node other than node 0 says at the end: its ranks, where their samples are."""
     launched = result.launch
     assert launched is not None
-    ranks = sorted(RunFollower(result.run_dir).poll())
+    ranks = sorted(sample_files(result.run_dir))
     console.print(
         f"node {nodes.node_rank}: ranks {', '.join(map(str, ranks)) or 'none'} ran here; "
         f"their samples and logs are in {result.run_dir}"

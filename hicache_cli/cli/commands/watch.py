@@ -22,7 +22,8 @@ from hicache_cli.present.progress import (
     verdict_lines,
 )
 from hicache_cli.protocol import CONFIG_FILE, REPORT_FILE
-from hicache_cli.sample import RunFollower, Sample
+from hicache_cli.sample import Sample
+from hicache_cli.series import RunFollower
 
 STALE_S = 15.0  # no new sample for this long and no report: the run is gone
 
@@ -36,7 +37,7 @@ def follow(run_dir: Path, config: StressConfig, view, refresh_s: float) -> str: 
         samples = follower.poll()
         now = time.monotonic()
         view(samples, now - started)
-        count = sum(len(s) for s in samples.values())
+        count = sum(series.totals.samples for series in follower.run.ranks.values())  # kept ones are bounded
         if count != last_count:
             last_growth, last_count = now, count
         if (run_dir / REPORT_FILE).exists():
