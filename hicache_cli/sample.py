@@ -97,6 +97,7 @@ EVENT_FIELDS: dict[str, Any] = {
     "message": None,
     "signal": None,
 }
+EVENT_KEYS = frozenset(EVENT_FIELDS)
 THROTTLED_FIELDS = ("lat_hist", "counters")  # cumulative, and the largest: at most once a second
 KEYFRAME_S = 10.0  # a complete line at least this often
 REFRESH_S = 1.0
@@ -153,11 +154,16 @@ class LineDecoder:
         if not isinstance(data, dict) or "t" not in data or "wall" not in data:  # every line has both
             return None
         state = self._state
-        for key, value in data.items():
-            if key not in EVENT_FIELDS and key in FIELD_NAMES:
-                state[key] = value
+        given = data.keys()
+        if not given <= FIELD_NAMES:  # keys of a later version: not ours to pass on
+            data = {k: v for k, v in data.items() if k in FIELD_NAMES}
+            given = data.keys()
+        fields_now = {**EVENT_FIELDS, **state, **data}
+        state.update(data)
+        for key in given & EVENT_KEYS:  # events never carry over
+            del state[key]
         try:
-            return Sample(**{**EVENT_FIELDS, **state, **{k: v for k, v in data.items() if k in EVENT_FIELDS}})
+            return Sample(**fields_now)
         except TypeError:  # a field no line has given yet
             return None
 

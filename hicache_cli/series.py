@@ -94,7 +94,9 @@ class RankSeries:
         self.hist_marks: list[tuple[float, dict[str, int]]] = []
         self._stride = 1  # the history keeps every stride-th sample
         self._latest_off_grid = False  # kept[-1] is only there as the latest: replaced by the next
-        self._carry_max: float | None = None  # worst latency of dropped samples, for the next kept one
+        # worst latency of the samples dropped since the last one kept in the history (the
+        # latest excepted): folded into the latest when it stays
+        self.carry_max: float | None = None
 
     def add(self, sample: Sample) -> None:
         index = self.totals.samples
@@ -104,12 +106,8 @@ class RankSeries:
             self._mark(sample)
         if self._latest_off_grid:
             self._carry(kept.pop().lat_max_ms)
-        elif kept and (kept[-1].lat_hist or kept[-1].counters):  # it stays, as history
-            kept[-1] = replace(kept[-1], lat_hist={}, counters={})
-        if self._carry_max is not None:
-            if sample.lat_max_ms is None or self._carry_max > sample.lat_max_ms:
-                sample = replace(sample, lat_max_ms=self._carry_max)
-            self._carry_max = None
+        elif kept:  # the latest stays, as history: it takes the dropped samples' worst latency
+            kept[-1] = self._demoted(kept[-1])
         kept.append(sample)
         self._latest_off_grid = index % self._stride != 0
         if not self._latest_off_grid and len(kept) > self.kept_max:
@@ -142,9 +140,20 @@ class RankSeries:
         i = bisect.bisect_right(self.hist_marks, t, key=lambda mark: mark[0])
         return self.hist_marks[i - 1][1] if i else {}
 
+    def _demoted(self, sample: Sample) -> Sample:
+        """A sample that stays in the history: without the histogram and counters, with the
+        worst latency of the samples dropped just before it."""
+        worst = sample.lat_max_ms
+        if self.carry_max is not None and (worst is None or self.carry_max > worst):
+            worst = self.carry_max
+        self.carry_max = None
+        if worst == sample.lat_max_ms and not sample.lat_hist and not sample.counters:
+            return sample
+        return replace(sample, lat_hist={}, counters={}, lat_max_ms=worst)
+
     def _carry(self, value: float | None) -> None:
-        if value is not None and (self._carry_max is None or value > self._carry_max):
-            self._carry_max = value
+        if value is not None and (self.carry_max is None or value > self.carry_max):
+            self.carry_max = value
 
 
 class DigestCheck:

@@ -292,6 +292,8 @@ def _latency(followed: RankSeries, cut: int) -> dict[str, float | None]:
     if cut > 0:
         window = window.minus(LatencyHistogram.from_json(followed.histogram_before(series[cut - 1].t)))
     maxima = [s.lat_max_ms for s in series[cut:] if s.lat_max_ms is not None]
+    if followed.carry_max is not None and cut < len(series):  # samples dropped just before the latest
+        maxima.append(followed.carry_max)
     worst = max(maxima) if maxima else None
     # A bucket's upper edge can lie above every round in it; no quantile exceeds the max.
     p50, p99 = window.quantile_ms(0.50), window.quantile_ms(0.99)

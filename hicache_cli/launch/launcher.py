@@ -31,7 +31,7 @@ from hicache_cli.launch.nodes import Feeder, Head, NodeSpec
 from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
 from hicache_cli.protocol import EARLY_STOP, NODE_ENV, OWNER_ENV, SECRET_ENV, STACKS, TORCHRUN_LOG
 from hicache_cli.sample import Sample
-from hicache_cli.series import RunFollower
+from hicache_cli.series import RunFollower, RunSeries
 
 LOOPBACK = "127.0.0.1"
 
@@ -70,6 +70,7 @@ class LaunchResult:
     remote_exits: dict[int, tuple[int | None, str | None]] = field(default_factory=dict)  # rank -> code, signal
     link_error: str | None = None  # another node: why its samples stopped reaching node 0
     interrupted_by: str | None = None  # the signal that stopped hicache, when one did
+    followed: RunSeries | None = None  # every sample the launcher read, to the last line (bounded)
 
 
 def pick_port(host: str, requested: int | None) -> int:
@@ -214,6 +215,7 @@ def launch(
         stopped_early,
         **result,
         interrupted_by=STOPS.signal or "SIGINT" if interrupted else None,
+        followed=follower.run,
     )
 
 

@@ -96,7 +96,9 @@ def _write_up(
         worker_exits=exits,
         lost_nodes=result.lost_nodes,
     )
-    report = build_report(stress, load_run(run_dir), outcome, run_dir)
+    # what the launcher followed, to the last line: no second reading of a long run's files
+    followed = result.followed if result.followed is not None else load_run(run_dir)
+    report = build_report(stress, followed, outcome, run_dir)
     path = write_report(report, run_dir, report_copy)
     return RunResult(run_dir, path, report, result)
 

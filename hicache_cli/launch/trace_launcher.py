@@ -194,6 +194,7 @@ def launch_traced(
         stalls=tuple(stalls),
         stopped_early=stopped_early,
         interrupted_by=STOPS.signal or "SIGINT" if interrupted else None,
+        followed=follower.run,
     )
 
 
