@@ -98,6 +98,7 @@ EVENT_FIELDS: dict[str, Any] = {
     "signal": None,
 }
 EVENT_KEYS = frozenset(EVENT_FIELDS)
+LINE_KEYS = frozenset(("t", "wall"))  # in every line; the rest may be left out (format 2)
 THROTTLED_FIELDS = ("lat_hist", "counters")  # cumulative, and the largest: at most once a second
 KEYFRAME_S = 10.0  # a complete line at least this often
 REFRESH_S = 1.0
@@ -151,7 +152,7 @@ class LineDecoder:
             data = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return None
-        if not isinstance(data, dict) or "t" not in data or "wall" not in data:  # every line has both
+        if not isinstance(data, dict) or not LINE_KEYS <= data.keys():
             return None
         state = self._state
         given = data.keys()

@@ -221,10 +221,6 @@ class RunSeries:
         if sample.digests:
             self.digests.add(rank, sample.digests)
 
-    def totals(self, rank: int) -> Totals:
-        series = self.ranks.get(rank)
-        return series.totals if series is not None else Totals()
-
     @classmethod
     def of(cls, samples: Mapping[int, list[Sample]]) -> RunSeries:
         """From whole series (tests, a report rebuilt from samples in memory)."""

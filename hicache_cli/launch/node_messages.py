@@ -4,7 +4,8 @@ Another node opens with a hello (its node index, host, and options with the run 
 answers welcome or refused (why, from the node's side). Then each push (new sample lines
 by rank, and at the end: done, the ranks' exits, stack dumps) is answered by an ack that
 carries node 0's stop request, if it made one. Node 0 checks every message against its
-shape; a sample line must be a JSON object of the Sample shape (hicache_cli.sample), of a
+shape; a sample line must be a JSON object of the Sample shape (hicache_cli.sample: every
+key a field, of its type, `t` and `wall` always; compact lines leave the rest out), of a
 rank in the run and of the sending node. What fails is dropped and counted, never written.
 """
 
@@ -15,11 +16,11 @@ import math
 import types
 import typing
 from collections import Counter
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from hicache_cli.launch.node_wire import NOT_A_MESSAGE, Dropped, reject_constant
-from hicache_cli.sample import Sample
+from hicache_cli.sample import LINE_KEYS, Sample
 
 BAD_LINES = "sample lines not of the Sample shape"
 FOREIGN_LINES = "sample lines of a rank another node holds"
@@ -28,7 +29,6 @@ MAX_STACK_CHARS = 1 << 20
 MAX_TEXT_CHARS = 4096  # host names, refusals, stop reasons
 
 _SAMPLE_TYPES = typing.get_type_hints(Sample)
-_SAMPLE_REQUIRED = frozenset(f.name for f in fields(Sample) if f.default is MISSING and f.default_factory is MISSING)
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def sample_line(text: object, rank: int, node: int) -> str | None:
         data = json.loads(text, parse_constant=reject_constant)
     except (ValueError, RecursionError):
         return None
-    if sample_problem(data) is not None or data["rank"] != rank or data.get("node", 0) != node:
+    if sample_problem(data) is not None or data.get("rank", rank) != rank or data.get("node", node) != node:
         return None
     return json.dumps(data, separators=(",", ":"))
 
@@ -127,7 +127,7 @@ def sample_problem(data: object) -> str | None:
     """Why `data` is not a Sample as a probe writes it (hicache_cli.sample), or None."""
     if not isinstance(data, dict):
         return "not a JSON object"
-    missing = sorted(_SAMPLE_REQUIRED - data.keys())
+    missing = sorted(LINE_KEYS - data.keys())
     if missing:
         return f"no {missing[0]}"
     for key, value in data.items():

@@ -83,6 +83,17 @@ def test_lines_that_are_not_samples_of_the_rank_and_node_are_refused(text: Any, 
     assert sample_line(text, rank, node) is None
 
 
+def test_a_compact_line_fits_when_what_it_gives_fits() -> None:
+    """Format 2: a line between whole ones gives `t`, `wall` and what changed."""
+    compact = {"t": 3.1, "wall": 1_700_000_003.1, "rounds": 310, "blocked_on": None}
+    assert sample_problem(compact) is None
+    assert sample_line(json.dumps(compact), 2, 1) == json.dumps(compact, separators=(",", ":"))
+    assert sample_problem({"t": 3.1, "rounds": 310}) == "no wall"
+    assert sample_problem({**compact, "rounds": "many"}) == "rounds is not int"
+    assert sample_line(json.dumps({**compact, "rank": 3}), 2, 1) is None  # says another rank
+    assert sample_line(json.dumps({**compact, "node": 0}), 2, 1) is None  # ... or another node
+
+
 def test_a_push_keeps_good_lines_and_counts_the_rest() -> None:
     good = build_sample(2, 0.5, node=1).to_json()
     message = push({2: [good, "not JSON"], 3: ["{}"], 9: [good]}, done=True, exits={2: (0, None)}, stacks={2: "x"})
