@@ -171,7 +171,9 @@ class DigestCheck:
         self.first_divergence: tuple[int, dict[int, int]] | None = None
         self._stride = 1  # rounds kept are multiples of this many checkpoints
 
-    def add(self, rank: int, digests: Mapping[str, int]) -> None:
+    def add(self, rank: int, digests: Mapping[str, int], ranks: int = 0) -> None:
+        """`ranks`: how many ranks the run has, when known: a round all of them reached is
+        done with and leaves the table (in a live run the table stays a few rounds long)."""
         for key, digest in digests.items():
             round_ = int(key)
             if self._stride > 1 and (round_ // DIGEST_EVERY) % self._stride:
@@ -184,6 +186,8 @@ class DigestCheck:
             if len(seen) > 1 and len(set(seen.values())) > 1:
                 if self.first_divergence is None or round_ < self.first_divergence[0]:
                     self.first_divergence = (round_, seen)
+            if ranks and len(seen) >= ranks:
+                del self.by_round[round_]
             if len(self.by_round) > self.rounds_max:
                 self._stride *= 2
                 self.by_round = {r: d for r, d in self.by_round.items() if (r // DIGEST_EVERY) % self._stride == 0}
@@ -219,7 +223,7 @@ class RunSeries:
     def add(self, rank: int, sample: Sample) -> None:
         self.rank(rank).add(sample)
         if sample.digests:
-            self.digests.add(rank, sample.digests)
+            self.digests.add(rank, sample.digests, len(self.ranks))
 
     @classmethod
     def of(cls, samples: Mapping[int, list[Sample]]) -> RunSeries:

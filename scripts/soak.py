@@ -86,7 +86,7 @@ def timed_report(run_dir: Path) -> tuple[float, int, str]:
 def soak(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     """A real `hicache stress --pp 2` of --soak-duration; the hicache process's RSS each second."""
     duration = parse_duration(args.soak_duration, "--soak-duration")
-    run_dir = tmp / "soak"
+    run_dir = Path(args.soak_dir) if args.soak_dir else tmp / "soak"
     cmd = [*HICACHE, "stress", "--pp", "2", "--duration", args.soak_duration, "--no-live", "--run-dir", str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     me = psutil.Process(proc.pid)
@@ -111,7 +111,7 @@ def soak(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
         "duration_s": duration,
         "exit_code": proc.returncode,
         "verdict": report["verdict"],
-        "hicache_rss": memory_trend(points),
+        "hicache_rss": memory_trend([(t, r) for t, r in points if t <= duration]),
         "launcher_cpu_s": report.get("launcher_cpu_s"),
         "disk_mb_per_rank_hour": round(disk / MB / rank_hours, 2),
         "bytes_per_line": round(disk / lines, 1),

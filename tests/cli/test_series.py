@@ -268,3 +268,13 @@ def test_a_thinned_reports_latency_window_matches_the_whole_one() -> None:
     for a, b in zip(full["ranks"], small["ranks"], strict=True):
         assert a["loop_latency_ms"]["p99"] == b["loop_latency_ms"]["p99"] < 5.0  # the warm-up's 50 ms left out
         assert b["loop_latency_ms"]["rounds_measured"] >= 0.95 * a["loop_latency_ms"]["rounds_measured"]
+
+
+def test_in_a_live_run_a_round_every_rank_reached_leaves_the_table() -> None:
+    run = RunSeries()
+    for k in range(1, 300):  # as a follower sees them: each rank's newest lines, poll after poll
+        for rank in (0, 1):
+            run.add(rank, build_sample(rank, t=float(k), digests={str(k * 1024): k}))
+    assert len(run.digests.by_round) == 0
+    assert run.digests.summary()["checked_rounds"] == 299
+    assert run.digests.summary()["consistent"]
