@@ -186,7 +186,7 @@ class DigestCheck:
             if len(seen) > 1 and len(set(seen.values())) > 1:
                 if self.first_divergence is None or round_ < self.first_divergence[0]:
                     self.first_divergence = (round_, seen)
-            if ranks and len(seen) >= ranks:
+            if ranks > 1 and len(seen) >= ranks:
                 del self.by_round[round_]
             if len(self.by_round) > self.rounds_max:
                 self._stride *= 2
@@ -230,8 +230,9 @@ class RunSeries:
         """From whole series (tests, a report rebuilt from samples in memory)."""
         longest = max([KEPT_MAX, *(len(s) for s in samples.values())])
         run = cls(kept_max=longest, marks_max=longest)
-        for rank, series in samples.items():
+        for rank in samples:
             run.rank(rank)
+        for rank, series in samples.items():
             for sample in series:
                 run.add(rank, sample)
         return run
