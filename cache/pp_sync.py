@@ -89,6 +89,7 @@ class PPSync:
         # Where the count tensors travel from: the CPU for gloo groups (SGLang's PP sync),
         # the rank's GPU for NCCL groups.
         self.message_device = message_device or torch.device("cpu")
+        self._on_cpu = self.message_device.type == "cpu"
         self.groups = groups
         self.work_list = work_list
         self.sent = 0
@@ -106,8 +107,8 @@ class PPSync:
 
     def agree(self, counts: torch.Tensor) -> torch.Tensor:
         """Return the counts every rank of the pipeline applies this round."""
-        if counts.device != self.message_device:
-            counts = counts.to(self.message_device)
+        if not (self._on_cpu and counts.is_cpu) and counts.device != self.message_device:
+            counts = counts.to(self.message_device)  # (reading .device makes an object: checked only off the CPU)
         works = self.work_list
         if self._recv_from is None:
             if self._reduce_tp:
