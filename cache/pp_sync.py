@@ -89,35 +89,44 @@ class PPSync:
         # Where the count tensors travel from: the CPU for gloo groups (SGLang's PP sync),
         # the rank's GPU for NCCL groups.
         self.message_device = message_device or torch.device("cpu")
+        self._on_cpu = self.message_device.type == "cpu"
         self.groups = groups
         self.work_list = work_list
         self.sent = 0
         self.received = 0
         self.tp_all_reduces = 0
+        # Worked out once, not per message. A stage's rank in its PP group is its pp rank, and
+        # the neighbours are addressed by group rank (group_src/group_dst), as SGLang's
+        # _pp_sync does: torch then has no global rank to translate on every call.
+        pp_rank = topo.pp_rank
+        self._reduce_tp = pp_rank == 0 and topo.tp_size > 1
+        self._recv_from = pp_rank - 1 if pp_rank > 0 else None
+        self._send_to = pp_rank + 1 if topo.next_rank is not None else None
+        self._next_global = topo.next_rank
+        self._in_recv = f"PP sync, waiting in recv from pp rank {pp_rank - 1}"
 
     def agree(self, counts: torch.Tensor) -> torch.Tensor:
         """Return the counts every rank of the pipeline applies this round."""
-        topo = self.topo
-        if counts.device != self.message_device:
-            counts = counts.to(self.message_device)
-        if topo.pp_rank == 0:
-            if topo.tp_size > 1:
+        if not (self._on_cpu and counts.is_cpu) and counts.device != self.message_device:
+            counts = counts.to(self.message_device)  # (reading .device makes an object: checked only off the CPU)
+        works = self.work_list
+        if self._recv_from is None:
+            if self._reduce_tp:
                 dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self.groups.tp)
                 self.tp_all_reduces += 1
         else:
-            self.work_list.blocked_on = f"PP sync, waiting in recv from pp rank {topo.pp_rank - 1}"
-            self.work_list.blocked_peer = topo.pp_rank - 1
-            dist.recv(counts, src=topo.prev_rank, group=self.groups.pp)
-            self.work_list.blocked_on = self.work_list.blocked_peer = None
+            works.blocked_on, works.blocked_peer = self._in_recv, self._recv_from
+            dist.recv(counts, group=self.groups.pp, group_src=self._recv_from)
+            works.blocked_on = works.blocked_peer = None
             self.received += 1
-        if topo.next_rank is not None:
+        if self._send_to is not None:
             data = counts.clone()
             try:
-                work = dist.isend(data, dst=topo.next_rank, group=self.groups.pp)
+                work = dist.isend(data, group=self.groups.pp, group_dst=self._send_to)
             except RuntimeError as exc:
-                if topo.next_rank in self.work_list.timed_out_peers:
-                    raise ClosedAfterTimeout(topo.next_rank) from exc
+                if self._next_global in works.timed_out_peers:
+                    raise ClosedAfterTimeout(self._next_global) from exc
                 raise
-            self.work_list.append(PendingSend(work, data, topo.next_rank, time.monotonic(), topo.pp_rank + 1))
+            works.append(PendingSend(work, data, self._next_global, time.monotonic(), self._send_to))
             self.sent += 1
         return counts

@@ -60,6 +60,7 @@ class WorkList:
         self.fail_next_wait = False  # set by the raise-in-wait fault
         self.keep_every = 0  # the keep fault: every K-th released Work is kept, never freed
         self._kept: list[PendingSend] = []
+        self._waiting_on: dict[tuple[str, int], str] = {}  # (where, peer pp rank) -> blocked_on text
 
     def __len__(self) -> int:
         return len(self._items) + len(self._kept)
@@ -69,7 +70,7 @@ class WorkList:
 
     def append(self, send: PendingSend) -> None:
         self._items.append(send)
-        self.held_bytes += send.data.numel() * send.data.element_size()
+        self.held_bytes += send.data.nbytes
 
     def head(self) -> PendingSend:
         return self._items[0]
@@ -80,15 +81,22 @@ class WorkList:
         return send
 
     def clear(self) -> None:
-        while self._items:
-            self._release(self._items.popleft())
+        items = self._items
+        if self.keep_every:
+            while items:
+                self._release(items.popleft())
+            return
+        self.released += len(items)
+        for send in items:
+            self.held_bytes -= send.data.nbytes
+        items.clear()
 
     def _release(self, send: PendingSend) -> None:
         self.released += 1
         if self.keep_every and self.released % self.keep_every == 0:
             self._kept.append(send)  # an injected leak: still counted in depth and held bytes
         else:
-            self.held_bytes -= send.data.numel() * send.data.element_size()
+            self.held_bytes -= send.data.nbytes
 
     def wait(self, send: PendingSend, timeout_s: float | None = None, where: str = "wait") -> None:
         """Block until `send` completes; raise WaitTimedOut after `timeout_s` seconds.
@@ -101,8 +109,10 @@ class WorkList:
         if self.fail_next_wait:
             self.fail_next_wait = False
             raise InjectedWaitError(f"injected fault: wait() on isend to rank {send.peer} raised")
-        self.blocked_on = f"{where}, waiting on isend to pp rank {send.peer_pp}"
-        self.blocked_peer = send.peer_pp
+        key = (where, send.peer_pp)
+        if (text := self._waiting_on.get(key)) is None:
+            text = self._waiting_on[key] = f"{where}, waiting on isend to pp rank {send.peer_pp}"
+        self.blocked_on, self.blocked_peer = text, send.peer_pp
         started = time.monotonic()
         try:
             if timeout_s is None:

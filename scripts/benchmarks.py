@@ -5,8 +5,8 @@
     .venv/bin/python scripts/benchmarks.py false-alarms --runs 20
     .venv/bin/python scripts/benchmarks.py lint
 
-Sections: time-to-verdict, false-alarms, sensitivity, probe-cost, startup, scale, ceiling,
-trace-cost, lint, pytest-plugin, soak, day-run (scripts/soak.py; not in `all`: an hour each).
+Sections: time-to-verdict, false-alarms, sensitivity, probe-cost, startup, scale, per-message,
+trace-cost, lint, pytest-plugin; soak, day-run (scripts/soak.py; not in `all`: an hour each).
 Every run has real ranks, through the library API (hicache_cli.run and trace: the commands'
 code), except lint's and pytest-plugin's, which time the real CLI and pytest; results go
 to docs/performance.md (and docs/lint.md for lint's per-release findings) by hand.
@@ -136,62 +136,157 @@ def scale(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-RAW_SYNC = """
+BARE_SYNC = """
 import os, sys, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-per_round, rounds = int(sys.argv[1]), int(sys.argv[2])
+per_round, seconds = int(sys.argv[1]), float(sys.argv[2])
 t = torch.zeros(per_round, dtype=torch.int32)
-pending = []
+pending, sent = [], 0
 dist.barrier()
-started = time.monotonic()
-for _ in range(rounds):  # the PP sync of `drain` and nothing else: no cache, no probe
+started = time.perf_counter()
+while True:  # the PP sync of a policy and nothing else: no cache, no probe, the default group
     if rank == 0:
         for work in pending:
             work.wait()
         pending = [dist.isend(t[i : i + 1].clone(), dst=1) for i in range(per_round)]
+        sent += per_round
+        if time.perf_counter() - started >= seconds:
+            break
     else:
-        for i in range(per_round):
-            dist.recv(t[i : i + 1], src=0)
-for work in pending:
-    work.wait()
+        try:
+            for i in range(per_round):
+                dist.recv(t[i : i + 1], src=0)
+        except RuntimeError:  # rank 0 has left
+            break
+elapsed = time.perf_counter() - started
 if rank == 0:
-    print(rounds / (time.monotonic() - started), flush=True)
+    print(sent / elapsed, flush=True)
+os._exit(0)
+"""
+
+SGLANG_REFERENCE = """
+import os, sys, time
+from pathlib import Path
+import torch, torch.distributed as dist
+from cache.pp_sync import Topology, new_groups
+from hicache_cli.sglang_target.bind import SGLangHolder, bind, compile_methods
+from hicache_cli.sglang_target.extract import extract
+# SGLang's own methods on the holder, driven in a bare loop: no counting wrappers, no
+# probe, no latency ring. What production's scheduler pays for the same round.
+path, cls, tags, seconds = Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+groups = new_groups(Topology(rank, 2, 1))
+holder = SGLangHolder(rank, 2, groups.pp, groups.tp, 1)
+bind(holder, compile_methods(extract(path, cls), Path(tags) if tags else None))
+round_ = holder.check_hicache_events
 dist.barrier()
+started = time.perf_counter()
+rounds = 0
+deadline = started + seconds
+while time.perf_counter() < deadline:
+    try:
+        round_()
+    except RuntimeError:  # rank 1: rank 0 has left
+        break
+    rounds += 1
+elapsed = time.perf_counter() - started
+if rank == 0:
+    print(rounds / elapsed, flush=True)
 os._exit(0)
 """
 
 
-def ceiling(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """hicache's drain loop (idle workload) against the bare sync it performs, same processes."""
-    script = tmp / "raw_sync.py"
-    script.write_text(RAW_SYNC)
-    out: dict[str, Any] = {}
-    for policy, per_round in (("drain", 2), ("batched", 1)):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nproc-per-node=2",
-                "--master-addr=127.0.0.1",
-                "--master-port=29655",
-                str(script),
-                str(per_round),
-                "20000",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=dict(os.environ, GLOO_SOCKET_IFNAME="lo"),
-        )
-        raw = float(proc.stdout.strip().splitlines()[-1])
-        rep, _ = stress(tmp, policy=policy, pp=2, workload="idle", duration_s=10.0)
-        rps = rep.ranks[0].rounds_per_s
-        out[policy] = {"hicache_rounds_per_s": rps, "raw_sync_rounds_per_s": raw, "ratio": rps / raw}
+def _torchrun(tmp: Path, name: str, source: str, *argv: str) -> float:
+    """Run a two-rank script under torchrun (loopback); rank 0's last line, a rate."""
+    script = tmp / name
+    script.write_text(source)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ, GLOO_SOCKET_IFNAME="lo", PYTHONPATH=str(REPO)),
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.strip()]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{name} failed: {proc.stderr[-2000:]}")
+    return float(lines[-1])
+
+
+def _messages_per_s(rep: hc.Report) -> tuple[float, float]:
+    """Rank 0's PP-sync messages per second and its messages per round."""
+    rank0 = rep.ranks[0]
+    assert rank0.rounds and rank0.rounds_per_s and rank0.messages
+    return rank0.messages.sent * rank0.rounds_per_s / rank0.rounds, rank0.messages.sent / rank0.rounds
+
+
+def per_message(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 19: rank 0's PP-sync messages/s in hicache against the bare loop of the same shape
+    (drain: 2 messages a round, batched: 1) and against SGLang's own methods driven with no
+    wrapping or counters. Each comparison alternates within this one run (the order flips every
+    alternation, so that drift hits both sides); the median of the pairs' ratios is reported."""
+    seconds = args.message_seconds
+    sglang = hc.with_sglang(hc.StressConfig(duration_s=seconds), args.sglang_target).sglang
+    assert sglang is not None
+    ratios: dict[str, list[float]] = {"drain": [], "batched": [], "sglang": []}
+    rates: dict[str, list[tuple[float, float]]] = {k: [] for k in ratios}
+    for i in range(args.alternations):
+        for name, per_round in (("drain", 2), ("batched", 1), ("sglang", 0)):
+            if name == "sglang":
+                hicache_side = lambda: _messages_per_s(  # noqa: E731
+                    stress(tmp, **vars(hc.with_sglang(hc.StressConfig(duration_s=seconds), args.sglang_target)))[0]
+                )
+                sides = [
+                    ("hicache", hicache_side),
+                    (
+                        "reference",
+                        lambda: _torchrun(
+                            tmp,
+                            "sglang_reference.py",
+                            SGLANG_REFERENCE,
+                            sglang["file"],
+                            sglang["class"],
+                            sglang["tags_file"],
+                            f"{seconds:g}",
+                        ),
+                    ),
+                ]
+            else:
+                sides = [
+                    (
+                        "hicache",
+                        lambda n=name: _messages_per_s(
+                            stress(tmp, policy=n, pp=2, workload="idle", duration_s=seconds)[0]
+                        ),
+                    ),
+                    (
+                        "reference",
+                        lambda k=per_round: _torchrun(tmp, "bare_sync.py", BARE_SYNC, str(k), f"{seconds:g}"),
+                    ),
+                ]
+            got: dict[str, Any] = {}
+            for side, measure in sides if i % 2 == 0 else sides[::-1]:
+                got[side] = measure()
+            hicache_rate, per_round_seen = got["hicache"]
+            # the reference harness counts rounds; SGLang's round sends what hicache saw it send
+            reference = got["reference"] * per_round_seen if name == "sglang" else got["reference"]
+            ratios[name].append(hicache_rate / reference)
+            rates[name].append((hicache_rate, reference))
+            print(
+                f"alternation {i + 1} {name:<8} hicache {hicache_rate:8.0f} msg/s, "
+                f"{'bare loop' if name != 'sglang' else 'SGLang alone'} {reference:8.0f} msg/s -> "
+                f"{hicache_rate / reference:.3f}",
+                flush=True,
+            )
+    out: dict[str, Any] = {"seconds": seconds, "sglang": sglang["version"], "rates": rates, "ratios": ratios}
+    targets = {"drain": 0.8, "batched": 0.9, "sglang": 0.85}
+    for name, values in ratios.items():
+        out[f"{name}_median"] = statistics.median(values)
         print(
-            f"{policy}: hicache {rps:.0f} rounds/s vs the bare sync ({per_round} isend+wait/recv a round) "
-            f"{raw:.0f} rounds/s -> {rps / raw:.2f}"
+            f"{name}: median ratio {out[f'{name}_median']:.3f} over {len(values)} alternations "
+            f"(range {min(values):.3f}-{max(values):.3f}; target >= {targets[name]})"
         )
     return out
 
@@ -449,7 +544,7 @@ SECTIONS = {
     "probe-cost": probe_cost,
     "startup": startup,
     "scale": scale,
-    "ceiling": ceiling,
+    "per-message": per_message,
     "trace-cost": trace_cost,
     "lint": lint,
     "pytest-plugin": pytest_plugin,
@@ -467,6 +562,9 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=3, help="trace-cost: alternations of untraced and traced")
     parser.add_argument("--tight-seconds", type=float, default=5.0, help="trace-cost: each run's loop time")
     parser.add_argument("--alternate-seconds", type=float, default=60.0, help="trace-cost: the switching run")
+    parser.add_argument("--alternations", type=int, default=5, help="per-message: alternations per comparison")
+    parser.add_argument("--message-seconds", type=float, default=6.0, help="per-message: each run's loop time")
+    parser.add_argument("--sglang-target", default="sglang==0.5.14", help="per-message: the SGLang compared")
     parser.add_argument("--lint-runs", type=int, default=5, help="lint: CLI runs per tree (the median is reported)")
     parser.add_argument("--pytest-runs", type=int, default=5, help="pytest-plugin: repetitions")
     parser.add_argument("--soak-duration", default="1h", help="soak: the real run's duration")

@@ -144,20 +144,53 @@ class FakePPSync:
 class FakeIsend:
     """Mimics `torch.distributed.isend` on PP0 for a test that patches it into cache.pp_sync.
 
-    Records each call's tensor, destination and group and returns a FakeWork, so PP sync's
-    sending side runs without a process group; `error`, when set, is raised instead, as
-    gloo does once the connection to the peer is closed.
+    Records each call's tensor, destination rank in the group and group, and returns a
+    FakeWork, so PP sync's sending side runs without a process group; `error`, when set, is
+    raised instead, as gloo does once the connection to the peer is closed. Like torch, it
+    takes the destination as a global rank (`dst`) or a rank in the group (`group_dst`);
+    with no group the two are the same.
     """
 
     def __init__(self, error: str | None = None) -> None:
         self.error = error
         self.calls: list[tuple[torch.Tensor, int, object]] = []
 
-    def __call__(self, tensor: torch.Tensor, dst: int, group: object = None) -> FakeWork:
+    def __call__(
+        self,
+        tensor: torch.Tensor,
+        dst: int | None = None,
+        group: object = None,
+        tag: int = 0,
+        group_dst: int | None = None,
+    ) -> FakeWork:
+        if (dst is None) == (group_dst is None):
+            raise ValueError("give exactly one of dst and group_dst")  # as torch does
         if self.error is not None:
             raise RuntimeError(self.error)
-        self.calls.append((tensor, dst, group))
+        self.calls.append((tensor, group_dst if dst is None else dst, group))
         return FakeWork()
+
+
+class FakeRecv:
+    """Mimics `torch.distributed.recv` on a downstream stage for a test that patches it into
+    cache.pp_sync: writes `value` into the tensor, as if the previous stage had sent it, and
+    records the source rank in the group (`group_src`) or global (`src`) it was called with."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        self.calls: list[dict[str, object]] = []
+
+    def __call__(
+        self,
+        tensor: torch.Tensor,
+        src: int | None = None,
+        group: object = None,
+        tag: int = 0,
+        group_src: int | None = None,
+    ) -> int:
+        self.calls.append({"src": src, "group_src": group_src, "group": group})
+        tensor.fill_(self.value)
+        return 0 if src is None else src
 
 
 class RecordingWorkList:

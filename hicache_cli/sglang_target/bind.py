@@ -72,18 +72,20 @@ class CountingCollectives:
     def isend(self, tensor: torch.Tensor, *args: Any, **kwargs: Any):  # noqa: ANN201 - a torch Work
         __tracebackhide__ = True  # `hicache trace` names SGLang's line, not this wrapper
         work = self._isend(tensor, *args, **kwargs)
-        self.traffic.sent += 1
-        self.traffic.sent_bytes += tensor.numel() * tensor.element_size()
+        traffic = self.traffic
+        traffic.sent += 1
+        traffic.sent_bytes += tensor.nbytes
         return work
 
     def recv(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
-        self.traffic.blocked_on, self.traffic.blocked_peer = self.traffic.in_recv, self.traffic.in_recv_peer
+        traffic = self.traffic
+        traffic.blocked_on, traffic.blocked_peer = traffic.in_recv, traffic.in_recv_peer
         try:
             result = self._recv(tensor, *args, **kwargs)
         finally:
-            self.traffic.blocked_on = self.traffic.blocked_peer = None
-        self.traffic.received += 1
+            traffic.blocked_on = traffic.blocked_peer = None
+        traffic.received += 1
         return result
 
     def all_reduce(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:

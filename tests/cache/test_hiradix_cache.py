@@ -200,3 +200,28 @@ def test_settle_events_waits_for_and_applies_every_ack(make_cache: MakeCache) ->
     assert stream.in_flight == 0
     assert cache.controller.ack_write_queue == []
     assert cache.counters.writes_acked == 1
+
+
+@pytest.mark.parametrize("policy", ["reap", "batched"])
+def test_every_kept_send_holds_its_own_payload(
+    make_cache: MakeCache, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    # The count tensors are reused from round to round; what is sent must not be them, or a
+    # Work kept by `reap` would see its payload overwritten by the next round's count.
+    from cache import pp_sync
+    from cache.pp_sync import Groups, PPSync, Topology
+    from cache.work_list import WorkList
+    from tests.fakes import FakeIsend
+
+    isend = FakeIsend()
+    monkeypatch.setattr(pp_sync.dist, "isend", isend)
+    cache = make_cache(policy=policy, sync=PPSync(Topology(0, 2, 1), Groups(None, None), WorkList()))
+    for _ in range(3):
+        cache.check_hicache_events()
+
+    payloads = [sent for sent, _, _ in isend.calls]
+    assert len(payloads) == (3 if policy == "batched" else 6)
+    assert len({p.data_ptr() for p in payloads}) == len(payloads)
+    if policy == "reap":
+        kept = [s.data for s in cache.work_list]
+        assert len(kept) == 6 and all(k is p for k, p in zip(kept, payloads, strict=True))  # each its own buffer

@@ -8,7 +8,7 @@ import torch
 from cache import pp_sync
 from cache.pp_sync import Groups, PPSync, Topology
 from cache.work_list import WorkList
-from tests.fakes import FakeIsend
+from tests.fakes import FakeIsend, FakeRecv
 
 
 @pytest.mark.parametrize(
@@ -89,3 +89,23 @@ def test_a_send_failing_without_an_earlier_timeout_is_passed_through(monkeypatch
     with pytest.raises(RuntimeError, match="Connection closed by peer") as info:
         sync.agree(torch.tensor([0], dtype=torch.int32))
     assert not isinstance(info.value, pp_sync.ClosedAfterTimeout)
+
+
+def test_neighbours_are_addressed_by_their_rank_in_the_pp_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pp 3 x tp 2, the middle stage's second TP rank (global 3): its PP group is ranks 1, 3, 5,
+    # in which it is rank 1; it receives from group rank 0 and sends to group rank 2 (global 5),
+    # as SGLang's _pp_sync does with group_src/group_dst.
+    isend, recv = FakeIsend(), FakeRecv(value=7)
+    monkeypatch.setattr(pp_sync.dist, "isend", isend)
+    monkeypatch.setattr(pp_sync.dist, "recv", recv)
+    group = object()
+    sync = PPSync(Topology(rank=3, pp_size=3, tp_size=2), Groups(None, group), WorkList())  # type: ignore[arg-type]
+
+    for _ in range(3):
+        assert sync.agree(torch.zeros(1, dtype=torch.int32)).tolist() == [7]
+
+    assert recv.calls == [{"src": None, "group_src": 0, "group": group}] * 3
+    assert [(dst, g) for _, dst, g in isend.calls] == [(2, group)] * 3
+    assert [(s.peer, s.peer_pp) for s in sync.work_list] == [(5, 2)] * 3  # global rank and stage, for reports
+    assert (sync.sent, sync.received) == (3, 3)
+    assert sync.work_list.blocked_on is None
