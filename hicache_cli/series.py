@@ -105,7 +105,7 @@ class RankSeries:
         if not self.hist_marks or sample.lat_hist is not self.hist_marks[-1][1]:
             self._mark(sample)
         if self._latest_off_grid:
-            self._carry(kept.pop().lat_max_ms)
+            self.carry_max = _worst(self.carry_max, kept.pop().lat_max_ms)
         elif kept:  # the latest stays, as history: it takes the dropped samples' worst latency
             kept[-1] = self._demoted(kept[-1])
         kept.append(sample)
@@ -118,9 +118,8 @@ class RankSeries:
         kept, halved = self.kept, [self.kept[0]]
         for i in range(2, len(kept), 2):
             dropped, sample = kept[i - 1], kept[i]
-            if dropped.lat_max_ms is not None and (sample.lat_max_ms is None or dropped.lat_max_ms > sample.lat_max_ms):
-                sample = replace(sample, lat_max_ms=dropped.lat_max_ms)
-            halved.append(sample)
+            worst = _worst(dropped.lat_max_ms, sample.lat_max_ms)
+            halved.append(sample if worst == sample.lat_max_ms else replace(sample, lat_max_ms=worst))
         if len(kept) % 2 == 0:  # the last one is off the new grid: the latest stays, as such
             halved.append(kept[-1])
             self._latest_off_grid = True
@@ -143,17 +142,15 @@ class RankSeries:
     def _demoted(self, sample: Sample) -> Sample:
         """A sample that stays in the history: without the histogram and counters, with the
         worst latency of the samples dropped just before it."""
-        worst = sample.lat_max_ms
-        if self.carry_max is not None and (worst is None or self.carry_max > worst):
-            worst = self.carry_max
-        self.carry_max = None
+        worst, self.carry_max = _worst(sample.lat_max_ms, self.carry_max), None
         if worst == sample.lat_max_ms and not sample.lat_hist and not sample.counters:
             return sample
         return replace(sample, lat_hist={}, counters={}, lat_max_ms=worst)
 
-    def _carry(self, value: float | None) -> None:
-        if value is not None and (self.carry_max is None or value > self.carry_max):
-            self.carry_max = value
+
+def _worst(a: float | None, b: float | None) -> float | None:
+    """The larger latency of two, either of which may be missing."""
+    return b if a is None else a if b is None else max(a, b)
 
 
 class DigestCheck:
