@@ -570,6 +570,7 @@ def main() -> int:
     parser.add_argument("--soak-duration", default="1h", help="soak: the real run's duration")
     parser.add_argument("--keep-rss", help="soak: write the hicache process's RSS readings to this JSON file")
     parser.add_argument("--soak-dir", help="soak: the run directory to use and keep (a new one)")
+    parser.add_argument("--soak-policy", default="drain", help="soak: the drain policy of the real run")
     parser.add_argument("--day-ranks", type=int, default=8, help="day-run: ranks of the synthetic run")
     parser.add_argument("--day-hours", type=float, default=24.0, help="day-run: its hours of samples at 10 Hz")
     parser.add_argument("--day-dir", help="day-run: keep (or reuse) the synthetic run directory here")
