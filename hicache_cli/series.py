@@ -45,6 +45,7 @@ class Totals:
     last_counted: Sample | None = None  # hicache trace: the last sample with Work counts
     live_max: int = 0  # ... and the most live Works any of them had
     last_sites: list[dict[str, Any]] | None = None
+    site_live_max: int = 0  # the most live Works one creation site held, in any sample's sites
 
     def add(self, s: Sample) -> None:
         self.samples += 1
@@ -70,6 +71,8 @@ class Totals:
             self.last_counted = s
         if s.sites is not None:
             self.last_sites = s.sites
+            for site in s.sites:
+                self.site_live_max = max(self.site_live_max, int(site.get("live_max", 0)))
 
     @classmethod
     def of(cls, series: list[Sample]) -> Totals:

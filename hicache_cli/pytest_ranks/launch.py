@@ -37,8 +37,7 @@ from hicache_cli.pytest_ranks.protocol import (
     started_file,
 )
 from hicache_cli.pytest_ranks.results import LOG_TAIL_LINES, RankEnd, RankOutcome
-from hicache_cli.sample import Sample
-from hicache_cli.series import RunFollower
+from hicache_cli.series import RunFollower, RunSeries
 from hicache_cli.tracer import protocol as trace_protocol
 
 POLL_S = 0.05
@@ -54,7 +53,7 @@ STATUS = {"passed": RankOutcome.PASSED, "failed": RankOutcome.FAILED, "skipped":
 @dataclass(frozen=True)
 class Launched:
     ends: tuple[RankEnd, ...]
-    samples: dict[int, list[Sample]]
+    followed: RunSeries  # every rank's samples as the launcher read them (bounded, exact totals)
     wall_s: float
     spawned_wall: float  # time.time() when the first rank was started
     forked: int = 0  # ranks forked from the fork server (the others were spawned)
@@ -217,7 +216,7 @@ def _wait_until(done: Callable[[], bool], timeout_s: float) -> bool:
 def run_ranks(
     request: RankRequest,
     run_dir: Path,
-    failed_from_samples: Callable[[dict[int, list[Sample]]], bool],
+    failed_from_samples: Callable[[RunSeries], bool],
     server: ForkServer | None = None,
 ) -> Launched:
     """Run the test body on every rank; return how each ended and every rank's samples."""
@@ -229,7 +228,8 @@ def run_ranks(
         ends = _supervise(request, run_dir, ranks, follower, failed_from_samples, started)
     finally:
         ranks.stop()
-    return Launched(tuple(ends), follower.poll(), time.monotonic() - started, spawned_wall, ranks.forked)
+    follower.poll()
+    return Launched(tuple(ends), follower.run, time.monotonic() - started, spawned_wall, ranks.forked)
 
 
 def _supervise(
@@ -237,7 +237,7 @@ def _supervise(
     run_dir: Path,
     ranks: Ranks,
     follower: RunFollower,
-    failed_from_samples: Callable[[dict[int, list[Sample]]], bool],
+    failed_from_samples: Callable[[RunSeries], bool],
     started: float,
 ) -> list[RankEnd]:
     ends: dict[int, RankEnd] = {}
@@ -258,11 +258,12 @@ def _supervise(
         now = time.monotonic()
         if not body_started and any(started_file(run_dir, r).exists() for r in range(request.world_size)):
             body_started, deadline = True, now + request.timeout_s
-        if failed_at is None and (
-            any(e.outcome in (RankOutcome.FAILED, RankOutcome.CRASHED) for e in ends.values())
-            or failed_from_samples(follower.poll())
-        ):
-            failed_at = now
+        if failed_at is None:
+            follower.poll()
+            if any(e.outcome in (RankOutcome.FAILED, RankOutcome.CRASHED) for e in ends.values()) or (
+                failed_from_samples(follower.run)
+            ):
+                failed_at = now
         if failed_at is not None and now - failed_at >= FAIL_GRACE_S:
             cut_short = RankOutcome.STOPPED
             break

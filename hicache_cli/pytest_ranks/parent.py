@@ -9,6 +9,7 @@ import pickle
 import re
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from hicache_cli.lifecycle import owner_token
 from hicache_cli.pytest_ranks.forkserver import FORK_AVAILABLE, ForkServer, ForkServerError
 from hicache_cli.pytest_ranks.launch import common_environment, run_ranks
 from hicache_cli.pytest_ranks.protocol import ARGS, RankRequest, log_file
-from hicache_cli.pytest_ranks.results import LiveLimitWatch, RankEnd, RanksResult, assess
+from hicache_cli.pytest_ranks.results import RankEnd, RanksResult, assess, over_live_limit
 from hicache_cli.pytest_ranks.spec import GIVEN, MARKER, MarkerError, RanksSpec, spec_from_marker
 
 RESULT_FIXTURE = "hicache_ranks_result"
@@ -64,9 +65,9 @@ def run_marked(item: pytest.Function) -> RanksResult:
         (run_dir / ARGS).write_bytes(pickle.dumps(values))
     request.write(run_dir)
     server = fork_server(item.config, factory.getbasetemp())
-    launched = run_ranks(request, run_dir, LiveLimitWatch(spec.max_live_works), server)
+    launched = run_ranks(request, run_dir, partial(over_live_limit, max_live_works=spec.max_live_works), server)
     replay_output(run_dir, launched.ends)
-    return assess(spec, item.nodeid, str(item.path), launched.ends, launched.samples, run_dir, launched.wall_s,
+    return assess(spec, item.nodeid, str(item.path), launched.ends, launched.followed, run_dir, launched.wall_s,
                   launched.spawned_wall, launched.forked)  # fmt: skip
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,7 +20,7 @@ from hicache_cli.analysis.trace_report import site_text, works_summary
 from hicache_cli.pytest_ranks.protocol import FAILED, SKIPPED, Outcome
 from hicache_cli.pytest_ranks.spec import RanksSpec
 from hicache_cli.sample import Sample
-from hicache_cli.series import Totals
+from hicache_cli.series import RankSeries, RunSeries
 
 DEFAULT_RSS_THRESHOLD_MB_PER_H = 100.0  # the verdict's threshold when max_rss_slope is not given (trace's default)
 STACK_FRAMES = 12  # of a hung rank's stack, innermost first
@@ -156,40 +156,18 @@ class RanksResult:
 # -- judging ------------------------------------------------------------------------------
 
 
-def live_max_of(series: Sequence[Sample]) -> int:
-    """The most live Works at any sample, or held at once by any one site."""
-    most = max((s.depth for s in series if s.works is not None), default=0)
-    for sample in series:
-        for site in sample.sites or ():
-            most = max(most, int(site.get("live_max", 0)))
-    return most
+def live_max_of(followed: RankSeries) -> int:
+    """The most live Works at any sample, or held at once by any one site (exact over every
+    sample the rank wrote, not only the kept history)."""
+    return max(followed.totals.live_max, followed.totals.site_live_max)
 
 
-def over_live_limit(samples: dict[int, list[Sample]], max_live_works: int | None) -> bool:
-    """Whether some rank has already held more live Works than allowed (the test has failed)."""
+def over_live_limit(run: RunSeries, max_live_works: int | None) -> bool:
+    """Whether some rank has already held more live Works than allowed (the test has failed).
+    Cheap enough to ask twenty times a second: the totals are kept as samples arrive."""
     if max_live_works is None:
         return False
-    return any(live_max_of(series) > max_live_works for series in samples.values())
-
-
-class LiveLimitWatch:
-    """`over_live_limit` while the ranks run, reading only the samples that are new since the
-    last call (the launcher asks twenty times a second, for as long as a test lasts)."""
-
-    def __init__(self, max_live_works: int | None) -> None:
-        self.max_live_works = max_live_works
-        self.exceeded = False
-        self._read: dict[int, int] = {}
-
-    def __call__(self, samples: dict[int, list[Sample]]) -> bool:
-        if self.max_live_works is None or self.exceeded:
-            return self.exceeded
-        for rank, series in samples.items():
-            read = self._read.get(rank, 0)
-            if live_max_of(series[read:]) > self.max_live_works:
-                self.exceeded = True
-            self._read[rank] = len(series)
-        return self.exceeded
+    return any(live_max_of(followed) > max_live_works for followed in run.ranks.values())
 
 
 def assess(
@@ -197,13 +175,17 @@ def assess(
     nodeid: str,
     test_file: str,
     ends: Sequence[RankEnd],
-    samples: dict[int, list[Sample]],
+    samples: RunSeries | Mapping[int, list[Sample]],
     run_dir: Path,
     wall_s: float,
     spawned_wall: float,
     forked: int = 0,
 ) -> RanksResult:
-    ranks = tuple(_rank_result(end, samples.get(end.rank, []), spec) for end in sorted(ends, key=lambda e: e.rank))
+    """`samples`: as the launcher followed them (RunSeries), or whole."""
+    run = samples if isinstance(samples, RunSeries) else RunSeries.of(samples)
+    ranks = tuple(
+        _rank_result(end, run.ranks.get(end.rank) or RankSeries(), spec) for end in sorted(ends, key=lambda e: e.rank)
+    )
     failures = _failures(spec, ranks, ends, test_file)
     skips = [e.reported.error for e in ends if e.reported is not None and e.reported.status == SKIPPED]
     skipped = None
@@ -214,8 +196,9 @@ def assess(
     return RanksResult(nodeid, spec, ranks, tuple(failures), skipped, run_dir, wall_s, startup, forked)
 
 
-def _rank_result(end: RankEnd, series: list[Sample], spec: RanksSpec) -> RankResult:
-    works = works_summary(Totals.of(series)) or {}
+def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec) -> RankResult:
+    series = followed.kept
+    works = works_summary(followed.totals) or {}
     sites = tuple(WorkSite.from_json(s) for s in works.get("sites", []))
     top = max(sites, key=lambda s: (s.live_max, s.live, s.created), default=None)
     threshold = spec.max_rss_slope_mb_per_h or DEFAULT_RSS_THRESHOLD_MB_PER_H
@@ -241,7 +224,7 @@ def _rank_result(end: RankEnd, series: list[Sample], spec: RanksSpec) -> RankRes
         created=int(works.get("created", 0)),
         waited=int(works.get("waited", 0)),
         dropped=int(works.get("dropped", 0)),
-        live_max=live_max_of(series),
+        live_max=live_max_of(followed),
         live_final=int(works.get("live_final", 0)),
         top_site=top,
         sites=sites,
@@ -249,7 +232,7 @@ def _rank_result(end: RankEnd, series: list[Sample], spec: RanksSpec) -> RankRes
         verdict_reason=reason,
         rss_slope_mb_per_h=slope,
         rss_slope_ci_mb_per_h=ci,
-        samples=len(series),
+        samples=followed.totals.samples,
         body_s=body_s,
     )
 

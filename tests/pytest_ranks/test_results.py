@@ -9,17 +9,18 @@ from typing import Any
 
 from hicache_cli.pytest_ranks.protocol import Outcome
 from hicache_cli.pytest_ranks.results import (
-    LiveLimitWatch,
     RankEnd,
     RankOutcome,
     RanksResult,
     assess,
     innermost_test_frame,
+    live_max_of,
     over_live_limit,
     stack_excerpt,
 )
 from hicache_cli.pytest_ranks.spec import RanksSpec
 from hicache_cli.sample import Sample
+from hicache_cli.series import RunSeries
 
 TEST_FILE = "/t/test_pp.py"
 RUN_DIR = Path("/runs/test_reap0")
@@ -52,7 +53,9 @@ def raised(rank: int, ended: float, error: str = "ValueError: boom") -> RankEnd:
     return RankEnd(rank, 100 + rank, RankOutcome.FAILED, Outcome(rank, 100 + rank, "failed", error, trace, 10.0, ended))
 
 
-def judge(spec: RanksSpec, ends: list[RankEnd], samples: dict[int, list[Sample]] | None = None) -> RanksResult:
+def judge(
+    spec: RanksSpec, ends: list[RankEnd], samples: RunSeries | dict[int, list[Sample]] | None = None
+) -> RanksResult:
     return assess(spec, "test_pp.py::test_x", TEST_FILE, ends, samples or {}, RUN_DIR, 3.0, spawned_wall=7.5)
 
 
@@ -79,21 +82,24 @@ def test_a_leak_released_between_two_samples_is_caught_by_its_sites_peak() -> No
     assert result.failures[0] == ("rank 0 held 50 Works it had not waited (max_live_works=8), 50 of them from "
                                   "test_pp.py:13 in test_reap (isend to rank 1); at the end: 50 created, 0 waited, "
                                   "50 dropped without a wait, 0 still held")  # fmt: skip
-    assert over_live_limit({0: [sample(0.1, 0), final]}, 8)
-    assert not over_live_limit({0: [sample(0.1, 0), final]}, 50)
-    assert not over_live_limit({0: [sample(0.1, 0), final]}, None)
+    run = RunSeries.of({0: [sample(0.1, 0), final]})
+    assert over_live_limit(run, 8)
+    assert not over_live_limit(run, 50)
+    assert not over_live_limit(run, None)
 
 
-def test_the_live_limit_is_watched_on_new_samples_only() -> None:
-    watch = LiveLimitWatch(8)
-    series = [sample(0.1, 3)]
-    assert not watch({0: series})
-    series.append(sample(0.2, 5))
-    assert not watch({0: series, 1: [sample(0.1, 8, rank=1)]})
-    assert watch._read == {0: 2, 1: 1}
-    series.append(sample(0.3, 9))
-    assert watch({0: series}) and watch({})  # once over, it stays over
-    assert not LiveLimitWatch(None)({0: [sample(0.1, 10_000)]})
+def test_the_live_limit_holds_a_peak_the_thinned_history_dropped() -> None:
+    """A test running for minutes: its history is thinned, the peak stays in the totals."""
+    run = RunSeries(kept_max=8)
+    for i in range(100):
+        run.add(0, sample(0.1 * i, 9 if i == 37 else 3))
+        if i == 36:
+            assert not over_live_limit(run, 8)
+    assert all(s.depth == 3 for s in run.samples[0]) and len(run.samples[0]) <= 9
+    assert over_live_limit(run, 8)
+    assert live_max_of(run.ranks[0]) == 9
+    result = judge(RanksSpec(2, max_live_works=8), [passed(0), passed(1)], run)
+    assert result.rank(0).live_max == 9 and result.rank(0).samples == 100 and not result.passed
 
 
 def test_a_draining_rank_passes_and_max_live_works_none_only_counts() -> None:
