@@ -187,13 +187,19 @@ class LineTail:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self._offsets: dict[Path, int] = {}
+        self.caught_up = True  # the last call read every file to its end
 
-    def lines(self) -> Iterator[tuple[int, bytes]]:
-        """(rank, line) for every complete line written since the last call, file by file."""
-        for rank, path in sample_files(self.run_dir).items():
+    def lines(self, max_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """(rank, line) for every complete line written since the last call, file by file.
+        With `max_bytes`, about that many bytes in all, shared between the files (a reader
+        catching up on a long run stays responsive); `caught_up` says whether that was all."""
+        files = sample_files(self.run_dir)
+        budget = None if max_bytes is None else max(self.CHUNK, max_bytes // max(1, len(files)))
+        caught_up = True
+        for rank, path in files.items():
             with path.open("rb") as fh:
                 fh.seek(self._offsets.get(path, 0))
-                rest = b""
+                rest, read = b"", 0
                 while chunk := fh.read(self.CHUNK):
                     data = rest + chunk
                     end = data.rfind(b"\n") + 1
@@ -201,9 +207,20 @@ class LineTail:
                     rest = data[end:]
                     for line in data[:end].splitlines():
                         yield rank, line
+                    read += len(chunk)
+                    if budget is not None and read >= budget and end:  # (a line longer than the budget is read whole)
+                        caught_up = caught_up and not fh.read(1)
+                        break
+        self.caught_up = caught_up
 
     def poll(self) -> dict[int, list[bytes]]:
         new: dict[int, list[bytes]] = {rank: [] for rank in sample_files(self.run_dir)}
         for rank, line in self.lines():
             new.setdefault(rank, []).append(line)
         return new
+
+    def backlog(self) -> int:
+        """Bytes written to the rank files and not read yet (a line being written included)."""
+        return sum(
+            max(0, path.stat().st_size - self._offsets.get(path, 0)) for path in sample_files(self.run_dir).values()
+        )

@@ -252,17 +252,27 @@ class RunFollower:
     def samples(self) -> dict[int, list[Sample]]:
         return self.run.samples
 
-    def poll(self) -> dict[int, list[Sample]]:
-        """Every rank's kept history, with what was written since the last call."""
+    def poll(self, max_bytes: int | None = None) -> dict[int, list[Sample]]:
+        """Every rank's kept history, with what was written since the last call (with
+        `max_bytes`, about that much of it: see `caught_up`)."""
         run, decoders = self.run, self._decoders
         for rank in sample_files(self.run_dir):
             run.rank(rank)
-        for rank, line in self._tail.lines():
+        for rank, line in self._tail.lines(max_bytes):
             decoder = decoders.get(rank) or decoders.setdefault(rank, LineDecoder())
             sample = decoder.decode(line)
             if sample is not None:
                 run.add(rank, sample)
         return run.samples
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the last poll read every rank file to its end."""
+        return self._tail.caught_up
+
+    def backlog(self) -> int:
+        """Bytes of the rank files not read yet."""
+        return self._tail.backlog()
 
 
 def load_run(run_dir: Path) -> RunSeries:

@@ -106,7 +106,8 @@ def make_console(live: bool, to_stderr: bool = False) -> Console:
 
 
 class PlainProgress:
-    """Prints one line every `interval_s` seconds of run time: no escape codes."""
+    """Prints one line every `interval_s` seconds of run time, and when a rank's state
+    changes (so the last line shows how every rank ended): no escape codes."""
 
     def __init__(self, duration_s: float, interval_s: float = 2.0, write=print) -> None:  # noqa: ANN001
         self.duration_s = duration_s
@@ -114,6 +115,7 @@ class PlainProgress:
         self.write = write
         self._next_starting = 0.0  # launch time, while no rank samples yet
         self._next = 0.0  # run time, once they do
+        self._states: dict[int, str] = {}  # as the last line printed them
 
     def __call__(self, samples: dict[int, list[Sample]], elapsed: float) -> None:
         latest = {r: s[-1] for r, s in samples.items() if s}
@@ -123,9 +125,10 @@ class PlainProgress:
                 self._next_starting = elapsed + self.interval_s
             return
         run_t = max(s.t for s in latest.values())
-        if run_t < self._next:
+        states = {r: s.state for r, s in latest.items()}
+        if run_t < self._next and states == self._states:
             return
-        self._next = run_t + self.interval_s
+        self._next, self._states = run_t + self.interval_s, states
         self.write(progress_line(latest, self.duration_s))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,29 @@ def test_a_file_is_read_a_chunk_at_a_time(tmp_path: Path, monkeypatch: pytest.Mo
     got = follower.run.ranks[2]
     assert got.totals.samples == 120
     assert [s.t for s in got.kept] == [s.t for s in samples]
+
+
+def test_catching_up_reads_a_share_of_each_file_a_poll(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`watch` on a long run: a bounded read per refresh, every rank advancing, each line once."""
+    monkeypatch.setattr(LineTail, "CHUNK", 64)
+    for rank in (0, 1):
+        lines = encode_all([replace(s, rank=rank) for s in changing_samples(200)])
+        samples_file(tmp_path, rank).write_text("\n".join(lines) + "\n")
+    follower = RunFollower(tmp_path)
+    assert follower.backlog() == sum(samples_file(tmp_path, r).stat().st_size for r in (0, 1))
+    counts = []
+    while True:
+        follower.poll(max_bytes=2_000)
+        counts.append([follower.run.ranks[r].totals.samples for r in (0, 1)])
+        if follower.caught_up:
+            break
+    assert len(counts) > 3 and all(0 < a < 200 and 0 < b < 200 for a, b in counts[:2])  # both ranks advance
+    assert counts[-1] == [200, 200] and follower.backlog() == 0
+    assert [s.t for s in follower.run.ranks[1].kept] == [s.t for s in changing_samples(200)]
+    with samples_file(tmp_path, 1).open("a") as fh:
+        fh.write(replace(changing_samples(201)[-1], rank=1).to_json() + "\n")
+    follower.poll(max_bytes=2_000)
+    assert follower.caught_up and follower.run.ranks[1].totals.samples == 201
 
 
 def test_following_a_long_rank_file_keeps_the_history_bounded(tmp_path: Path) -> None:

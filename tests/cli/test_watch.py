@@ -16,7 +16,7 @@ from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.present.progress import UNWRAPPED_WIDTH, PlainProgress, make_console, summary_table
 from hicache_cli.protocol import samples_file as rank_file
-from hicache_cli.sample import Sample
+from hicache_cli.sample import LineTail, Sample
 
 Run = dict[int, list[Sample]]
 MakePP2Run = Callable[..., Run]
@@ -94,6 +94,27 @@ def test_watch_a_finished_run(
     assert "rank 0: LEAK - work list grows 1000 Works/s" in out
     assert "rank 1: BOUNDED - RSS" in out
     assert clock.sleeps == 0  # the report was there at the first look
+
+
+def test_watch_catches_up_on_a_long_run_a_share_at_a_time(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    make_pp2_run: MakePP2Run,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run written before watch started is read in bounded pieces, the view refreshed
+    between them, with no pause and no verdict until the last piece is in."""
+    run_dir = write_run(tmp_path / "run", make_pp2_run(final=True))
+    monkeypatch.setattr(watch_command, "CATCH_UP_BYTES", 4096)
+    monkeypatch.setattr(LineTail, "CHUNK", 1024)
+    assert main(["watch", str(run_dir), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^reading [0-9.]+ MB of samples already written; the view follows", out, re.M)
+    progress = [line for line in out.splitlines() if line.startswith("[")]
+    assert len(progress) > 3 and progress[-1].startswith("[ 60.0s / 60.0s] r0 98.2 MiB depth 60000")
+    assert out.index("watch ended: finished") > out.index(progress[-1])
+    assert clock.sleeps == 0
 
 
 def test_watch_a_run_whose_ranks_stopped_without_a_report(

@@ -26,17 +26,27 @@ from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
 
 STALE_S = 15.0  # no new sample for this long and no report: the run is gone
+CATCH_UP_BYTES = 32 << 20  # of rank files read between two refreshes while catching up (~100k lines, a few s)
+MB = 1 << 20
 
 
-def follow(run_dir: Path, config: StressConfig, view, refresh_s: float) -> str:  # noqa: ANN001
-    """Feed `view` until the run ends; returns why following stopped."""
+def follow(run_dir: Path, config: StressConfig, view, refresh_s: float, note=print) -> str:  # noqa: ANN001
+    """Feed `view` until the run ends; returns why following stopped. What was written
+    before watch started is read CATCH_UP_BYTES at a time, refreshing the view between
+    reads (a day-long run's files take minutes to read) and saying so with `note`."""
     follower = RunFollower(run_dir)
     started = time.monotonic()
     last_growth, last_count = started, -1
+    backlog = follower.backlog()
+    if backlog > CATCH_UP_BYTES:
+        note(f"reading {backlog / MB:,.0f} MB of samples already written; the view follows as they are read")
     while True:
-        samples = follower.poll()
+        samples = follower.poll(CATCH_UP_BYTES)
         now = time.monotonic()
         view(samples, now - started)
+        if not follower.caught_up:
+            last_growth = now
+            continue
         count = sum(series.totals.samples for series in follower.run.ranks.values())  # kept ones are bounded
         if count != last_count:
             last_growth, last_count = now, count
@@ -79,10 +89,18 @@ def watch(
         console.print(f"metrics: {metrics.url}")
     if live:
         with LiveView(Dashboard(config, str(run_dir)), console) as live_view:
-            why = follow(run_dir, config, live_view if metrics is None else metrics.feeding(live_view), 1.0 / refresh)
+            why = follow(
+                run_dir,
+                config,
+                live_view if metrics is None else metrics.feeding(live_view),
+                1.0 / refresh,
+                console.print,
+            )
     else:
         plain = PlainProgress(config.duration_s, write=console.print)
-        why = follow(run_dir, config, plain if metrics is None else metrics.feeding(plain), 1.0 / refresh)
+        why = follow(
+            run_dir, config, plain if metrics is None else metrics.feeding(plain), 1.0 / refresh, console.print
+        )
     console.print(f"watch ended: {why}")
     if (run_dir / REPORT_FILE).exists():
         report = load_report(run_dir / REPORT_FILE)
