@@ -140,6 +140,9 @@ class LineEncoder:
         return json.dumps(line, separators=(",", ":"))
 
 
+_parse = json.JSONDecoder().decode  # json.loads without its per-call options and encoding sniffing
+
+
 class LineDecoder:
     """One rank file's lines back into samples (either format): state fields carry over."""
 
@@ -149,8 +152,8 @@ class LineDecoder:
     def decode(self, line: str | bytes) -> Sample | None:
         """The sample of one line; None for a line that is none (torn, foreign, incomplete)."""
         try:
-            data = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            data = _parse(line.decode() if isinstance(line, bytes) else line)
+        except ValueError:  # not JSON, or not UTF-8
             return None
         if not isinstance(data, dict) or not LINE_KEYS <= data.keys():
             return None
