@@ -74,13 +74,6 @@ class Totals:
             for site in s.sites:
                 self.site_live_max = max(self.site_live_max, int(site.get("live_max", 0)))
 
-    @classmethod
-    def of(cls, series: list[Sample]) -> Totals:
-        totals = cls()
-        for sample in series:
-            totals.add(sample)
-        return totals
-
 
 class RankSeries:
     """One rank's bounded history (`kept`, oldest first, the latest last) and its totals.

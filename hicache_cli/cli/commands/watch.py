@@ -89,18 +89,12 @@ def watch(
         console.print(f"metrics: {metrics.url}")
     if live:
         with LiveView(Dashboard(config, str(run_dir)), console) as live_view:
-            why = follow(
-                run_dir,
-                config,
-                live_view if metrics is None else metrics.feeding(live_view),
-                1.0 / refresh,
-                console.print,
-            )
+            view = live_view if metrics is None else metrics.feeding(live_view)
+            why = follow(run_dir, config, view, 1.0 / refresh, console.print)
     else:
         plain = PlainProgress(config.duration_s, write=console.print)
-        why = follow(
-            run_dir, config, plain if metrics is None else metrics.feeding(plain), 1.0 / refresh, console.print
-        )
+        view = plain if metrics is None else metrics.feeding(plain)
+        why = follow(run_dir, config, view, 1.0 / refresh, console.print)
     console.print(f"watch ended: {why}")
     if (run_dir / REPORT_FILE).exists():
         report = load_report(run_dir / REPORT_FILE)
