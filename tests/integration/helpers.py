@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -14,6 +15,14 @@ from typing import Any
 from scripts.rss_crosscheck import ExternalRss, watch_rss
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def sigint_as_at_a_terminal() -> None:
+    """A child's `preexec_fn`: SIGINT back to its default, so Python in the child turns it
+    into KeyboardInterrupt, as Ctrl-C at a terminal would. A suite run as a background job
+    (`pytest ... &` from a script) ignores SIGINT, and children inherit that; the CLI
+    installs its own handler, but a library or pytest rightly keeps what it inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def hicache(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import hicache_cli as hc
-from tests.integration.helpers import REPO, Run
+from tests.integration.helpers import REPO, Run, sigint_as_at_a_terminal
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +95,8 @@ def test_ctrl_c_during_a_run_gives_an_interrupted_report_not_an_exception(tmp_pa
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_at_a_terminal)  # fmt: skip
     try:
         deadline = time.monotonic() + 90
         while not list((tmp_path / "run").glob("rank-*.jsonl")) and time.monotonic() < deadline:

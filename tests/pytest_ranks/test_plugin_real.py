@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from hicache_cli.sglang_target.locate import cache_dir, release
+from tests.integration.helpers import sigint_as_at_a_terminal
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -182,7 +183,7 @@ def test_pytest_stopped_during_a_marked_test_leaves_no_process(pytester: pytest.
     env = dict(os.environ, PIDS_DIR=str(pids_dir), PYTHONPATH=str(pytester.path))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_forever.py"],
                             cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
+                            text=True, preexec_fn=sigint_as_at_a_terminal)  # fmt: skip
     try:
         pids = recorded_pids(pids_dir, within_s=120)
         assert len(pids) == 2
