@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,7 @@ class Sample:
 
 FIELD_ORDER = tuple(f.name for f in fields(Sample))
 FIELD_NAMES = frozenset(FIELD_ORDER)
+REQUIRED_FIELDS = frozenset(f.name for f in fields(Sample) if f.default is MISSING and f.default_factory is MISSING)
 # Fields that describe this sample alone: absent from a line, they take these values (not
 # the previous line's). Every other field is state, and an absent one keeps its last value.
 EVENT_FIELDS: dict[str, Any] = {
@@ -148,9 +149,12 @@ class LineDecoder:
 
     def __init__(self) -> None:
         self._state: dict[str, Any] = {}
+        self._complete = False  # every field without a default has been given
 
-    def decode(self, line: str | bytes) -> Sample | None:
-        """The sample of one line; None for a line that is none (torn, foreign, incomplete)."""
+    def fields(self, line: str | bytes) -> dict[str, Any] | None:
+        """The fields of one line's sample (a dict, not yet a Sample: a reader that drops most
+        samples builds only the ones it keeps); None for a line that is none (torn, foreign,
+        or before the rank's first complete line)."""
         try:
             data = _parse(line.decode() if isinstance(line, bytes) else line)
         except ValueError:  # not JSON, or not UTF-8
@@ -166,10 +170,16 @@ class LineDecoder:
         state.update(data)
         for key in given & EVENT_KEYS:  # events never carry over
             del state[key]
-        try:
-            return Sample(**fields_now)
-        except TypeError:  # a field no line has given yet
-            return None
+        if not self._complete:
+            if not REQUIRED_FIELDS <= fields_now.keys():
+                return None
+            self._complete = True
+        return fields_now
+
+    def decode(self, line: str | bytes) -> Sample | None:
+        """The sample of one line; None for a line that is none."""
+        fields_now = self.fields(line)
+        return None if fields_now is None else Sample(**fields_now)
 
 
 def decode_lines(lines: Iterable[str | bytes]) -> list[Sample]:

@@ -26,6 +26,15 @@ DIGEST_ROUNDS_MAX = 4096  # PP-consistency checkpoints waiting for another rank
 DIGEST_EVERY = 1024  # ranks checkpoint at multiples of this many event rounds (cache.hiradix_cache)
 
 
+@dataclass(frozen=True)
+class MemoryRead:
+    """A sample's reading of smaps_rollup (about once a second), with the RSS beside it."""
+
+    rss_bytes: int | None
+    anon_bytes: int | None
+    uss_bytes: int | None
+
+
 @dataclass
 class Totals:
     """Exact over every sample of one rank, not only the kept ones."""
@@ -39,39 +48,41 @@ class Totals:
     anon_first: int | None = None
     anon_last: int | None = None
     anon_peak: int | None = None
-    last_memory_read: Sample | None = None
+    last_memory_read: MemoryRead | None = None
     gpu_last: int | None = None
     gpu_peak: int | None = None
-    last_counted: Sample | None = None  # hicache trace: the last sample with Work counts
-    live_max: int = 0  # ... and the most live Works any of them had
+    last_works: dict[str, Any] | None = None  # hicache trace: the last Work counts a sample had
+    live_max: int = 0  # ... and the most live Works any sample with counts had
     last_sites: list[dict[str, Any]] | None = None
     site_live_max: int = 0  # the most live Works one creation site held, in any sample's sites
 
-    def add(self, s: Sample) -> None:
+    def add(self, f: Mapping[str, Any]) -> None:
+        """One sample, as its fields (`Sample.as_dict()`, or a decoded line's)."""
         self.samples += 1
-        if s.rss_bytes is not None:
+        rss, depth, anon, uss = f["rss_bytes"], f["depth"], f["anon_bytes"], f["uss_bytes"]
+        if rss is not None:
             if self.rss_first is None:
-                self.rss_first = s.rss_bytes
-            self.rss_last = s.rss_bytes
-            self.rss_peak = s.rss_bytes if self.rss_peak is None else max(self.rss_peak, s.rss_bytes)
-        self.depth_max = max(self.depth_max, s.depth)
-        if s.anon_bytes is not None or s.uss_bytes is not None:
+                self.rss_first = rss
+            self.rss_last = rss
+            self.rss_peak = rss if self.rss_peak is None else max(self.rss_peak, rss)
+        self.depth_max = max(self.depth_max, depth)
+        if anon is not None or uss is not None:
             self.memory_readings += 1
-            self.last_memory_read = s
-            if s.anon_bytes is not None:
+            self.last_memory_read = MemoryRead(rss, anon, uss)
+            if anon is not None:
                 if self.anon_first is None:
-                    self.anon_first = s.anon_bytes
-                self.anon_last = s.anon_bytes
-                self.anon_peak = s.anon_bytes if self.anon_peak is None else max(self.anon_peak, s.anon_bytes)
-        if s.gpu_bytes is not None:
-            self.gpu_last = s.gpu_bytes
-            self.gpu_peak = s.gpu_bytes if self.gpu_peak is None else max(self.gpu_peak, s.gpu_bytes)
-        if s.works is not None:
-            self.live_max = s.depth if self.last_counted is None else max(self.live_max, s.depth)
-            self.last_counted = s
-        if s.sites is not None:
-            self.last_sites = s.sites
-            for site in s.sites:
+                    self.anon_first = anon
+                self.anon_last = anon
+                self.anon_peak = anon if self.anon_peak is None else max(self.anon_peak, anon)
+        if (gpu := f["gpu_bytes"]) is not None:
+            self.gpu_last = gpu
+            self.gpu_peak = gpu if self.gpu_peak is None else max(self.gpu_peak, gpu)
+        if (works := f["works"]) is not None:
+            self.live_max = depth if self.last_works is None else max(self.live_max, depth)
+            self.last_works = works
+        if (sites := f["sites"]) is not None:
+            self.last_sites = sites
+            for site in sites:
                 self.site_live_max = max(self.site_live_max, int(site.get("live_max", 0)))
 
 
@@ -89,24 +100,38 @@ class RankSeries:
         self.marks_max = max(4, marks_max)
         self.hist_marks: list[tuple[float, dict[str, int]]] = []
         self._stride = 1  # the history keeps every stride-th sample
-        self._latest_off_grid = False  # kept[-1] is only there as the latest: replaced by the next
+        self._latest_pending = False  # kept[-1] is the latest, not yet settled as history or dropped
+        self._latest_off_grid = False  # ... and only there as the latest: replaced by the next
         # worst latency of the samples dropped since the last one kept in the history (the
         # latest excepted): folded into the latest when it stays
         self.carry_max: float | None = None
 
     def add(self, sample: Sample) -> None:
+        self.add_fields(sample.as_dict(), sample)
+
+    def add_fields(self, fields: dict[str, Any], sample: Sample | None = None, *, latest: bool = True) -> None:
+        """One sample as its fields; `sample`, when the caller has it built. `latest=False`:
+        another sample of this rank follows at once, so one off the history's grid is
+        dropped here without being built (a reader catching up builds ~1 sample in stride)."""
         index = self.totals.samples
-        self.totals.add(sample)
+        self.totals.add(fields)
         kept = self.kept
-        if not self.hist_marks or sample.lat_hist is not self.hist_marks[-1][1]:
-            self._mark(sample)
-        if self._latest_off_grid:
-            self.carry_max = _worst(self.carry_max, kept.pop().lat_max_ms)
-        elif kept:  # the latest stays, as history: it takes the dropped samples' worst latency
-            kept[-1] = self._demoted(kept[-1])
-        kept.append(sample)
-        self._latest_off_grid = index % self._stride != 0
-        if not self._latest_off_grid and len(kept) > self.kept_max:
+        hist = fields["lat_hist"]
+        if not self.hist_marks or hist is not self.hist_marks[-1][1]:
+            self._mark(fields["t"], hist)
+        if self._latest_pending:  # the previous latest: dropped, or kept as history
+            self._latest_pending = False
+            if self._latest_off_grid:
+                self.carry_max = _worst(self.carry_max, kept.pop().lat_max_ms)
+            else:  # it stays, as history: it takes the dropped samples' worst latency
+                kept[-1] = self._demoted(kept[-1])
+        on_grid = index % self._stride == 0
+        if not on_grid and not latest:
+            self.carry_max = _worst(self.carry_max, fields["lat_max_ms"])
+            return
+        kept.append(sample if sample is not None else Sample(**fields))
+        self._latest_pending, self._latest_off_grid = True, not on_grid
+        if on_grid and len(kept) > self.kept_max:
             self._halve()
 
     def _halve(self) -> None:
@@ -122,11 +147,11 @@ class RankSeries:
         self.kept[:] = halved
         self._stride *= 2
 
-    def _mark(self, sample: Sample) -> None:
-        if self.hist_marks and sample.lat_hist == self.hist_marks[-1][1]:
+    def _mark(self, t: float, hist: dict[str, int]) -> None:
+        if self.hist_marks and hist == self.hist_marks[-1][1]:
             return  # the same histogram (a whole line repeats it)
         marks = self.hist_marks
-        marks.append((sample.t, sample.lat_hist))
+        marks.append((t, hist))
         if len(marks) > self.marks_max:
             marks[:] = marks[:1] + marks[2::2] if len(marks) % 2 else marks[:1] + marks[2::2] + marks[-1:]
 
@@ -214,9 +239,15 @@ class RunSeries:
         return series
 
     def add(self, rank: int, sample: Sample) -> None:
-        self.rank(rank).add(sample)
-        if sample.digests:
-            self.digests.add(rank, sample.digests, len(self.ranks))
+        self.add_fields(rank, sample.as_dict(), sample)
+
+    def add_fields(
+        self, rank: int, fields: dict[str, Any], sample: Sample | None = None, *, latest: bool = True
+    ) -> None:
+        """As RankSeries.add_fields, and the digests the sample carries."""
+        self.rank(rank).add_fields(fields, sample, latest=latest)
+        if digests := fields["digests"]:
+            self.digests.add(rank, digests, len(self.ranks))
 
     @classmethod
     def of(cls, samples: Mapping[int, list[Sample]]) -> RunSeries:
@@ -251,11 +282,17 @@ class RunFollower:
         run, decoders = self.run, self._decoders
         for rank in sample_files(self.run_dir):
             run.rank(rank)
-        for rank, line in self._tail.lines(max_bytes):
+        pending: tuple[int, dict[str, Any]] | None = None  # a line's fields, until the next line shows
+        for rank, line in self._tail.lines(max_bytes):  # whether another of its rank follows at once
             decoder = decoders.get(rank) or decoders.setdefault(rank, LineDecoder())
-            sample = decoder.decode(line)
-            if sample is not None:
-                run.add(rank, sample)
+            fields = decoder.fields(line)
+            if fields is None:
+                continue
+            if pending is not None:
+                run.add_fields(pending[0], pending[1], latest=pending[0] != rank)
+            pending = (rank, fields)
+        if pending is not None:
+            run.add_fields(*pending)
         return run.samples
 
     @property

@@ -12,9 +12,9 @@ from hicache_cli.series import Totals
 def works_summary(totals: Totals) -> dict[str, Any] | None:
     """created/waited/completed/dropped, live at the end and at most, and the creation
     sites sorted by live Works (from the last sample that carried them)."""
-    if totals.last_counted is None:
+    if totals.last_works is None:
         return None
-    last = totals.last_counted.works or {}
+    last = totals.last_works
     sites = totals.last_sites or []
     return {
         "created": last.get("created", 0),

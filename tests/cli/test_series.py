@@ -72,7 +72,7 @@ def test_totals_are_exact_over_every_sample_not_only_the_kept_ones() -> None:
         series.add(sample)
     whole = Totals()
     for sample in samples:
-        whole.add(sample)
+        whole.add(sample.as_dict())
     assert series.totals == whole
     assert series.totals.samples == 3000
     assert series.totals.rss_peak == max(s.rss_bytes for s in samples)
@@ -227,6 +227,32 @@ def test_catching_up_reads_a_share_of_each_file_a_poll(tmp_path: Path, monkeypat
         fh.write(replace(changing_samples(201)[-1], rank=1).to_json() + "\n")
     follower.poll(max_bytes=2_000)
     assert follower.caught_up and follower.run.ranks[1].totals.samples == 201
+
+
+@pytest.mark.parametrize("max_bytes", [None, 3_000, 700], ids=["one-read", "pieces", "small-pieces"])
+def test_a_follower_keeps_what_adding_every_sample_keeps(tmp_path: Path, max_bytes: int | None) -> None:
+    """Reading files, most samples are dropped unbuilt (another line of the rank follows);
+    the history, totals, folded latencies and histogram marks are those of adding each
+    sample in turn, however the reads fall."""
+    runs = {}
+    for rank in (0, 1):
+        samples = [replace(s, rank=rank, lat_hist={"-60": i // 10}) for i, s in enumerate(noisy_series(700, rank))]
+        samples_file(tmp_path, rank).write_text("".join(s.to_json() + "\n" for s in samples))
+        one_by_one = RankSeries(kept_max=40, marks_max=8)
+        for sample in samples:
+            one_by_one.add(sample)
+        runs[rank] = one_by_one
+    follower = RunFollower(tmp_path, kept_max=40)
+    follower.run.marks_max = 8
+    follower.poll(max_bytes)
+    while not follower.caught_up:
+        follower.poll(max_bytes)
+    for rank, expected in runs.items():
+        got = follower.run.ranks[rank]
+        assert got.kept == expected.kept and len(got.kept) <= 41
+        assert got.totals == expected.totals and got.totals.samples == 700
+        assert got.carry_max == expected.carry_max
+        assert got.hist_marks == expected.hist_marks
 
 
 def test_following_a_long_rank_file_keeps_the_history_bounded(tmp_path: Path) -> None:
