@@ -165,8 +165,8 @@ def _write_rank(task: tuple[Path, int, int, float, int]) -> int:
                 held_bytes=8,
                 rounds=rounds,
                 lat_p50_ms=round(rng.uniform(0.3, 0.8), 4),
-                lat_p99_ms=round(rng.uniform(5.0, 10.0), 4),
-                lat_max_ms=round(rng.uniform(5.0, 12.0), 4),
+                lat_p99_ms=(p99 := round(rng.uniform(5.0, 10.0), 4)),
+                lat_max_ms=round(p99 + rng.uniform(0.0, 2.0), 4),  # never below the p99, as in a rank
                 lat_count=70,
                 round_age_s=round(rng.uniform(0.0, 0.002), 6),
                 sent=2 * rounds,
