@@ -6,7 +6,9 @@ share, and a bounded history per rank: every sample until there are KEPT_MAX, th
 second, fourth... sample (evenly spaced, the first always), and always the latest. A
 dropped sample's worst loop latency is folded into the next kept one, so the maximum over
 any stretch of the history stays exact. Statistics thin to a few hundred points anyway
-(analysis.stats.MAX_POINTS); this is what lets `hicache` watch a day-long run.
+(analysis.stats.MAX_POINTS); this is what lets `hicache` watch a day-long run. A rank
+file's line becomes a Sample only if the history keeps it (RunFollower: the totals come
+from the line's fields), which halves the time to read a long run directory.
 """
 
 from __future__ import annotations
