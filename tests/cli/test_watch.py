@@ -110,7 +110,7 @@ def test_watch_catches_up_on_a_long_run_a_share_at_a_time(
     monkeypatch.setattr(LineTail, "CHUNK", 1024)
     assert main(["watch", str(run_dir), "--no-live"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^reading [0-9.]+ MB of samples already written; the view follows", out, re.M)
+    assert re.search(r"^reading [0-9.]+ [KM]iB of samples already written; the view follows", out, re.M)
     progress = [line for line in out.splitlines() if line.startswith("[")]
     assert len(progress) > 3 and progress[-1].startswith("[ 60.0s / 60.0s] r0 98.2 MiB depth 60000")
     assert out.index("watch ended: finished") > out.index(progress[-1])

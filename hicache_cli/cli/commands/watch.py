@@ -24,10 +24,10 @@ from hicache_cli.present.progress import (
 from hicache_cli.protocol import CONFIG_FILE, REPORT_FILE
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
+from hicache_cli.units import format_bytes
 
 STALE_S = 15.0  # no new sample for this long and no report: the run is gone
 CATCH_UP_BYTES = 32 << 20  # of rank files read between two refreshes while catching up (~100k lines, a few s)
-MB = 1 << 20
 
 
 def follow(run_dir: Path, config: StressConfig, view, refresh_s: float, note=print) -> str:  # noqa: ANN001
@@ -39,7 +39,7 @@ def follow(run_dir: Path, config: StressConfig, view, refresh_s: float, note=pri
     last_growth, last_count = started, -1
     backlog = follower.backlog()
     if backlog > CATCH_UP_BYTES:
-        note(f"reading {backlog / MB:,.0f} MB of samples already written; the view follows as they are read")
+        note(f"reading {format_bytes(backlog)} of samples already written; the view follows as they are read")
     while True:
         samples = follower.poll(CATCH_UP_BYTES)
         now = time.monotonic()
