@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from hicache_cli.errors import UsageError
+from hicache_cli.files import Refused, kind_of, replace_file, resolve_output
 from hicache_cli.protocol import CLAIM_FILE, CONFIG_FILE, LOGS_GLOB, REPORT_FILE, SAMPLES_GLOB, TORCHRUN_LOG
 
 DEFAULT_ROOT = Path("hicache-runs")
@@ -79,48 +80,40 @@ def _claim(path: Path) -> None:
         fh.write(f"pid {os.getpid()} on {socket.gethostname()}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
 
 
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def output_problem(path: Path) -> str | None:
-    """Why write_atomically could not write `path`, or None: its directory is missing, or it
-    names something other than a regular file (followed through symlinks)."""
-    target = Path(os.path.realpath(path))
+    """Why write_atomically could not write `path`, or None: another user's symlink on the
+    way (files.resolve_output), its directory is missing, or it names something other than
+    a regular file (followed through the symlinks it may follow)."""
     try:
+        target = resolve_output(path)
         mode = os.stat(target).st_mode
+    except Refused as exc:
+        return f"{exc.filename} is {exc.strerror}"
     except FileNotFoundError:
         return None if target.parent.is_dir() else f"directory {path.parent} does not exist"
     except OSError as exc:
         return str(exc.strerror or exc)
     if stat.S_ISREG(mode):
         return None
-    kind = next((name for test, name in _KINDS if test(mode)), "something")
-    return f"{kind}, not a regular file (hicache writes files whole, by replacing them)"
+    return f"{kind_of(mode)}, not a regular file (hicache writes files whole, by replacing them)"
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:
     """Write `data` (text goes as UTF-8) so that readers see the old file or the whole new one, never a part.
 
-    A symlink is followed to the file it names; anything but a regular file (a device, a
-    FIFO, a directory) is refused, never replaced: os.replace would put a file in its place.
+    A symlink is followed to the file it names, unless another user planted it in a
+    directory others can write (refused: files.resolve_output); anything but a regular file
+    (a device, a FIFO, a directory) is refused, never replaced: os.replace would put a file
+    in its place. A file that exists keeps its mode; a new one is 0600 (less if the umask asks).
     """
     if (problem := output_problem(path)) is not None:
         raise UsageError(f"cannot write {path}: {problem}")
-    target = Path(os.path.realpath(path))
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        with tmp.open("wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
+        target = resolve_output(path)
+        try:
+            mode: int | None = stat.S_IMODE(os.stat(target).st_mode) & 0o777
+        except FileNotFoundError:
+            mode = None
+        replace_file(target, data.encode("utf-8") if isinstance(data, str) else data, mode)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        tmp.unlink(missing_ok=True)  # gone already once replaced
