@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from hicache_cli.errors import UsageError
-from hicache_cli.files import Refused, kind_of, replace_file, resolve_output
+from hicache_cli.files import DIR_MODE, Refused, kind_of, make_dir, open_run_file, replace_file, resolve_output
 from hicache_cli.protocol import CLAIM_FILE, CONFIG_FILE, LOGS_GLOB, REPORT_FILE, SAMPLES_GLOB, TORCHRUN_LOG
 
 DEFAULT_ROOT = Path("hicache-runs")
@@ -23,15 +23,18 @@ EARLIER_RUN_GLOBS = (SAMPLES_GLOB, LOGS_GLOB)
 
 
 def create_run_dir(requested: Path | None, policy: str) -> Path:
-    """Make and claim a fresh run directory (default ./hicache-runs/<time>-<policy>/) or fail clearly."""
+    """Make and claim a fresh run directory (default ./hicache-runs/<time>-<policy>/) or fail
+    clearly. A directory made here is 0700 (less if the umask asks): the command line and the
+    program's output are the user's alone."""
     if requested is None:
         path = _new_default_dir(policy)
     else:
         path = requested
+        _refuse_foreign_links(path, f"--run-dir {path}")
         if (found := earlier_run(path)) is not None:
             raise UsageError(f"--run-dir {path} already holds a run ({found}); choose an empty or new directory")
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            make_dir(path, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
     _claim(path)
@@ -51,13 +54,17 @@ def earlier_run(path: Path) -> str | None:
 
 def _new_default_dir(policy: str) -> Path:
     """./hicache-runs/<time>-<policy>[-N]/, made with an exclusive mkdir: never one another run made."""
+    _check_default_root()
+    try:
+        make_dir(DEFAULT_ROOT, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the run directory {DEFAULT_ROOT}: {exc.strerror or exc}") from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     suffix = 1
     while True:
         path = DEFAULT_ROOT / (f"{stamp}-{policy}" if suffix == 1 else f"{stamp}-{policy}-{suffix}")
         try:
-            DEFAULT_ROOT.mkdir(parents=True, exist_ok=True)
-            path.mkdir()
+            path.mkdir(mode=DIR_MODE)
             return path
         except FileExistsError:
             suffix += 1
@@ -65,10 +72,35 @@ def _new_default_dir(policy: str) -> Path:
             raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
 
 
+def _check_default_root() -> None:
+    """./hicache-runs is followed only where another user could not have put it: not their
+    symlink in a directory others can write, not a directory they own (its owner can rename
+    the runs in it and put anything in their place). Root's is trusted, as root is."""
+    _refuse_foreign_links(DEFAULT_ROOT, f"cannot use {DEFAULT_ROOT}")
+    try:
+        owner = os.stat(DEFAULT_ROOT).st_uid
+    except OSError:
+        return  # not there yet (made 0700 below), or not usable: the mkdir says why
+    if owner not in (os.geteuid(), 0):
+        raise UsageError(
+            f"cannot use {DEFAULT_ROOT}: it belongs to another user (uid {owner}), who could replace what "
+            "hicache writes there; choose a directory with --run-dir"
+        )
+
+
+def _refuse_foreign_links(path: Path, what: str) -> None:
+    try:
+        resolve_output(path)
+    except Refused as exc:
+        raise UsageError(f"{what}: {exc.filename} is {exc.strerror}") from None
+    except OSError as exc:
+        raise UsageError(f"{what}: {exc.strerror or exc}") from None
+
+
 def _claim(path: Path) -> None:
     """Create the claim file exclusively (it also proves the directory writable)."""
     try:
-        fd = os.open(path / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = open_run_file(path / CLAIM_FILE, "new")
     except FileExistsError:
         raise UsageError(
             f"--run-dir {path} already holds a run ({CLAIM_FILE}: another hicache claimed it); "
