@@ -13,13 +13,44 @@ import time
 from pathlib import Path
 
 from hicache_cli.errors import UsageError
-from hicache_cli.files import DIR_MODE, Refused, kind_of, make_dir, open_run_file, replace_file, resolve_output
-from hicache_cli.protocol import CLAIM_FILE, CONFIG_FILE, LOGS_GLOB, REPORT_FILE, SAMPLES_GLOB, TORCHRUN_LOG
+from hicache_cli.files import (
+    DIR_MODE,
+    Refused,
+    kind_of,
+    make_dir,
+    open_run_file,
+    read_bytes,
+    replace_file,
+    resolve_output,
+)
+from hicache_cli.protocol import (
+    CLAIM_FILE,
+    CONFIG_FILE,
+    LINK_FILE,
+    LOGS_GLOB,
+    REPORT_FILE,
+    SAMPLES_GLOB,
+    STACKS_GLOB,
+    TORCHRUN_LOG,
+)
+from hicache_cli.tracer.protocol import PROGRAM_LOG, STOP_FILE
 
 DEFAULT_ROOT = Path("hicache-runs")
-# What an earlier run (or compare-policies, sglang-scan) leaves: never written over.
-EARLIER_RUN = (CLAIM_FILE, CONFIG_FILE, REPORT_FILE, TORCHRUN_LOG, "compare.json", "scan.json")
-EARLIER_RUN_GLOBS = (SAMPLES_GLOB, LOGS_GLOB)
+# What an earlier run (or compare-policies, sglang-scan) leaves: never written over. Each is
+# also a name a run writes, so one found there (a file, or a link another user planted in a
+# shared --run-dir) refuses the directory before anything is written.
+EARLIER_RUN = (
+    CLAIM_FILE,
+    CONFIG_FILE,
+    REPORT_FILE,
+    TORCHRUN_LOG,
+    PROGRAM_LOG,
+    STOP_FILE,
+    LINK_FILE,
+    "compare.json",
+    "scan.json",
+)
+EARLIER_RUN_GLOBS = (SAMPLES_GLOB, LOGS_GLOB, STACKS_GLOB)
 
 
 def create_run_dir(requested: Path | None, policy: str) -> Path:
@@ -149,3 +180,25 @@ def write_atomically(path: Path, data: str | bytes) -> None:
         replace_file(target, data.encode("utf-8") if isinstance(data, str) else data, mode)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def write_run_file(path: Path, data: str | bytes) -> None:
+    """A run directory's file replaced whole (report.json, a rank's outcome): readers see the
+    old file or the new one. The rename replaces the name itself: a symlink someone put there
+    is replaced, never written through. Text goes as UTF-8."""
+    try:
+        replace_file(path, data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def touch_run_file(path: Path) -> None:
+    """Create a run directory's marker file (trace-stop, release, rank-N.started), never
+    through a symlink. Raises OSError."""
+    os.close(open_run_file(path, "append"))
+
+
+def read_run_text(path: Path) -> str:
+    """A run directory's text file (a log, a stack dump), never through a symlink, never a
+    FIFO or device; undecodable bytes replaced. Raises OSError."""
+    return read_bytes(path, follow=False).decode("utf-8", errors="replace")

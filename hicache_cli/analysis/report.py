@@ -27,7 +27,7 @@ from hicache_cli.analysis.watchdog import Stall, blocked_frame
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.protocol import REPORT_FILE, stacks_file
-from hicache_cli.rundir import write_atomically
+from hicache_cli.rundir import read_run_text, write_atomically, write_run_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RankSeries, RunSeries, Totals
 from hicache_cli.sglang_target.extract import waits_on_next_stage
@@ -337,7 +337,7 @@ def _failures(
         if rank in stalls:
             stall = stalls[rank]
             stack = stacks_file(run_dir, rank) if run_dir is not None else None
-            dump = stack.read_text(encoding="utf-8", errors="replace") if stack and stack.is_file() else ""
+            dump = _stack_dump(stack) if stack else ""
             frame = blocked_frame(dump)
             message = stall.message + (f"; stack top: {frame}" if frame else "")
             failure = _failure(rank, stall.kind, message, stall.since_t, None, None, stack.name if dump else None)
@@ -459,10 +459,19 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
+def _stack_dump(path: Path) -> str:
+    try:
+        return read_run_text(path)
+    except OSError:  # none was dumped (or what is there is not a file hicache wrote)
+        return ""
+
+
 def write_report(report: dict[str, Any], run_dir: Path, extra_path: Path | None = None) -> Path:
+    """report.json in the run directory (never through a symlink there) and, with
+    `extra_path`, the user's --report (an output: see rundir.write_atomically)."""
     text = json.dumps(report, indent=2) + "\n"
     path = run_dir / REPORT_FILE
-    write_atomically(path, text)
+    write_run_file(path, text)
     if extra_path is not None:
         write_atomically(extra_path, text)
     return path

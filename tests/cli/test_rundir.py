@@ -94,7 +94,20 @@ def test_write_atomically_replaces_the_whole_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "earlier", ["report.json", "config.json", "torchrun.log", "rank-3.log", "compare.json", "scan.json", CLAIM_FILE]
+    "earlier",
+    [
+        "report.json",
+        "config.json",
+        "torchrun.log",
+        "rank-3.log",
+        "compare.json",
+        "scan.json",
+        CLAIM_FILE,
+        "program.log",
+        "trace-stop",
+        "rank-0.stacks.txt",
+        "node-link.json",
+    ],
 )
 def test_a_dir_with_an_earlier_runs_files_is_refused_and_left_alone(tmp_path: Path, earlier: str) -> None:
     (tmp_path / earlier).write_text("the earlier run's")
@@ -303,4 +316,3 @@ def test_a_run_dir_through_another_users_symlink_is_refused(shared_cwd: Path, tm
     with pytest.raises(UsageError, match=r"^--run-dir runs/one: .* is a symlink of another user"):
         create_run_dir(Path("runs/one"), "reap")
     assert list(elsewhere.iterdir()) == []
-
