@@ -87,6 +87,21 @@ def read_bytes(path: str | os.PathLike[str], *, follow: bool = True, limit: int 
     return data
 
 
+def append_regular(path: str | os.PathLike[str], data: bytes) -> None:
+    """Append `data` to a file someone else names (GitHub's step summary): followed through
+    symlinks, created if missing, but only ever a regular file, never blocking on a FIFO."""
+    with contextlib.suppress(FileNotFoundError):
+        _refuse_unless_regular(path, os.stat(path).st_mode)
+    fd = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    try:
+        _refuse_unless_regular(path, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "ab", closefd=False) as fh:
+            fh.write(data)
+    finally:
+        os.close(fd)
+
+
 # --- a run directory's files ---------------------------------------------------------------
 
 RunFileMode = Literal["new", "append", "truncate"]
@@ -130,8 +145,11 @@ def run_file(path: str | os.PathLike[str], how: RunFileMode, *, binary: bool = F
 
 def make_dir(path: Path, *, exist_ok: bool = False) -> None:
     """`path` made DIR_MODE (less where the umask asks); missing parents as `mkdir -p` makes them."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.mkdir(mode=DIR_MODE, exist_ok=exist_ok)
+    try:
+        path.mkdir(mode=DIR_MODE, exist_ok=exist_ok)
+    except FileNotFoundError:  # a parent is missing (a parent that is a file: ENOTDIR, raised)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=DIR_MODE, exist_ok=exist_ok)
 
 
 def replace_file(path: Path, data: bytes, mode: int | None = None) -> None:

@@ -10,10 +10,8 @@ regression fails instead of hanging the suite.
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,17 +28,8 @@ OTHER_UID = 54_321
 
 
 @pytest.fixture(autouse=True)
-def no_hang() -> Iterator[None]:
-    """A blocking open fails the test after 10 s (SIGALRM interrupts it) rather than hanging."""
-
-    def hung(signo: int, frame: object) -> None:
-        raise TimeoutError("blocked: a FIFO was opened without O_NONBLOCK")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(10)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+def _bounded(no_hang: None) -> None:
+    """Every test here opens what could block: bounded (conftest.no_hang)."""
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from cache.workload import PRESETS
 from hicache_cli.api import with_sglang
 from hicache_cli.config import DEFAULT_POLICY, DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.files import append_regular
 from hicache_cli.launch.launcher import LOOPBACK, EarlyStop, pick_port
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.run import RunResult, execute
@@ -203,8 +204,7 @@ def append_step_summary(markdown: str) -> None:
     if not path:
         return
     try:
-        with open(path, "a", encoding="utf-8") as summary:
-            summary.write(markdown + "\n")
+        append_regular(path, (markdown + "\n").encode("utf-8"))  # a FIFO there would block the command's end
     except OSError as exc:
         say(f"warning: cannot add to the step summary {path}: {exc.strerror or exc}")
 
