@@ -59,7 +59,11 @@ def run_marked(item: pytest.Function) -> RanksResult:
         argnames = body_argnames(item)
         values = handed_values(item, argnames)
     except (MarkerError, Refused) as exc:
-        pytest.fail(str(exc), pytrace=False)
+        problem = str(exc)
+    else:
+        problem = None
+    if problem is not None:  # failed outside the handler: pytest would print the line twice, chained
+        pytest.fail(problem, pytrace=False)
     factory = item.funcargs["tmp_path_factory"]
     run_dir = factory.mktemp(_dir_name(item.name), numbered=True)
     request = rank_request(item, spec, argnames)
