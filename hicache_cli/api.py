@@ -12,6 +12,7 @@ beyond checking the config first and typing the result.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -59,7 +60,7 @@ def run(
 
 
 def trace(
-    command: Sequence[str],
+    command: str | Sequence[str | os.PathLike[str]],
     *,
     duration_s: float | None = None,
     loop: str | None = None,
@@ -76,12 +77,15 @@ def trace(
     starts a torch.distributed process group (as `hicache trace -- COMMAND`) and return
     the report: per process, its Works by creation site.
 
+    `command`: the program and its arguments, a list as subprocess takes them, or one
+    string split as a POSIX shell splits words (shlex.split: quotes group, nothing else of
+    a shell happens), so `"torchrun --nproc-per-node 2 train.py"` is four arguments.
     `duration_s`: stop the program after this long (default: let it run to its end).
     `capture_output`: the program's output goes to program.log in the run directory
     instead of this process's stdout and stderr.
     """
     config = traced_config(
-        list(command),
+        command_argv(command),
         loop,
         duration_s or 0.0,
         probe_hz,
@@ -92,6 +96,23 @@ def trace(
     directory = create_run_dir(_path(run_dir), "trace")
     result = execute(config, directory, on_samples or _ignore, early_stop=early_stop, passthrough=not capture_output)
     return Report.read(result.report or {}, result.report_path)
+
+
+def command_argv(command: str | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """trace's `command` as argv: a string split as shell words, a sequence taken as it is.
+    Was: a string taken as a sequence of one-character arguments ("cannot run 't'")."""
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:  # an unclosed quote
+            raise UsageError(f"command {command!r}: {exc}") from None
+    elif isinstance(command, Sequence) and all(isinstance(a, (str, os.PathLike)) for a in command):
+        argv = [os.fspath(a) for a in command]
+    else:
+        raise UsageError(f"command: a string or a list of strings, got {command!r}")
+    if not argv:
+        raise UsageError("command: no program given")
+    return argv
 
 
 def load_report(path: str | os.PathLike[str]) -> Report:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.errors import UsageError
+from hicache_cli.files import read_bytes, run_file
 from hicache_cli.protocol import CONFIG_FILE
 
 DEFAULT_POLICY = "reap"  # the incident's: hicache's model leaks under it
@@ -16,6 +17,7 @@ DEFAULT_PROBE_HZ = 10.0
 MAX_WORLD_SIZE = 64
 DEVICES = ("auto", "cpu", "cuda")
 PP_BACKENDS = ("gloo", "nccl")
+CONFIG_LIMIT = 16 << 20  # config.json is a few kB; a larger one is not a config
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,29 @@ class StressConfig:
         return cls(**values)
 
     def save(self, run_dir: Path) -> None:
-        (run_dir / CONFIG_FILE).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        """config.json, created exclusively in the run directory (never through a symlink)."""
+        path = run_dir / CONFIG_FILE
+        try:
+            with run_file(path, "new") as fh:
+                fh.write(json.dumps(self.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
     @classmethod
     def load(cls, run_dir: Path) -> StressConfig:
-        return cls.from_dict(json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8")))
+        """config.json read back; anything that is not one is a UsageError in one line."""
+        path = run_dir / CONFIG_FILE
+        try:
+            data = json.loads(read_bytes(path, follow=False, limit=CONFIG_LIMIT))
+            if not isinstance(data, dict):
+                raise ValueError(f"a JSON {type(data).__name__}, not an object")
+            return cls.from_dict(data)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+        except (ValueError, TypeError, RecursionError) as exc:  # not JSON, too deep, or not a config's fields
+            raise UsageError(f"{path}: not a hicache run's config ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:200]

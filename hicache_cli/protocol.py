@@ -28,8 +28,9 @@ def samples_file(run_dir: Path, rank: int) -> Path:
 
 
 def sample_files(run_dir: Path) -> dict[int, Path]:
-    """The rank files a run directory holds, by rank."""
-    return {int(path.stem.split("-", 1)[1]): path for path in sorted(run_dir.glob(SAMPLES_GLOB))}
+    """The rank files a run directory holds, by rank (`rank-x.jsonl` is none)."""
+    found = ((path.stem.split("-", 1)[1], path) for path in sorted(run_dir.glob(SAMPLES_GLOB)))
+    return {int(rank): path for rank, path in found if rank.isdigit() and rank.isascii()}
 
 
 def log_file(run_dir: Path, rank: int) -> Path:

@@ -13,24 +13,59 @@ import time
 from pathlib import Path
 
 from hicache_cli.errors import UsageError
-from hicache_cli.protocol import CLAIM_FILE, CONFIG_FILE, LOGS_GLOB, REPORT_FILE, SAMPLES_GLOB, TORCHRUN_LOG
+from hicache_cli.files import (
+    DIR_MODE,
+    Refused,
+    kind_of,
+    make_dir,
+    open_run_file,
+    read_bytes,
+    replace_file,
+    resolve_output,
+)
+from hicache_cli.protocol import (
+    CLAIM_FILE,
+    CONFIG_FILE,
+    LINK_FILE,
+    LOGS_GLOB,
+    REPORT_FILE,
+    SAMPLES_GLOB,
+    STACKS_GLOB,
+    TORCHRUN_LOG,
+)
+from hicache_cli.tracer.protocol import PROGRAM_LOG, STOP_FILE
 
 DEFAULT_ROOT = Path("hicache-runs")
-# What an earlier run (or compare-policies, sglang-scan) leaves: never written over.
-EARLIER_RUN = (CLAIM_FILE, CONFIG_FILE, REPORT_FILE, TORCHRUN_LOG, "compare.json", "scan.json")
-EARLIER_RUN_GLOBS = (SAMPLES_GLOB, LOGS_GLOB)
+# What an earlier run (or compare-policies, sglang-scan) leaves: never written over. Each is
+# also a name a run writes, so one found there (a file, or a link another user planted in a
+# shared --run-dir) refuses the directory before anything is written.
+EARLIER_RUN = (
+    CLAIM_FILE,
+    CONFIG_FILE,
+    REPORT_FILE,
+    TORCHRUN_LOG,
+    PROGRAM_LOG,
+    STOP_FILE,
+    LINK_FILE,
+    "compare.json",
+    "scan.json",
+)
+EARLIER_RUN_GLOBS = (SAMPLES_GLOB, LOGS_GLOB, STACKS_GLOB)
 
 
 def create_run_dir(requested: Path | None, policy: str) -> Path:
-    """Make and claim a fresh run directory (default ./hicache-runs/<time>-<policy>/) or fail clearly."""
+    """Make and claim a fresh run directory (default ./hicache-runs/<time>-<policy>/) or fail
+    clearly. A directory made here is 0700 (less if the umask asks): the command line and the
+    program's output are the user's alone."""
     if requested is None:
         path = _new_default_dir(policy)
     else:
         path = requested
+        _refuse_foreign_links(path, f"--run-dir {path}")
         if (found := earlier_run(path)) is not None:
             raise UsageError(f"--run-dir {path} already holds a run ({found}); choose an empty or new directory")
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            make_dir(path, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
     _claim(path)
@@ -50,13 +85,17 @@ def earlier_run(path: Path) -> str | None:
 
 def _new_default_dir(policy: str) -> Path:
     """./hicache-runs/<time>-<policy>[-N]/, made with an exclusive mkdir: never one another run made."""
+    _check_default_root()
+    try:
+        make_dir(DEFAULT_ROOT, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the run directory {DEFAULT_ROOT}: {exc.strerror or exc}") from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     suffix = 1
     while True:
         path = DEFAULT_ROOT / (f"{stamp}-{policy}" if suffix == 1 else f"{stamp}-{policy}-{suffix}")
         try:
-            DEFAULT_ROOT.mkdir(parents=True, exist_ok=True)
-            path.mkdir()
+            path.mkdir(mode=DIR_MODE)
             return path
         except FileExistsError:
             suffix += 1
@@ -64,10 +103,35 @@ def _new_default_dir(policy: str) -> Path:
             raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
 
 
+def _check_default_root() -> None:
+    """./hicache-runs is followed only where another user could not have put it: not their
+    symlink in a directory others can write, not a directory they own (its owner can rename
+    the runs in it and put anything in their place). Root's is trusted, as root is."""
+    _refuse_foreign_links(DEFAULT_ROOT, f"cannot use {DEFAULT_ROOT}")
+    try:
+        owner = os.stat(DEFAULT_ROOT).st_uid
+    except OSError:
+        return  # not there yet (made 0700 below), or not usable: the mkdir says why
+    if owner not in (os.geteuid(), 0):
+        raise UsageError(
+            f"cannot use {DEFAULT_ROOT}: it belongs to another user (uid {owner}), who could replace what "
+            "hicache writes there; choose a directory with --run-dir"
+        )
+
+
+def _refuse_foreign_links(path: Path, what: str) -> None:
+    try:
+        resolve_output(path)
+    except Refused as exc:
+        raise UsageError(f"{what}: {exc.filename} is {exc.strerror}") from None
+    except OSError as exc:
+        raise UsageError(f"{what}: {exc.strerror or exc}") from None
+
+
 def _claim(path: Path) -> None:
     """Create the claim file exclusively (it also proves the directory writable)."""
     try:
-        fd = os.open(path / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = open_run_file(path / CLAIM_FILE, "new")
     except FileExistsError:
         raise UsageError(
             f"--run-dir {path} already holds a run ({CLAIM_FILE}: another hicache claimed it); "
@@ -79,48 +143,62 @@ def _claim(path: Path) -> None:
         fh.write(f"pid {os.getpid()} on {socket.gethostname()}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
 
 
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def output_problem(path: Path) -> str | None:
-    """Why write_atomically could not write `path`, or None: its directory is missing, or it
-    names something other than a regular file (followed through symlinks)."""
-    target = Path(os.path.realpath(path))
+    """Why write_atomically could not write `path`, or None: another user's symlink on the
+    way (files.resolve_output), its directory is missing, or it names something other than
+    a regular file (followed through the symlinks it may follow)."""
     try:
+        target = resolve_output(path)
         mode = os.stat(target).st_mode
+    except Refused as exc:
+        return f"{exc.filename} is {exc.strerror}"
     except FileNotFoundError:
         return None if target.parent.is_dir() else f"directory {path.parent} does not exist"
     except OSError as exc:
         return str(exc.strerror or exc)
     if stat.S_ISREG(mode):
         return None
-    kind = next((name for test, name in _KINDS if test(mode)), "something")
-    return f"{kind}, not a regular file (hicache writes files whole, by replacing them)"
+    return f"{kind_of(mode)}, not a regular file (hicache writes files whole, by replacing them)"
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:
     """Write `data` (text goes as UTF-8) so that readers see the old file or the whole new one, never a part.
 
-    A symlink is followed to the file it names; anything but a regular file (a device, a
-    FIFO, a directory) is refused, never replaced: os.replace would put a file in its place.
+    A symlink is followed to the file it names, unless another user planted it in a
+    directory others can write (refused: files.resolve_output); anything but a regular file
+    (a device, a FIFO, a directory) is refused, never replaced: os.replace would put a file
+    in its place. A file that exists keeps its mode; a new one is 0600 (less if the umask asks).
     """
     if (problem := output_problem(path)) is not None:
         raise UsageError(f"cannot write {path}: {problem}")
-    target = Path(os.path.realpath(path))
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        with tmp.open("wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
+        target = resolve_output(path)
+        try:
+            mode: int | None = stat.S_IMODE(os.stat(target).st_mode) & 0o777
+        except FileNotFoundError:
+            mode = None
+        replace_file(target, data.encode("utf-8") if isinstance(data, str) else data, mode)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        tmp.unlink(missing_ok=True)  # gone already once replaced
+
+
+def write_run_file(path: Path, data: str | bytes) -> None:
+    """A run directory's file replaced whole (report.json, a rank's outcome): readers see the
+    old file or the new one. The rename replaces the name itself: a symlink someone put there
+    is replaced, never written through. Text goes as UTF-8."""
+    try:
+        replace_file(path, data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def touch_run_file(path: Path) -> None:
+    """Create a run directory's marker file (trace-stop, release, rank-N.started), never
+    through a symlink. Raises OSError."""
+    os.close(open_run_file(path, "append"))
+
+
+def read_run_text(path: Path) -> str:
+    """A run directory's text file (a log, a stack dump), never through a symlink, never a
+    FIFO or device; undecodable bytes replaced. Raises OSError."""
+    return read_bytes(path, follow=False).decode("utf-8", errors="replace")

@@ -18,8 +18,10 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from hicache_cli.errors import UsageError
+from hicache_cli.files import open_regular
 from hicache_cli.protocol import sample_files
 
 
@@ -157,7 +159,7 @@ class LineDecoder:
         or before the rank's first complete line)."""
         try:
             data = _parse(line.decode() if isinstance(line, bytes) else line)
-        except ValueError:  # not JSON, or not UTF-8
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past what json decodes
             return None
         if not isinstance(data, dict) or not LINE_KEYS <= data.keys():
             return None
@@ -188,6 +190,15 @@ def decode_lines(lines: Iterable[str | bytes]) -> list[Sample]:
     return [s for line in lines if (s := decoder.decode(line)) is not None]
 
 
+def _open_rank_file(path: Path) -> IO[bytes]:
+    """A rank file opened for reading: never through a symlink, never a FIFO (whose read
+    would block) or a directory. Anything else under a rank file's name is one line."""
+    try:
+        return open_regular(path, follow=False)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it as a rank's samples: {exc.strerror or exc}") from None
+
+
 class LineTail:
     """New complete lines of the rank files of a run directory, as they grow.
 
@@ -210,7 +221,7 @@ class LineTail:
         budget = None if max_bytes is None else max(self.CHUNK, max_bytes // max(1, len(files)))
         caught_up = True
         for rank, path in files.items():
-            with path.open("rb") as fh:
+            with _open_rank_file(path) as fh:
                 fh.seek(self._offsets.get(path, 0))
                 rest, read = b"", 0
                 while chunk := fh.read(self.CHUNK):

@@ -187,3 +187,16 @@ def test_report_md_names_every_sample_key() -> None:
     first_cells = " ".join(line.split("|")[1] for line in table.splitlines() if line.startswith("| `"))
     missing = [f.name for f in fields(Sample) if f"`{f.name}`" not in first_cells]
     assert missing == []
+
+
+def test_security_md_names_every_file_a_run_writes_and_its_modes() -> None:
+    """docs/security.md's table is the code's: every name that makes a --run-dir an earlier
+    run's (each one a file a run writes), and the modes files and directories are made with."""
+    from hicache_cli.files import DIR_MODE, FILE_MODE
+    from hicache_cli.pytest_ranks.protocol import ARGS, RELEASE, REQUEST
+    from hicache_cli.rundir import EARLIER_RUN, EARLIER_RUN_GLOBS
+
+    text = (DOCS / "security.md").read_text()
+    names = [*EARLIER_RUN, *(g.replace("*", "N") for g in EARLIER_RUN_GLOBS), REQUEST, ARGS, RELEASE]
+    assert [n for n in names if f"`{n}`" not in text] == []
+    assert f"`{FILE_MODE:04o}`" in text and f"`{DIR_MODE:04o}`" in text

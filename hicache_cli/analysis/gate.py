@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hicache_cli.analysis.trace_report import nothing_traced
 from hicache_cli.errors import EXIT_FINDING, EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -63,7 +64,7 @@ def evaluate(report: dict[str, Any], limits: Thresholds) -> list[Assertion]:
 def _program(report: dict[str, Any]) -> list[Assertion]:
     """A traced program must have been watched, and must have ended well, for a pass to mean anything."""
     if not any(r.get("samples") for r in report["ranks"]):
-        return [Assertion(None, "traced", None, "no process of the program started a torch.distributed process group")]
+        return [Assertion(None, "traced", None, nothing_traced(report))]
     code = report.get("program_exit_code")
     if code not in (0, None) and not report.get("program_stopped"):  # its own end, not hicache's stop
         return [Assertion(None, "program", None, f"the program exited with code {code}")]

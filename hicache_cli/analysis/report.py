@@ -26,8 +26,9 @@ from hicache_cli.analysis.trace_report import top_site_line, works_summary
 from hicache_cli.analysis.watchdog import Stall, blocked_frame
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.files import read_bytes
 from hicache_cli.protocol import REPORT_FILE, stacks_file
-from hicache_cli.rundir import write_atomically
+from hicache_cli.rundir import read_run_text, write_atomically, write_run_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RankSeries, RunSeries, Totals
 from hicache_cli.sglang_target.extract import waits_on_next_stage
@@ -337,7 +338,7 @@ def _failures(
         if rank in stalls:
             stall = stalls[rank]
             stack = stacks_file(run_dir, rank) if run_dir is not None else None
-            dump = stack.read_text(encoding="utf-8", errors="replace") if stack and stack.is_file() else ""
+            dump = _stack_dump(stack) if stack else ""
             frame = blocked_frame(dump)
             message = stall.message + (f"; stack top: {frame}" if frame else "")
             failure = _failure(rank, stall.kind, message, stall.since_t, None, None, stack.name if dump else None)
@@ -459,34 +460,52 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
+def _stack_dump(path: Path) -> str:
+    try:
+        return read_run_text(path)
+    except OSError:  # none was dumped (or what is there is not a file hicache wrote)
+        return ""
+
+
 def write_report(report: dict[str, Any], run_dir: Path, extra_path: Path | None = None) -> Path:
+    """report.json in the run directory (never through a symlink there) and, with
+    `extra_path`, the user's --report (an output: see rundir.write_atomically)."""
     text = json.dumps(report, indent=2) + "\n"
     path = run_dir / REPORT_FILE
-    write_atomically(path, text)
+    write_run_file(path, text)
     if extra_path is not None:
         write_atomically(extra_path, text)
     return path
 
 
+REPORT_LIMIT = 512 << 20  # a day-long run's report is a few MB; past this, not a report
+
+
 def load_report(path: Path) -> dict[str, Any]:
-    """Read a report back; anything that is not a report of a known schema is a UsageError."""
+    """Read a report back; anything that is not a report of a known schema is a UsageError.
+    Total over its input: a FIFO or a device is refused before anything is read (no read
+    hangs), and JSON nested past what the decoder takes is one line, not a RecursionError."""
+    if path.is_dir():
+        if os.path.lexists(path / REPORT_FILE):
+            return load_report(path / REPORT_FILE)
+        raise UsageError(f"{path}: a directory without a {REPORT_FILE}")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bytes(path, limit=REPORT_LIMIT).decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such report") from None
-    except IsADirectoryError:
-        candidate = path / REPORT_FILE
-        if candidate.is_file():
-            return load_report(candidate)
-        raise UsageError(f"{path}: a directory without a {REPORT_FILE}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read it ({exc})") from None
+        why = (exc.strerror or exc) if isinstance(exc, OSError) else exc
+        raise UsageError(f"{path}: cannot read it ({why})") from None
     try:
         report = json.loads(text)
     except json.JSONDecodeError as exc:
         body = text.strip()
         cut = body.startswith("{") and (not body.endswith("}") or exc.pos >= len(text.rstrip()))
         raise UsageError(f"{path}: {'truncated' if cut else 'not JSON'} ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:  # nested deeper than json decodes ("[" x 200,000)
+        raise UsageError(f"{path}: not a hicache report (JSON nested too deeply to read)") from None
+    except ValueError as exc:  # JSON, but not a value Python takes (an integer of 5,000 digits)
+        raise UsageError(f"{path}: not a hicache report ({str(exc)[:200]})") from None
     if not isinstance(report, dict) or "schema_version" not in report:
         raise UsageError(f"{path}: not a hicache report (no schema_version)")
     missing = [key for key in REQUIRED_KEYS if key not in report]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_cli.protocol import TORCHRUN_LOG
+from hicache_cli.rundir import read_run_text
 
 _ENTRY = re.compile(r"rank\s*:\s*(?P<rank>\d+)\s*\(local_rank[^)]*\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
 
@@ -46,7 +47,7 @@ def worker_exits(log_text: str) -> dict[int, WorkerExit]:
 def worker_exits_in(run_dir: Path) -> dict[int, WorkerExit]:
     """The failed workers that torchrun's log in `run_dir` names (none if there is no log)."""
     try:
-        text = (run_dir / TORCHRUN_LOG).read_text(encoding="utf-8", errors="replace")
+        text = read_run_text(run_dir / TORCHRUN_LOG)
     except OSError:
         return {}
     return worker_exits(text)

@@ -4,6 +4,7 @@ the one line that names where a leak comes from. Pure functions over samples."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from hicache_cli.series import Totals
@@ -48,3 +49,49 @@ def top_site_line(works: dict[str, Any] | None) -> str | None:
     if top.get("live_max", 0) > 1:  # released by the end (the program exited), not waited
         return f"up to {top['live_max']} live Works created at {site_text(top)}, never waited, released at the end"
     return None
+
+
+NOTHING_TRACED = "no process of the program started a torch.distributed process group"
+_PYTHON = re.compile(r"(python|pypy)[0-9.]*")
+# Flags of the interpreter that keep hicache's tracer out (docs/trace.md, Limits): it is
+# loaded by sitecustomize from PYTHONPATH. -E ignores PYTHON* variables, -I implies -E, -S
+# skips the site module that imports sitecustomize.
+_UNTRACEABLE = {
+    "I": "-I, which ignores PYTHONPATH",
+    "E": "-E, which ignores PYTHONPATH",
+    "S": "-S, which skips the site module",
+}
+_TAKES_VALUE = "cmWX"  # the rest of the cluster (or the next argument) is that flag's value
+
+
+def untraceable_flag(command: list[str]) -> str | None:
+    """Why a `python ...` command line cannot be traced (`-I, which ignores PYTHONPATH`), or None:
+    only the interpreter's own flags, before its script, -c or -m, count."""
+    if not command or not _PYTHON.fullmatch(os.path.basename(command[0])):
+        return None
+    args = iter(command[1:])
+    for arg in args:
+        if arg == "--" or arg == "-" or not arg.startswith("-"):
+            return None  # the script (or stdin): its own arguments follow
+        if arg.startswith("--"):
+            continue  # no long option keeps the tracer out
+        for at, flag in enumerate(arg[1:], start=2):
+            if flag in _UNTRACEABLE:
+                return _UNTRACEABLE[flag]
+            if flag in _TAKES_VALUE:
+                if flag in "cm":
+                    return None  # the program follows
+                if at == len(arg):
+                    next(args, None)  # -W ignore: the value is the next argument
+                break  # -Wignore: the value is the rest of this one
+    return None
+
+
+def nothing_traced(report: dict[str, Any]) -> str:
+    """The line for a trace whose program never started a process group, naming the
+    documented limit when the command line shows it (`python -I`)."""
+    command = ((report.get("config") or {}).get("trace") or {}).get("command") or []
+    flag = untraceable_flag([str(a) for a in command]) if isinstance(command, list) else None
+    if flag is None:
+        return NOTHING_TRACED
+    return f"{NOTHING_TRACED}: the program runs python {flag}, so hicache's tracer never loads (docs/trace.md, Limits)"

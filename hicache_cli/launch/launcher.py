@@ -27,6 +27,7 @@ from hicache_cli.analysis.torchrun_log import worker_exits_in
 from hicache_cli.analysis.watchdog import Stall, find_stalls
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.files import run_file
 from hicache_cli.launch.nodes import Feeder, Head, NodeSpec
 from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
 from hicache_cli.protocol import EARLY_STOP, NODE_ENV, OWNER_ENV, SECRET_ENV, STACKS, TORCHRUN_LOG
@@ -220,7 +221,11 @@ def launch(
 
 
 def _start_torchrun(config: LaunchConfig, port: int) -> subprocess.Popen[bytes]:
-    with (config.run_dir / TORCHRUN_LOG).open("ab") as log:
+    try:
+        log = run_file(config.run_dir / TORCHRUN_LOG, "append", binary=True)  # never through a symlink
+    except OSError as exc:
+        raise UsageError(f"cannot write {config.run_dir / TORCHRUN_LOG}: {exc.strerror or exc}") from None
+    with log:
         return subprocess.Popen(
             torchrun_command(config, port),
             stdout=log,

@@ -16,6 +16,7 @@ the node its samples, which stay complete in its own run directory.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import socket
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.errors import UsageError
+from hicache_cli.files import read_bytes, run_file
 from hicache_cli.launch.node_messages import FOREIGN_LINES, hello, push
 from hicache_cli.launch.node_server import Joined, LinkServer, Pushed, Refused, Rejected
 from hicache_cli.launch.node_wire import (
@@ -43,7 +45,7 @@ from hicache_cli.launch.node_wire import (
     share_local_secret,
 )
 from hicache_cli.protocol import LINK_FILE, STACKS_GLOB, samples_file, stacks_file
-from hicache_cli.rundir import write_atomically
+from hicache_cli.rundir import read_run_text, write_run_file
 from hicache_cli.sample import LineTail
 
 HEARD_EVERY_S = 0.5  # a feeder pushes this often, lines or not: its heartbeat
@@ -195,11 +197,12 @@ class Head:
             if self.owners.setdefault(rank, event.node) != event.node:
                 self.dropped[FOREIGN_LINES] += len(lines)
                 continue
-            with samples_file(self.run_dir, rank).open("a", encoding="utf-8") as fh:
+            with run_file(samples_file(self.run_dir, rank), "append") as fh:
                 fh.write("".join(line + "\n" for line in lines))
         for rank, dump in pushed.stacks.items():
             if self.owners.setdefault(rank, event.node) == event.node:
-                stacks_file(self.run_dir, rank).write_text(dump, encoding="utf-8")
+                with run_file(stacks_file(self.run_dir, rank), "truncate") as fh:
+                    fh.write(dump)
         if pushed.done:
             state.done = True
             state.exits.update({r: e for r, e in pushed.exits.items() if self.owners.get(r, event.node) == event.node})
@@ -219,7 +222,7 @@ class Head:
                 break
             time.sleep(0.1)
         record = {"dropped": dict(self.dropped), "refused": {str(k): why for k, why in self.refused.items()}}
-        write_atomically(self.run_dir / LINK_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
+        write_run_file(self.run_dir / LINK_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
     def silent_nodes(self, after_s: float | None = None) -> list[int]:
         after_s = LOST_AFTER_S if after_s is None else after_s
@@ -259,7 +262,7 @@ class Head:
 def link_summary(run_dir: Path) -> str | None:
     """What node 0's link dropped during the run (its LINK_FILE), in one line; None if nothing."""
     try:
-        dropped = json.loads((run_dir / LINK_FILE).read_text(encoding="utf-8"))["dropped"]
+        dropped = json.loads(read_bytes(run_dir / LINK_FILE, follow=False))["dropped"]
     except FileNotFoundError:
         return None
     counts = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()) if n)
@@ -319,11 +322,12 @@ class Feeder:
         """The local ranks ended: push the last lines, the exits and stack dumps, and say so."""
         if self.link_error is not None:
             return
-        stacks = {  # what this node's watchdog had its stuck ranks dump, for node 0's report
-            int(rank): path.read_text(encoding="utf-8", errors="replace")
-            for path in self.run_dir.glob(STACKS_GLOB)
-            if (rank := path.name.removeprefix("rank-").split(".")[0]).isdigit() and path.stat().st_size
-        }
+        stacks = {}  # what this node's watchdog had its stuck ranks dump, for node 0's report
+        for path in self.run_dir.glob(STACKS_GLOB):
+            if (rank := path.name.removeprefix("rank-").split(".")[0]).isdigit():
+                with contextlib.suppress(OSError):  # gone, or not a file hicache wrote: no dump
+                    if dump := read_run_text(path):
+                        stacks[int(rank)] = dump
         self._push(push(self._new_lines(), done=True, exits=exits, stacks=stacks))
         self.channel.close()
 

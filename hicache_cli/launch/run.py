@@ -106,5 +106,5 @@ def _write_up(
 def _drop_empty_stack_files(run_dir: Path) -> None:
     """Every rank opens a stack file for the watchdog; only the ones written to matter."""
     for path in run_dir.glob(STACKS_GLOB):
-        if path.stat().st_size == 0:
+        if path.lstat().st_size == 0:  # (a link someone put there is removed, never followed)
             path.unlink()

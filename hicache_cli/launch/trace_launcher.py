@@ -20,15 +20,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import psutil
 
 from hicache_cli.analysis.watchdog import find_stalls
 from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.files import run_file
 from hicache_cli.launch.launcher import EarlyStop, GuardedView, LaunchResult
 from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
 from hicache_cli.protocol import STACKS
+from hicache_cli.rundir import touch_run_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
 from hicache_cli.tracer import protocol
@@ -205,7 +208,7 @@ def _start(config: TraceLaunch) -> subprocess.Popen[bytes]:
     env = protocol.environment(
         dict(os.environ), config.run_dir, config.stress.probe_hz, config.stress.trace.get("loop"), owner_token()
     )
-    log = None if config.passthrough else (config.run_dir / protocol.PROGRAM_LOG).open("ab")
+    log = None if config.passthrough else _program_log(config.run_dir / protocol.PROGRAM_LOG)
     try:
         return subprocess.Popen(
             config.command,
@@ -221,6 +224,13 @@ def _start(config: TraceLaunch) -> subprocess.Popen[bytes]:
     finally:
         if log is not None:
             log.close()
+
+
+def _program_log(path: Path) -> IO[bytes]:
+    try:
+        return run_file(path, "append", binary=True)  # never through a symlink someone put there
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _supervise(
@@ -264,7 +274,7 @@ def _stop(config: TraceLaunch, tree: ProgramTree, follower: RunFollower) -> None
     """Final lines first (the stop file), then SIGINT, SIGTERM, SIGKILL, each after a grace."""
     stop_file = config.run_dir / protocol.STOP_FILE
     with contextlib.suppress(OSError):
-        stop_file.touch()
+        touch_run_file(stop_file)
     deadline = time.monotonic() + FINAL_LINES_WAIT_S
     while time.monotonic() < deadline and not _all_final(follower.poll(), tree):
         time.sleep(0.1)

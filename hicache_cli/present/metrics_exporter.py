@@ -9,6 +9,8 @@ run directory.
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +33,20 @@ def check_metrics_options(port: int | None, host: str | None) -> None:
         return
     if not 0 <= port <= 65535:
         raise UsageError(f"--metrics-port: {port} is not a valid TCP port (0-65535; 0 picks a free one)")
+
+
+def beyond_loopback(address: str) -> bool:
+    """Whether a server bound to `address` can be reached from other machines: anything but
+    a loopback address, or a name that resolves only to loopback ones."""
+    try:
+        return not ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(address, None)}
+    except OSError:
+        return True  # cannot tell: say so rather than stay silent
+    return not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found)
 
 
 class MetricsExporter:

@@ -27,19 +27,19 @@ def _pyplot():  # noqa: ANN202 - the module, typed loosely on purpose
     return plt
 
 
-def output_path(out: Path) -> Path:
-    """Where a plot asked for at `out` is written: a name without a suffix gets `.png`."""
-    return out if out.suffix else out.with_suffix(".png")
+def plot_format(out: Path) -> str:
+    """The image format for `out`: its suffix's, PNG for a name without one. The file written
+    is always the one named: `-o /dev/full` was once written as /dev/full.png."""
+    return out.suffix.lstrip(".").lower() or "png"
 
 
 def plot_reports(reports: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
     """One figure: RSS (top) and depth (bottom) for every rank of every (label, report).
 
-    Returns the path written (see output_path).
+    Returns the path written: `out` itself, whatever its suffix (see plot_format).
     """
-    out = output_path(out)
     plt = _pyplot()
-    if out.suffix.lstrip(".").lower() not in plt.gcf().canvas.get_supported_filetypes():
+    if plot_format(out) not in plt.gcf().canvas.get_supported_filetypes():
         plt.close("all")
         raise UsageError(f"{out}: matplotlib cannot write {out.suffix!r} files; use .png, .svg or .pdf")
     fig, (ax_rss, ax_depth) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
@@ -69,7 +69,7 @@ def plot_reports(reports: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
     fig.tight_layout()
     image = io.BytesIO()
     try:
-        fig.savefig(image, dpi=110, format=out.suffix.lstrip(".").lower())
+        fig.savefig(image, dpi=110, format=plot_format(out))
     finally:
         plt.close(fig)
     write_atomically(out, image.getvalue())  # the same write as every other output

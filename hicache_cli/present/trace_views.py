@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from hicache_cli.analysis.trace_report import site_text
+from hicache_cli.analysis.trace_report import NOTHING_TRACED, nothing_traced, site_text
 from hicache_cli.units import format_bytes
 
 SITES_SHOWN = 3  # per process, in the lines under the table
@@ -61,6 +61,7 @@ def trace_lines(report: dict[str, Any]) -> list[str]:
                     f"    {site['live']:>8} live  {site['created']:>8} created  {site_text(site)}  ({site['file']})"
                 )
     if not any(r.get("samples") for r in report["ranks"]):
-        lines.append("no process of the program started a torch.distributed process group: nothing to trace")
+        why = nothing_traced(report)
+        lines.append(why if why != NOTHING_TRACED else f"{why}: nothing to trace")
     lines += [f"failure: rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"]]
     return lines

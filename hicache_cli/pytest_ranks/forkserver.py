@@ -33,8 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from hicache_cli.files import open_run_file, read_bytes, run_file
 from hicache_cli.lifecycle import parent_death_signal
-from hicache_cli.pytest_ranks.protocol import exit_file, log_file, write_atomically
+from hicache_cli.pytest_ranks.protocol import exit_file, log_file, write_run_file
 
 SERVER_MODULE = "hicache_cli.pytest_ranks.forkserver"
 READY_TIMEOUT_S = 300.0  # the server's torch import, on a loaded machine
@@ -64,7 +65,8 @@ class ForkedRank:
         if self.returncode is not None:
             return self.returncode
         try:
-            self.returncode = int(json.loads(exit_file(self.run_dir, self.rank).read_text())["returncode"])
+            written = read_bytes(exit_file(self.run_dir, self.rank), follow=False)
+            self.returncode = int(json.loads(written)["returncode"])
             return self.returncode
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -101,7 +103,7 @@ class ForkServer:
     """pytest's end: start the server once, ask it for ranks, stop it at the end."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        with log.open("ab") as out:
+        with run_file(log, "append", binary=True) as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", SERVER_MODULE],
                 env=env,
@@ -239,7 +241,7 @@ def _child(run_dir: Path, rank: int, env: dict[str, str], cwd: str, arm: Callabl
         os.setsid()
         if arm is not None:
             arm()  # the server's death: SIGTERM (the server dies with pytest)
-        out = os.open(log_file(run_dir, rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        out = open_run_file(log_file(run_dir, rank), "truncate")
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)
@@ -274,7 +276,7 @@ def _reap(children: dict[int, tuple[Path, int]]) -> None:
         if where is not None:
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
             with contextlib.suppress(OSError):
-                write_atomically(exit_file(*where), json.dumps({"returncode": code}))
+                write_run_file(exit_file(*where), json.dumps({"returncode": code}))
 
 
 def _reply(replies: IO[bytes], message: dict[str, Any]) -> None:

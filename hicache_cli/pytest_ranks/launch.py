@@ -25,6 +25,7 @@ from typing import Protocol
 
 import psutil
 
+from hicache_cli.files import run_file
 from hicache_cli.lifecycle import parent_death_signal
 from hicache_cli.pytest_ranks.forkserver import ForkServer, ForkServerError
 from hicache_cli.pytest_ranks.protocol import (
@@ -37,6 +38,7 @@ from hicache_cli.pytest_ranks.protocol import (
     started_file,
 )
 from hicache_cli.pytest_ranks.results import LOG_TAIL_LINES, RankEnd, RankOutcome
+from hicache_cli.rundir import read_run_text, touch_run_file
 from hicache_cli.series import RunFollower, RunSeries
 from hicache_cli.tracer import protocol as trace_protocol
 
@@ -169,7 +171,7 @@ class Ranks:
         unreported = [i for i, p in enumerate(self.procs) if p.poll() is None and not Outcome.read(self.run_dir, i)]
         self._end(unreported)
         with contextlib.suppress(OSError):
-            (self.run_dir / RELEASE).touch()
+            touch_run_file(self.run_dir / RELEASE)
         _wait_until(lambda: all(p.poll() is not None for p in self.procs), EXIT_WAIT_S)
         self._end(list(range(len(self.procs))), descendants=True)
 
@@ -192,7 +194,7 @@ class Ranks:
 
 
 def _spawn(run_dir: Path, rank: int, env: dict[str, str], preexec: Callable[[], None] | None) -> RankProcess:
-    with log_file(run_dir, rank).open("wb") as log:
+    with run_file(log_file(run_dir, rank), "truncate", binary=True) as log:
         return subprocess.Popen(
             [sys.executable, "-m", RUNNER_MODULE, str(run_dir), str(rank)],
             env=env,
@@ -301,7 +303,7 @@ def _size(path: Path) -> int:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_run_text(path)
     except OSError:
         return ""
 

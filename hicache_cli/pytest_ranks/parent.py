@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.files import run_file
 from hicache_cli.lifecycle import owner_token
 from hicache_cli.pytest_ranks.forkserver import FORK_AVAILABLE, ForkServer, ForkServerError
 from hicache_cli.pytest_ranks.launch import common_environment, run_ranks
 from hicache_cli.pytest_ranks.protocol import ARGS, RankRequest, log_file
 from hicache_cli.pytest_ranks.results import RankEnd, RanksResult, assess, over_live_limit
 from hicache_cli.pytest_ranks.spec import GIVEN, MARKER, MarkerError, RanksSpec, spec_from_marker
+from hicache_cli.rundir import read_run_text
 
 RESULT_FIXTURE = "hicache_ranks_result"
 # Fixtures that act on the pytest process: their values mean nothing in a rank.
@@ -57,12 +59,17 @@ def run_marked(item: pytest.Function) -> RanksResult:
         argnames = body_argnames(item)
         values = handed_values(item, argnames)
     except (MarkerError, Refused) as exc:
-        pytest.fail(str(exc), pytrace=False)
+        problem = str(exc)
+    else:
+        problem = None
+    if problem is not None:  # failed outside the handler: pytest would print the line twice, chained
+        pytest.fail(problem, pytrace=False)
     factory = item.funcargs["tmp_path_factory"]
     run_dir = factory.mktemp(_dir_name(item.name), numbered=True)
     request = rank_request(item, spec, argnames)
     if values:
-        (run_dir / ARGS).write_bytes(pickle.dumps(values))
+        with run_file(run_dir / ARGS, "new", binary=True) as fh:
+            fh.write(pickle.dumps(values))
     request.write(run_dir)
     server = fork_server(item.config, factory.getbasetemp())
     launched = run_ranks(request, run_dir, partial(over_live_limit, max_live_works=spec.max_live_works), server)
@@ -131,7 +138,7 @@ def replay_output(run_dir: Path, ends: Sequence[RankEnd]) -> None:
     at once with -s)."""
     for end in ends:
         try:
-            text = log_file(run_dir, end.rank).read_text(encoding="utf-8", errors="replace")
+            text = read_run_text(log_file(run_dir, end.rank))
         except OSError:
             continue
         if text.strip():

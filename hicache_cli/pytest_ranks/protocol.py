@@ -16,10 +16,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from hicache_cli.files import read_bytes
+
 # rank-N.log and rank-N.stacks.txt, named as for hicache's own ranks (re-exported)
 from hicache_cli.protocol import log_file  # noqa: F401
 from hicache_cli.protocol import stacks_file as stack_file  # noqa: F401
-from hicache_cli.rundir import write_atomically  # noqa: F401 - readers see the whole file or none of it
+from hicache_cli.rundir import write_run_file  # readers see the whole file or none of it; never through a symlink
 
 REQUEST = "request.json"
 ARGS = "args.pickle"
@@ -63,11 +65,11 @@ class RankRequest:
     rewrite_asserts: bool  # pytest's assertion rewriting is on: do the same to the module
 
     def write(self, run_dir: Path) -> None:
-        write_atomically(run_dir / REQUEST, json.dumps(asdict(self), indent=1))
+        write_run_file(run_dir / REQUEST, json.dumps(asdict(self), indent=1))
 
     @classmethod
     def read(cls, run_dir: Path) -> RankRequest:
-        data = json.loads((run_dir / REQUEST).read_text(encoding="utf-8"))
+        data = json.loads(read_bytes(run_dir / REQUEST, follow=False))
         for name in ("qualname", "argnames", "sys_path"):
             data[name] = tuple(data[name])
         return cls(**data)
@@ -86,13 +88,13 @@ class Outcome:
     body_ended: float | None = None
 
     def write(self, run_dir: Path) -> None:
-        write_atomically(outcome_file(run_dir, self.rank), json.dumps(asdict(self)))
+        write_run_file(outcome_file(run_dir, self.rank), json.dumps(asdict(self)))
 
     @classmethod
     def read(cls, run_dir: Path, rank: int) -> Outcome | None:
         """The rank's outcome, or None while it has not written one."""
         try:
-            data: dict[str, Any] = json.loads(outcome_file(run_dir, rank).read_text(encoding="utf-8"))
+            data: dict[str, Any] = json.loads(read_bytes(outcome_file(run_dir, rank), follow=False))
         except (OSError, ValueError):
             return None
         known = {f.name for f in fields(cls)}

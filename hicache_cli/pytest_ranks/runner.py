@@ -28,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any, NoReturn
 
+from hicache_cli.files import open_regular, run_file
 from hicache_cli.lifecycle import owner_alive
 from hicache_cli.pytest_ranks.protocol import (
     ARGS,
@@ -41,6 +42,7 @@ from hicache_cli.pytest_ranks.protocol import (
     stack_file,
     started_file,
 )
+from hicache_cli.rundir import touch_run_file
 
 PROCESS_GROUP_GRACE_S = 60.0  # torch's own timeout stays past pytest's, which reports hangs with a stack
 RELEASE_GRACE_S = 120.0  # past the test's timeout, a rank stops waiting for pytest's release
@@ -73,7 +75,7 @@ def run(request: RankRequest, run_dir: Path, rank: int) -> Outcome:
         function = load_test(request)
         kwargs = _arguments(run_dir, request, rank)
         start_process_group(request, run_dir, rank)
-        started_file(run_dir, rank).touch()
+        touch_run_file(started_file(run_dir, rank))
         body_started = time.time()
         function(**kwargs)
     except BaseException as exc:  # noqa: BLE001 - every way a body can end is reported, KeyboardInterrupt too
@@ -132,7 +134,7 @@ def _arguments(run_dir: Path, request: RankRequest, rank: int) -> dict[str, Any]
     given: dict[str, Any] = {}
     path = run_dir / ARGS
     if path.exists():
-        with path.open("rb") as fh:
+        with open_regular(path, follow=False) as fh:
             given = pickle.load(fh)
     own = {"rank": rank, "world_size": request.world_size}
     return {name: own[name] if name in own else given[name] for name in request.argnames}
@@ -200,7 +202,7 @@ def _wait_for_release(run_dir: Path, request: RankRequest) -> None:
 
 
 def _arm_stack_dumps(run_dir: Path, rank: int) -> IO[str]:
-    stacks = stack_file(run_dir, rank).open("w", encoding="utf-8")
+    stacks = run_file(stack_file(run_dir, rank), "truncate")
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     return stacks
 

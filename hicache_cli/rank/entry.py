@@ -19,6 +19,7 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
+from hicache_cli.files import open_run_file, run_file
 from hicache_cli.lifecycle import Lifeline
 from hicache_cli.protocol import (
     EARLY_STOP,
@@ -36,7 +37,7 @@ END_SKEW_S = 0.5
 
 
 def _redirect_output(log_path: Path) -> None:
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = open_run_file(log_path, "append")  # never through a symlink; 0600
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> int:
     faulthandler.enable()  # a fatal signal leaves its stacks in the rank's log
     # The watchdog asks a stuck rank for its stacks with SIGUSR1; faulthandler answers
     # from C, so it works even when the loop is blocked inside gloo.
-    stacks = stacks_file(run_dir, rank).open("w", encoding="utf-8")
+    stacks = run_file(stacks_file(run_dir, rank), "truncate")
     faulthandler.register(STACKS, file=stacks, all_threads=True)
 
     import numpy
@@ -96,7 +97,7 @@ def main(argv: list[str]) -> int:
     dist.barrier()  # start every rank's clock together
     started = time.monotonic()
     stats = LoopStats()
-    out = samples_file(run_dir, rank).open("a", encoding="utf-8")
+    out = run_file(samples_file(run_dir, rank), "append")
     probe = Probe(
         RankIdentity(rank, topo.pp_rank, topo.tp_rank, int(os.environ.get(NODE_ENV, "0")), socket.gethostname()),
         stats,

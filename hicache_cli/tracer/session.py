@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
+from hicache_cli.files import open_run_file, run_file
 from hicache_cli.lifecycle import Lifeline
 from hicache_cli.protocol import LIFELINE_EVERY_S, ORPHANED_EXIT, samples_file, stacks_file
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
@@ -42,7 +43,7 @@ def claim_rank_file(run_dir: Path, rank: int, world_size: int, tries: int = 10_0
     slot = rank
     for _ in range(tries):
         try:
-            fd = os.open(samples_file(run_dir, slot), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            fd = open_run_file(samples_file(run_dir, slot), "new")  # never through a symlink; 0600
         except FileExistsError:
             slot += max(1, world_size)
             continue
@@ -192,7 +193,7 @@ def _arm_stack_dumps(run_dir: Path, slot: int) -> IO[str] | None:
     if signal.getsignal(signal.SIGUSR1) != signal.SIG_DFL:
         return None
     try:
-        stacks = stacks_file(run_dir, slot).open("w", encoding="utf-8")
+        stacks = run_file(stacks_file(run_dir, slot), "truncate")
         faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     except (OSError, ValueError, RuntimeError):
         return None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +271,18 @@ def assert_refused(
     assert "Traceback" not in captured.err + captured.out
     assert fake_execute.calls == []
     assert list(tmp_path.iterdir()) == []  # refused before making a run directory
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    """For tests of what must never block (a FIFO opened, read or written): a regression
+    fails the test after 10 s (SIGALRM interrupts the blocked call) instead of hanging the suite."""
+
+    def hung(signo: int, frame: object) -> None:
+        raise TimeoutError("blocked: opened or read without O_NONBLOCK")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)

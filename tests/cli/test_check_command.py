@@ -134,7 +134,7 @@ def test_bad_options_give_one_error_line_and_exit_2(
     assert_refused(["check", *options], start, capsys, fake_execute, tmp_path)
 
 
-@pytest.mark.parametrize("options", [["--max-duration", "soon"], ["--max-duration", "2s"]])
+@pytest.mark.parametrize("options", [["--max-duration", "soon"], ["--max-duration", "2s", "--warmup", "3s"]])
 def test_a_bad_max_duration_is_named_as_given(
     fake_execute: FakeExecute, capsys: pytest.CaptureFixture[str], options: list[str]
 ) -> None:
@@ -209,6 +209,28 @@ def test_without_max_duration_the_run_takes_its_duration(fake_execute: FakeExecu
     assert call["early_stop"] is None
     assert call["config"].duration_s == 12.0
     assert call["config"].warmup_s == 3.0  # check's own default
+
+
+@pytest.mark.parametrize("length", [("--duration", "3s"), ("--duration", "2s"), ("--max-duration", "3s")])
+def test_a_short_run_is_not_refused_over_a_warmup_never_given(
+    fake_execute: FakeExecute, tmp_path: Path, length: tuple[str, str]
+) -> None:
+    """Was: `check --duration 3s` -> "--warmup (3s) must be shorter than --duration (3s)"."""
+    assert check(tmp_path, "--policy", "drain", *length) in (0, 3)  # run: bounded, or too short to say
+    (call,) = fake_execute.calls
+    assert call["config"].warmup_s is None  # each rank's own, as on stress
+
+
+def test_a_warmup_given_is_still_held_to_the_duration(
+    fake_execute: FakeExecute, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert_refused(
+        ["check", "--duration", "3s", "--warmup", "3s"],
+        "--warmup (3s) must be shorter than --duration (3s)",
+        capsys,
+        fake_execute,
+        tmp_path,
+    )
 
 
 def test_the_default_duration_is_30s(fake_execute: FakeExecute, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -105,11 +106,21 @@ def test_no_summary_off_github(fake_execute: FakeExecute, monkeypatch: pytest.Mo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+@pytest.mark.parametrize(("make", "kind"), [(Path.mkdir, "a directory"), (os.mkfifo, "a FIFO")])
 def test_a_summary_that_cannot_be_written_is_a_warning(
-    fake_execute: FakeExecute, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_execute: FakeExecute,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    no_hang: None,
+    make,  # noqa: ANN001
+    kind: str,
 ) -> None:
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path))  # a directory
+    """A FIFO was opened for appending: the command blocked after the run until a reader came."""
+    path = tmp_path / "summary"
+    make(path)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(path))
     monkeypatch.chdir(tmp_path)
     assert main(["check", "--policy", "reap", "--no-live", "--run-dir", str(tmp_path / "run")]) == 1  # unchanged
     err = capsys.readouterr().err
-    assert f"hicache: warning: cannot add to the step summary {tmp_path}: Is a directory" in err
+    assert f"hicache: warning: cannot add to the step summary {path}: {kind}, not a regular file" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,3 +138,31 @@ def test_a_schema_version_alone_is_not_a_report(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION}), encoding="utf-8")
     refused(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[" * 200_000, "JSON nested too deeply"),  # was: RecursionError, exit 1
+        ('{"schema_version": ' + "[" * 200_000, "JSON nested too deeply"),
+        ('{"a": ' + "1" * 5000 + "}", "Exceeds the limit"),  # was: ValueError, exit 1
+    ],
+)
+def test_json_python_cannot_take_is_one_line(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    assert says in refused(path)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path, no_hang: None) -> None:
+    """Was: `report show FIFO` (and check --baseline, watch) blocked until a writer came."""
+    path = tmp_path / "report.json"
+    os.mkfifo(path)
+    assert "a FIFO, not a regular file" in refused(path)
+    assert "a FIFO, not a regular file" in refused(tmp_path)  # a run directory's report
+
+
+def test_a_device_is_refused_without_reading_it(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.symlink_to("/dev/null")  # (/dev/zero, read whole, would never end)
+    assert "a character device, not a regular file" in refused(path)

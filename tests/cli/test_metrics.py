@@ -225,3 +225,29 @@ def test_the_grafana_dashboard_reads_only_what_is_served(make_pp2_run: Callable[
     assert used <= served
     assert {"hicache_rss_bytes", "hicache_work_list_depth", "hicache_rounds_total"} <= used
     assert "hicache_loop_latency_seconds_bucket" in used
+
+
+@pytest.mark.parametrize(
+    ("host", "beyond"),
+    [("127.0.0.1", False), ("::1", False), ("localhost", False), ("0.0.0.0", True), ("::", True), ("10.1.2.3", True)],
+)
+def test_which_addresses_serve_beyond_this_machine(host: str, beyond: bool) -> None:
+    from hicache_cli.present.metrics_exporter import beyond_loopback
+
+    assert beyond_loopback(host) is beyond
+
+
+@pytest.mark.parametrize(("host", "warned"), [("0.0.0.0", True), ("127.0.0.1", False), (None, False)])
+def test_serving_metrics_beyond_loopback_says_so(
+    fake_execute: FakeExecute, tmp_path: Path, capsys: pytest.CaptureFixture[str], host: str | None, warned: bool
+) -> None:
+    """Was: `--metrics-host 0.0.0.0` exposed every rank's metrics to the network without a word."""
+    argv = ["stress", "--duration", "10s", "--run-dir", str(tmp_path / "run"), "--metrics-port", "0"]
+    assert main([*argv, *(["--metrics-host", host] if host else [])]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    if warned:
+        (line,) = warnings
+        assert line.startswith("hicache: warning: --metrics-host 0.0.0.0 serves every rank's metrics")
+        assert line.endswith("to anyone who can reach it, without authentication")
+    else:
+        assert warnings == []

@@ -71,9 +71,11 @@ def test_an_output_of_an_unknown_format(tmp_path: Path, make_pp2_report: MakeRep
         plot_reports([("reap", make_pp2_report())], tmp_path / "plot.txt")
 
 
-def test_an_output_without_a_suffix(tmp_path: Path, make_pp2_report: MakeReport) -> None:
+def test_an_output_without_a_suffix_is_a_png_under_the_name_given(tmp_path: Path, make_pp2_report: MakeReport) -> None:
+    """Was written as plot.png: a name other than the one asked for."""
     written = plot_reports([("reap", make_pp2_report())], tmp_path / "plot")
-    assert is_png(written)
+    assert written == tmp_path / "plot" and is_png(written)
+    assert [p.name for p in tmp_path.iterdir()] == ["plot"]
 
 
 # -- the command ---------------------------------------------------------------------
@@ -123,6 +125,19 @@ def test_report_plot_onto_a_fifo_is_refused_before_reading(
     assert err.startswith(f"hicache: error: --output {fifo}: a FIFO, not a regular file")
     assert len(err.splitlines()) == 1
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_report_plot_onto_a_device_without_a_suffix_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, saved: list[Path]
+) -> None:
+    """Was: `-o /dev/full` wrote /dev/full.png (a suffix added, then the new name written)."""
+    device = tmp_path / "full"
+    device.symlink_to("/dev/full")
+    assert main(["report", "plot", str(saved[0]), "-o", str(device)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"hicache: error: --output {device}: a character device, not a regular file "
+                                "(hicache writes files whole, by replacing them)"]  # fmt: skip
+    assert not os.path.lexists(tmp_path / "full.png")
 
 
 def test_report_plot_to_an_unknown_format(

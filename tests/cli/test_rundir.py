@@ -94,7 +94,20 @@ def test_write_atomically_replaces_the_whole_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "earlier", ["report.json", "config.json", "torchrun.log", "rank-3.log", "compare.json", "scan.json", CLAIM_FILE]
+    "earlier",
+    [
+        "report.json",
+        "config.json",
+        "torchrun.log",
+        "rank-3.log",
+        "compare.json",
+        "scan.json",
+        CLAIM_FILE,
+        "program.log",
+        "trace-stop",
+        "rank-0.stacks.txt",
+        "node-link.json",
+    ],
 )
 def test_a_dir_with_an_earlier_runs_files_is_refused_and_left_alone(tmp_path: Path, earlier: str) -> None:
     (tmp_path / earlier).write_text("the earlier run's")
@@ -220,3 +233,86 @@ def test_write_atomically_writes_through_a_symlink_to_a_file(tmp_path: Path) -> 
 def test_output_problem_of_a_missing_directory(tmp_path: Path) -> None:
     assert output_problem(tmp_path / "no" / "r.json") == f"directory {tmp_path / 'no'} does not exist"
     assert output_problem(tmp_path / "r.json") is None
+
+
+OTHER_UID = 54_321  # another local user, as a number: no account needed
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="handing a file to another uid needs root")
+
+
+@pytest.fixture
+def umask_022() -> Any:
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_run_directories_are_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask_022: None) -> None:
+    """Was 0755 and 0644: the command line and the program's output readable by every local user."""
+    monkeypatch.chdir(tmp_path)
+    default = create_run_dir(None, "reap")
+    requested = create_run_dir(tmp_path / "a" / "run", "reap")
+    assert (_mode(DEFAULT_ROOT), _mode(default), _mode(requested)) == (0o700, 0o700, 0o700)
+    assert _mode(default / CLAIM_FILE) == _mode(requested / CLAIM_FILE) == 0o600
+    assert _mode(tmp_path / "a") == 0o755  # a parent is made as `mkdir -p` makes it
+
+
+def test_an_existing_run_dir_keeps_its_mode(tmp_path: Path, umask_022: None) -> None:
+    tmp_path.chmod(0o750)
+    create_run_dir(tmp_path, "reap")
+    assert _mode(tmp_path) == 0o750  # the user's own directory: not hicache's to change
+
+
+def test_a_stricter_umask_wins(tmp_path: Path) -> None:
+    old = os.umask(0o277)
+    try:
+        run = create_run_dir(tmp_path / "run", "reap")
+    finally:
+        os.umask(old)
+    assert _mode(run) == 0o500 and _mode(run / CLAIM_FILE) == 0o400
+
+
+@pytest.fixture
+def shared_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The working directory is like /tmp: world-writable and sticky."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.chdir(shared)
+    return shared
+
+
+@root_only
+def test_a_default_root_that_is_another_users_symlink_is_not_followed(shared_cwd: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (shared_cwd / DEFAULT_ROOT).symlink_to(elsewhere)
+    os.lchown(shared_cwd / DEFAULT_ROOT, OTHER_UID, OTHER_UID)
+    with pytest.raises(UsageError) as info:
+        create_run_dir(None, "reap")
+    (line,) = str(info.value).splitlines()
+    assert line.startswith(f"cannot use {DEFAULT_ROOT}: {shared_cwd / DEFAULT_ROOT} is a symlink of another user")
+    assert list(elsewhere.iterdir()) == []
+
+
+@root_only
+def test_a_default_root_another_user_owns_is_refused(shared_cwd: Path) -> None:
+    (shared_cwd / DEFAULT_ROOT).mkdir(mode=0o777)
+    os.chown(shared_cwd / DEFAULT_ROOT, OTHER_UID, OTHER_UID)
+    with pytest.raises(UsageError, match=f"^cannot use {DEFAULT_ROOT}: it belongs to another user .uid {OTHER_UID}."):
+        create_run_dir(None, "reap")
+    assert list((shared_cwd / DEFAULT_ROOT).iterdir()) == []
+
+
+@root_only
+def test_a_run_dir_through_another_users_symlink_is_refused(shared_cwd: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (shared_cwd / "runs").symlink_to(elsewhere)
+    os.lchown(shared_cwd / "runs", OTHER_UID, OTHER_UID)
+    with pytest.raises(UsageError, match=r"^--run-dir runs/one: .* is a symlink of another user"):
+        create_run_dir(Path("runs/one"), "reap")
+    assert list(elsewhere.iterdir()) == []

@@ -15,6 +15,7 @@ from rich.console import Console
 from hicache_cli.analysis.report import RunOutcome, build_report
 from hicache_cli.analysis.trace_report import site_text, top_site_line, works_summary
 from hicache_cli.cli.commands.trace import trace_exit_code
+from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import LaunchResult
 from hicache_cli.launch.run import RunResult
@@ -202,3 +203,40 @@ def test_the_dashboard_of_a_trace_shows_the_command_and_live_works(leak_and_drai
     assert f"hicache trace {PY} train.py" in text
     assert "until the program ends" in text
     assert " live " in text.splitlines()[3] and "depth" not in text
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        (["python", "-I", "train.py"], "-I, which ignores PYTHONPATH"),
+        (["/usr/bin/python3.11", "-S", "-c", "pass"], "-S, which skips the site module"),
+        (["python3", "-E", "-m", "torch.distributed.run"], "-E, which ignores PYTHONPATH"),
+        (["python", "-uIs", "x.py"], "-I, which ignores PYTHONPATH"),  # a cluster of flags
+        (["python", "-W", "ignore", "-I", "x.py"], "-I, which ignores PYTHONPATH"),  # -W's value apart
+        (["python", "-Wignore", "-S", "x.py"], "-S, which skips the site module"),
+        (["python", "train.py", "-I"], None),  # the script's own argument
+        (["python", "-c", "import sys", "-I"], None),
+        (["python", "-m", "pkg", "-S"], None),
+        (["python", "-XI", "x.py"], None),  # -X's value, not -I
+        (["torchrun", "-I"], None),  # not an interpreter hicache can read the flags of
+        ([], None),
+    ],
+)
+def test_interpreter_flags_that_keep_the_tracer_out(command: list[str], why: str | None) -> None:
+    from hicache_cli.analysis.trace_report import untraceable_flag
+
+    assert untraceable_flag(command) == why
+
+
+def test_nothing_traced_under_python_dash_i_names_the_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Was: "no process of the program started a process group", for a program the tracer
+    could never enter. A real `python -I` run, by trace and by check."""
+    program = [sys.executable, "-I", "-c", "pass"]
+    assert main(["trace", "--no-live", "--run-dir", str(tmp_path / "t"), "--", *program]) == 0
+    limit = "the program runs python -I, which ignores PYTHONPATH, so hicache's tracer never loads"
+    traced = capsys.readouterr()
+    assert f"no process of the program started a torch.distributed process group: {limit}" in traced.out + traced.err
+    assert main(["check", "--no-live", "--run-dir", str(tmp_path / "c"), "--", *program]) == 3
+    checked = capsys.readouterr()
+    lines = (checked.out + checked.err).splitlines()
+    assert any("UNDECIDED" in line and limit in line for line in lines), lines

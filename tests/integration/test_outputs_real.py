@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,43 @@ def test_two_runs_started_at_once_on_one_run_dir(tmp_path: Path) -> None:
     for rank in (0, 1):  # every line from one rank process: nothing interleaved
         pids = {s.pid for s in decode_lines((run_dir / f"rank-{rank}.jsonl").read_text().splitlines())}
         assert pids == {report["ranks"][rank]["pid"]}
+
+
+def _modes(run_dir: Path) -> dict[str, int]:
+    return {p.name: stat.S_IMODE(p.lstat().st_mode) for p in run_dir.iterdir()}
+
+
+def test_a_real_runs_directory_and_files_are_private(tmp_path: Path) -> None:
+    """Was 0755 / 0644 (issue 30, item 4): the command line in config.json and every rank's
+    output readable by every local user. Ranks write their own files (rank-N.*) as the same user."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        ["sh", "-c", f"umask 022 && exec {shlex.join([*STRESS, '--run-dir', str(run_dir)])}"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    modes = _modes(run_dir)
+    for name in ("config.json", "report.json", "torchrun.log", "rank-0.jsonl", "rank-1.log", ".hicache-run"):
+        assert modes.pop(name) == 0o600, name
+    assert set(modes.values()) == {0o600}, modes
+
+
+def test_a_real_trace_keeps_its_files_private(tmp_path: Path) -> None:
+    """A traced program's rank files, created by the tracer inside it, and its captured output."""
+    from hicache_cli import trace
+
+    program = REPO / "tests" / "integration" / "programs" / "leaky_p2p.py"
+    old = os.umask(0o022)
+    try:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        trace([*command, str(program), "--seconds", "1"], run_dir=tmp_path / "t", capture_output=True)
+    finally:
+        os.umask(old)
+    modes = _modes(tmp_path / "t")
+    assert modes.pop("program.log") == modes.pop("rank-0.jsonl") == modes.pop("rank-1.jsonl") == 0o600
+    assert set(modes.values()) == {0o600}, modes

@@ -102,4 +102,6 @@ def test_marked_tests_hicache_cannot_run_are_refused_in_one_line(pytester: pytes
         "hicache_ranks: test_async is async; a rank calls the test body as a plain function",
     ])  # fmt: skip
     assert "Traceback" not in result.stdout.str()
+    # unchained (was: the line, "During handling of the above exception", the line again)
+    assert "During handling" not in result.stdout.str()
     assert not list(pytester.path.glob("runpytest-*/hicache-*"))  # refused before any run directory was made

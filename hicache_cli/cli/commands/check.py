@@ -108,8 +108,8 @@ def check(
         )
     elif loop is not None:
         raise UsageError("--loop names a function of a traced program: give the program after --")
-    else:
-        warmup = CHECK_WARMUP if warmup is None else warmup
+    elif warmup is None:
+        warmup = _default_warmup(*(("max-duration", max_duration) if max_duration else ("duration", duration)))
     if duration is not None and max_duration is not None:
         raise UsageError("give --duration or --max-duration, not both")
     if max_duration is not None:
@@ -195,6 +195,14 @@ def check(
             print(line, file=sys.stderr if json_output else sys.stdout)  # the runner reads both
     common.append_step_summary(check_summary(rep, results, verdict, what, str(result.report_path)))
     raise typer.Exit(code)
+
+
+def _default_warmup(option: str, duration: str | None) -> str | None:
+    """CHECK_WARMUP, unless the run is no longer than that: then each rank's own (where its
+    RSS settles), as on stress. A warm-up the user never gave must not refuse their duration."""
+    if duration is not None and parse_duration(duration, option) <= parse_duration(CHECK_WARMUP, "warmup"):
+        return None
+    return CHECK_WARMUP
 
 
 def _load_baseline(path: Path, config: StressConfig) -> dict[str, Any]:

@@ -20,13 +20,14 @@ from cache.workload import PRESETS
 from hicache_cli.api import with_sglang
 from hicache_cli.config import DEFAULT_POLICY, DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.files import append_regular
 from hicache_cli.launch.launcher import LOOPBACK, EarlyStop, pick_port
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.run import RunResult, execute
 from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.github import STEP_SUMMARY_ENV
-from hicache_cli.present.metrics_exporter import MetricsExporter, check_metrics_options
+from hicache_cli.present.metrics_exporter import MetricsExporter, beyond_loopback, check_metrics_options
 from hicache_cli.present.progress import LiveView, PlainProgress, ensure_stdout, human_stream
 from hicache_cli.rundir import output_problem
 from hicache_cli.sglang_target.locate import parse_target
@@ -203,8 +204,7 @@ def append_step_summary(markdown: str) -> None:
     if not path:
         return
     try:
-        with open(path, "a", encoding="utf-8") as summary:
-            summary.write(markdown + "\n")
+        append_regular(path, (markdown + "\n").encode("utf-8"))  # a FIFO there would block the command's end
     except OSError as exc:
         say(f"warning: cannot add to the step summary {path}: {exc.strerror or exc}")
 
@@ -218,6 +218,11 @@ def serve_metrics(
         return None
     exporter = MetricsExporter.start(host, port, config, run_dir="")
     ctx.call_on_close(exporter.close)
+    if host is not None and beyond_loopback(host):
+        say(
+            f"warning: --metrics-host {host} serves every rank's metrics (RSS, work-list depth, latency, "
+            f"the run directory's name) at {exporter.url} to anyone who can reach it, without authentication"
+        )
     return exporter
 
 

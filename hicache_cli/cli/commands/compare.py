@@ -15,10 +15,10 @@ from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.errors import UsageError
 from hicache_cli.lifecycle import STOPS
 from hicache_cli.present.github import compare_summary
-from hicache_cli.present.plot import output_path, plot_reports
+from hicache_cli.present.plot import plot_reports
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.tables import policy_table, to_markdown, to_rich
-from hicache_cli.rundir import create_run_dir, write_atomically
+from hicache_cli.rundir import create_run_dir, write_atomically, write_run_file
 from hicache_cli.sglang_target.locate import parse_target
 
 
@@ -68,7 +68,7 @@ def compare_policies(
 ) -> None:
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
-    common.check_output_paths(output=output, markdown=markdown, plot=None if plot is None else output_path(plot))
+    common.check_output_paths(output=output, markdown=markdown, plot=plot)
     options = StressOptions.given(ctx, policy=names[0], target="model")  # --target adds SGLangs, below
     base = config_from_options(options)
     configs = [replace(base, policy=name) for name in names]  # checked once; only the policy differs
@@ -106,7 +106,7 @@ def compare_policies(
     common_config = {k: v for k, v in dicts[0].items() if all(d[k] == v for d in dicts)}
     data = bundle(reports, common_config, rows)
     text = json.dumps(data, indent=2) + "\n"
-    write_atomically(parent / "compare.json", text)
+    write_run_file(parent / "compare.json", text)
     if output is not None:
         write_atomically(output, text)
     console.print(to_rich(policy_table(rows)))

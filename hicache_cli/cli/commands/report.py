@@ -8,7 +8,7 @@ import typer
 
 from hicache_cli.analysis.report import load_report
 from hicache_cli.cli.commands.common import check_output_paths
-from hicache_cli.present.plot import output_path, plot_reports
+from hicache_cli.present.plot import plot_reports
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.report_views import report_diff, report_summary
 
@@ -39,7 +39,7 @@ def plot(
     out: Path = typer.Option(Path("hicache-plot.png"), "--output", "-o", help="PNG to write."),
 ) -> None:
     """RSS and work-list depth against time, one line per rank (needs the plot extra)."""
-    check_output_paths(output=output_path(out))
+    check_output_paths(output=out)
     reports = [(str(f), load_report(f)) for f in files]
     path = plot_reports(reports, out)
     make_console(live=False).print(f"wrote {path}", soft_wrap=True)

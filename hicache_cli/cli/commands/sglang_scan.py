@@ -14,7 +14,7 @@ from hicache_cli.errors import EXIT_RUN_FAILED
 from hicache_cli.lifecycle import STOPS
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.tables import release_table, to_markdown, to_rich
-from hicache_cli.rundir import create_run_dir, write_atomically
+from hicache_cli.rundir import create_run_dir, write_atomically, write_run_file
 from hicache_cli.sglang_target.extract import NotApplicable
 from hicache_cli.sglang_target.locate import release_versions
 from hicache_cli.sglang_target.scan import (
@@ -72,7 +72,7 @@ def sglang_scan(
             break
     data = scan_bundle(rows, asdict(base) | {"versions": versions}, reports)
     text = json.dumps(data, indent=2) + "\n"
-    write_atomically(parent / "scan.json", text)
+    write_run_file(parent / "scan.json", text)
     if output is not None:
         write_atomically(output, text)
     console.print(to_rich(release_table(rows)))

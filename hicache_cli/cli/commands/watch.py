@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def watch(
     metrics_host: str = common.METRICS_HOST,
 ) -> None:
     """Attach the dashboard to a run directory: a run in progress, or one that has finished."""
-    if not (run_dir / CONFIG_FILE).is_file():
+    if not os.path.lexists(run_dir / CONFIG_FILE):
         raise UsageError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
     if not 0.2 <= refresh <= 20:
         raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
