@@ -229,8 +229,10 @@ def section(key: str, heading: str, body: str) -> str:
 
 
 def run_body(report: Report) -> str:
+    """What a reader asks first comes first: the verdicts and any failure, then the pictures
+    and the site to fix, then the numbers and the setting."""
     return header(report) + tag(
         "main",
-        verdicts(report) + chart_section(report) + figures(report) + sites(report) + failures(report)
+        verdicts(report) + failures(report) + chart_section(report) + sites(report) + figures(report)
         + run_details(report),
     )  # fmt: skip
