@@ -10,7 +10,7 @@ import bisect
 
 from hicache_cli.analysis.results import RankReport, Report, Verdict
 from hicache_cli.present.html.charts import Chart, Line, value, y_range
-from hicache_cli.present.html.run_charts import MEASURES, depth_title, is_traced, rank_line, rank_name
+from hicache_cli.present.html.run_charts import chart, is_traced, rank_line, rank_name
 
 MAX_LINES = 4
 POINTS = 24
@@ -43,7 +43,7 @@ def on_grid(line: Line, grid: list[float]) -> list[float]:
     return [known[max(0, bisect.bisect_right(times, g) - 1)][1] for g in grid]
 
 
-def xychart(chart: Chart, end_s: float, digits: int) -> str:
+def xychart(chart: Chart, end_s: float) -> str:
     end_s = round(end_s, 1)
     grid = [end_s * i / (POINTS - 1) for i in range(POINTS)]
     lo, hi, _ = y_range(chart)
@@ -56,7 +56,7 @@ def xychart(chart: Chart, end_s: float, digits: int) -> str:
         f'    y-axis "{chart.unit}" {lo:g} --> {hi:g}',
     ]
     for line in chart.lines:
-        lines.append("    line [" + ", ".join(f"{v:.{digits}f}" for v in on_grid(line, grid)) + "]")
+        lines.append("    line [" + ", ".join(f"{v:.{chart.digits}f}" for v in on_grid(line, grid)) + "]")
     return "\n".join([*lines, "```"])
 
 
@@ -72,10 +72,8 @@ def rank_charts(report: Report, ranks: list[RankReport]) -> list[str]:
     if end_s <= 0:
         return []
     blocks = []
-    for measure, digits in (("rss", 1), ("depth", 0)):
+    for measure in ("rss", "depth"):
         lines = [rank_line(r, i, measure, rank_name(r, traced), trend=False) for i, r in enumerate(ranks)]
-        _, title, unit, _, _, from_zero, span = MEASURES[measure]
-        chart = Chart(f"summary-{measure}", title or depth_title(traced), unit, lines, digits, from_zero, span)
-        if chart.drawable():
-            blocks.append(xychart(chart, end_s, digits))
+        if (drawn := chart(f"summary-{measure}", measure, lines, traced)).drawable():
+            blocks.append(xychart(drawn, end_s))
     return blocks

@@ -90,27 +90,40 @@ def y_range(chart: Chart) -> tuple[float, float, float]:
     return _axis(lo, hi)
 
 
+@dataclass(frozen=True)
+class Frame:
+    """A chart's axes: time from 0 to `x_hi`, values from `y_lo` to `y_hi`, and their ticks."""
+
+    x_hi: float
+    x_step: float
+    y_lo: float
+    y_hi: float
+    y_step: float
+
+    @classmethod
+    def of(cls, chart: Chart) -> Frame:
+        times = [t for line in chart.lines for t, _ in line.points()]
+        x_hi = max([*times, 1.0])  # the axis ends where the run did, ticks at round seconds
+        return cls(x_hi, nice_step(x_hi, 5), *y_range(chart))
+
+    def sx(self, t: float) -> float:
+        return LEFT + t / self.x_hi * PLOT_W
+
+    def sy(self, v: float) -> float:
+        return TOP + PLOT_H - (v - self.y_lo) / (self.y_hi - self.y_lo) * PLOT_H
+
+
 def render(chart: Chart) -> str:
     """The chart as a <figure>: caption with legend (HTML), then the SVG."""
-    times = [t for line in chart.lines for t, _ in line.points()]
-    x_lo, x_hi = 0.0, max([*times, 1.0])  # the axis ends where the run did, ticks at round seconds
-    x_step = nice_step(x_hi, 5)
-    y_lo, y_hi, y_step = y_range(chart)
-
-    def sx(t: float) -> float:
-        return LEFT + (t - x_lo) / (x_hi - x_lo) * PLOT_W
-
-    def sy(v: float) -> float:
-        return TOP + PLOT_H - (v - y_lo) / (y_hi - y_lo) * PLOT_H
-
-    parts = [_grid(x_lo, x_hi, x_step, y_lo, y_hi, y_step, sx, sy, chart.unit)]
-    parts.append(_warmups(chart.lines, sx))
+    frame = Frame.of(chart)
     clip = f"{chart.id}-clip"
-    parts.append(
-        tag("clipPath", tag("rect", x=LEFT, y=TOP, width=PLOT_W, height=PLOT_H), id=clip)
-        + "".join(_series(line, chart, sx, sy, clip) for line in chart.lines)
-    )
-    parts.append(tag("line", class_="guide", x1=0, x2=0, y1=TOP, y2=TOP + PLOT_H, visibility="hidden"))
+    parts = [
+        _grid(frame, chart.unit),
+        _warmups(chart.lines, frame),
+        tag("clipPath", tag("rect", x=LEFT, y=TOP, width=PLOT_W, height=PLOT_H), id=clip),
+        *(_series(line, chart, frame, clip) for line in chart.lines),
+        tag("line", class_="guide", x1=0, x2=0, y1=TOP, y2=TOP + PLOT_H, visibility="hidden"),
+    ]
     svg = tag(
         "svg",
         tag("title", esc(chart.title), id=f"{chart.id}-title")
@@ -127,26 +140,25 @@ def render(chart: Chart) -> str:
     return tag("figure", tag("figcaption", caption) + svg, class_="chart", id=chart.id)
 
 
-def _grid(x_lo, x_hi, x_step, y_lo, y_hi, y_step, sx, sy, unit) -> str:  # noqa: ANN001 - local helpers' numbers
+def _grid(frame: Frame, unit: str) -> str:
     out = []
-    for i in range(round((y_hi - y_lo) / y_step) + 1):
-        v = y_lo + i * y_step
-        y = f"{sy(v):.1f}"
+    for i in range(round((frame.y_hi - frame.y_lo) / frame.y_step) + 1):
+        v = frame.y_lo + i * frame.y_step
+        y = f"{frame.sy(v):.1f}"
         out.append(tag("line", x1=LEFT, x2=LEFT + PLOT_W, y1=y, y2=y))
-        out.append(tag("text", esc(_label(v, y_step)), x=LEFT - 6, y=y, class_="yl"))
-    for i in range(math.floor((x_hi - x_lo) / x_step + 1e-9) + 1):
-        t = x_lo + i * x_step
-        x = f"{sx(t):.1f}"
+        out.append(tag("text", esc(_label(v, frame.y_step)), x=LEFT - 6, y=y, class_="yl"))
+    for i in range(math.floor(frame.x_hi / frame.x_step + 1e-9) + 1):
+        t = i * frame.x_step
+        x = f"{frame.sx(t):.1f}"
         out.append(tag("line", x1=x, x2=x, y1=TOP, y2=TOP + PLOT_H, class_="v"))
-        out.append(tag("text", esc(_label(t, x_step)), x=x, y=TOP + PLOT_H + 14, class_="xl"))
+        out.append(tag("text", esc(_label(t, frame.x_step)), x=x, y=TOP + PLOT_H + 14, class_="xl"))
     out.append(tag("text", "seconds since the workload started", x=LEFT + PLOT_W / 2, y=HEIGHT - 4, class_="xt"))
-    out.append(
-        tag("text", esc(unit), x=12, y=TOP + PLOT_H / 2, class_="yt", transform=f"rotate(-90 12 {TOP + PLOT_H / 2})")
-    )
+    middle = TOP + PLOT_H / 2
+    out.append(tag("text", esc(unit), x=12, y=middle, class_="yt", transform=f"rotate(-90 12 {middle})"))
     return tag("g", "".join(out), class_="grid", aria_hidden="true")
 
 
-def _warmups(lines: Sequence[Line], sx: Callable[[float], float]) -> str:
+def _warmups(lines: Sequence[Line], frame: Frame) -> str:
     """The warm-up: shaded up to the earliest rank's end, a marker where each ends (one,
     grey, when every line's ends together)."""
     ends = [(i, line.warmup_s) for i, line in enumerate(lines) if value(line.warmup_s) is not None]
@@ -154,11 +166,11 @@ def _warmups(lines: Sequence[Line], sx: Callable[[float], float]) -> str:
         return ""
     first = min(w for _, w in ends)
     together = max(w for _, w in ends) - first < SAME_WARMUP_S
-    out = [tag("rect", x=LEFT, y=TOP, width=f"{max(0.0, sx(first) - LEFT):.1f}", height=PLOT_H, class_="warm")]
+    out = [tag("rect", x=LEFT, y=TOP, width=f"{max(0.0, frame.sx(first) - LEFT):.1f}", height=PLOT_H, class_="warm")]
     out.append(tag("text", "warm-up", x=LEFT + 4, y=TOP + 12, class_="wl"))
     marks = [(None, first)] if together else ends
     for i, w in marks:
-        x = f"{sx(w):.1f}"
+        x = f"{frame.sx(w):.1f}"
         who = "every line" if i is None else lines[i].name
         colour = "" if i is None else f" {_colour(lines[i].colour)}"
         title = tag("title", esc(f"warm-up of {who} ends at {w:.1f} s: trends start here"))
@@ -166,14 +178,14 @@ def _warmups(lines: Sequence[Line], sx: Callable[[float], float]) -> str:
     return tag("g", "".join(out), class_="warmup")
 
 
-def _series(line: Line, chart: Chart, sx, sy, clip: str) -> str:  # noqa: ANN001 - the scales
+def _series(line: Line, chart: Chart, frame: Frame, clip: str) -> str:
     points = line.points()
     path, dots, pen = [], [], "M"
     for t, v in points:
         if v is None:
             pen = "M"
             continue
-        x, y = sx(t), sy(v)
+        x, y = frame.sx(t), frame.sy(v)
         path.append(f"{pen}{x:.1f} {y:.1f}")
         pen = "L"
         label = f"{line.name}, {t:.1f} s: {v:,.{chart.digits}f} {chart.unit}"
@@ -187,7 +199,8 @@ def _series(line: Line, chart: Chart, sx, sy, clip: str) -> str:  # noqa: ANN001
             tag(
                 "path",
                 tag("title", esc(label)),
-                d=f"M{sx(t0):.1f} {sy(at_zero + slope * t0):.1f}L{sx(t1):.1f} {sy(at_zero + slope * t1):.1f}",
+                d=f"M{frame.sx(t0):.1f} {frame.sy(at_zero + slope * t0):.1f}"
+                f"L{frame.sx(t1):.1f} {frame.sy(at_zero + slope * t1):.1f}",
                 class_="trend",
                 clip_path=f"url(#{clip})",
             )

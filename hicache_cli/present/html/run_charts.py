@@ -5,6 +5,7 @@ the charts of a bundle: one measure of each policy's or release's run per chart.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.results import RankReport, Report
@@ -38,15 +39,24 @@ def _memory_span(top: float) -> float:
     return max(16.0, 0.1 * top)
 
 
-# measure -> (series key, title, unit, divisor, decimals, from zero, least span)
-MEASURES: dict[str, tuple[str, str, str, float, int, bool, Callable[[float], float]]] = {
-    "rss": ("rss_bytes", "RSS", "MiB", MIB, 1, False, _memory_span),
-    "anon": ("anon_bytes", "anonymous memory", "MiB", MIB, 1, False, _memory_span),
-    "depth": ("depth", "", "Works", 1.0, 0, True, lambda top: 10.0),
-    "p99": ("lat_p99_ms", "loop latency p99", "ms", 1.0, 2, True, lambda top: 1.0),
-    "backlog": ("unreceived", "message backlog", "messages unreceived", 1.0, 0, True,
-                lambda top: 10.0),
-}  # fmt: skip
+@dataclass(frozen=True)
+class Measure:
+    key: str  # in each rank's `series`
+    title: str  # "" for depth: its title depends on the run (depth_title)
+    unit: str
+    divisor: float  # from the series' unit to the chart's
+    digits: int  # decimals of a value shown
+    from_zero: bool
+    min_span: Callable[[float], float]  # the y axis's least height, given its top
+
+
+MEASURES = {
+    "rss": Measure("rss_bytes", "RSS", "MiB", MIB, 1, False, _memory_span),
+    "anon": Measure("anon_bytes", "anonymous memory", "MiB", MIB, 1, False, _memory_span),
+    "depth": Measure("depth", "", "Works", 1.0, 0, True, lambda top: 10.0),
+    "p99": Measure("lat_p99_ms", "loop latency p99", "ms", 1.0, 2, True, lambda top: 1.0),
+    "backlog": Measure("unreceived", "message backlog", "messages unreceived", 1.0, 0, True, lambda top: 10.0),
+}
 
 
 def _column(rank: RankReport, key: str, divisor: float) -> list[float | None]:
@@ -83,10 +93,9 @@ def _slope_per_s(rank: RankReport, measure: str) -> tuple[float | None, str | No
 
 
 def rank_line(rank: RankReport, index: int, measure: str, name: str, trend: bool = True) -> Line:
-    key, _, _, divisor, *_ = MEASURES[measure]
     times = (rank.series or {}).get("t")
     times = times if isinstance(times, list) else []
-    values = _column(rank, key, divisor)
+    values = _column(rank, MEASURES[measure].key, MEASURES[measure].divisor)
     warmup = value(rank.warmup_s)
     per_s, label = _slope_per_s(rank, measure) if trend else (None, None)
     return Line(
@@ -102,8 +111,8 @@ def rank_line(rank: RankReport, index: int, measure: str, name: str, trend: bool
 
 
 def chart(chart_id: str, measure: str, lines: list[Line], traced: bool = False, note: str = "") -> Chart:
-    _, title, unit, _, digits, from_zero, span = MEASURES[measure]
-    return Chart(chart_id, title or depth_title(traced), unit, lines, digits, from_zero, span, note)
+    m = MEASURES[measure]
+    return Chart(chart_id, m.title or depth_title(traced), m.unit, lines, m.digits, m.from_zero, m.min_span, note)
 
 
 def run_charts(report: Report) -> list[Chart]:
