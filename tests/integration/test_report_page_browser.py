@@ -17,6 +17,7 @@ from hicache_cli.present.html import write_page
 from tests.browser import Chromium, find_chromium
 from tests.cli.conftest import build_pp2_report
 from tests.cli.test_html_page import HOSTILE
+from tests.integration.helpers import Run, hicache
 
 CHROMIUM = find_chromium()
 pytestmark = [
@@ -89,3 +90,29 @@ def test_the_harness_sees_a_request_that_leaves_a_page(browser: Chromium, tmp_pa
     page.write_text('<!DOCTYPE html><html><body><img src="http://192.0.2.1/x.png" alt=""></body></html>')
     log = browser.open(page)
     assert "http://192.0.2.1/x.png" in log.refused
+
+
+DEPTHS = (
+    "Object.fromEntries([...document.querySelectorAll('#chart-depth g.series')].map(g => [g.dataset.name,"
+    " [...g.querySelectorAll('circle title')].map(t => +t.textContent.split(': ').pop().split(' ')[0]"
+    ".replace(/,/g, ''))]))"
+)
+
+
+def test_real_runs_pages_show_the_leak_climb_and_the_fix_flat(
+    browser: Chromium, reap_pp2: Run, drain_pp2: Run, tmp_path: Path
+) -> None:
+    """`hicache report html` on real runs, read as the page shows them (each point's value):
+    reap's rank 0 climbs while rank 1 stays at 0; under drain no work list holds more than
+    one round's sends."""
+    pages = {}
+    for run, name in ((reap_pp2, "reap"), (drain_pp2, "drain")):
+        proc = hicache("report", "html", str(run.run_dir), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        charts = open_page(browser, run.run_dir / "report.html", tmp_path / f"{name}.png")
+        assert charts["chart-rss"] == charts["chart-depth"] == 2
+        pages[name] = {label.split(":")[0]: depths for label, depths in browser.evaluate(DEPTHS).items()}
+    climbing, flat = pages["reap"]["rank 0 (pp 0)"], pages["reap"]["rank 1 (pp 1)"]
+    assert climbing[-1] > climbing[0] + 1000 and max(climbing) == climbing[-1]
+    assert set(flat) == {0}
+    assert all(max(depths) <= 2 for depths in pages["drain"].values())

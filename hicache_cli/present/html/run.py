@@ -140,7 +140,7 @@ def chart_section(report: Report) -> str:
         "p",
         "Each line is a rank (at most 200 points; the figures below are exact). The shaded start "
         "is the warm-up, left out of the trends; a dashed line is the trend the verdict rests on. "
-        "Hover or focus a chart (arrow keys step) to read its values.",
+        + tag("span", "Hover or focus a chart (arrow keys step) to read its values.", class_="screen-only"),
         class_="note",
     )
     return section("charts", "Over time", intro + tag("div", "".join(map(charts.render, drawn)), class_="charts"))
