@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from hicache_cli.analysis.bundles import COMPARE, Bundle, BundleEntry
-from hicache_cli.analysis.results import RankReport
+from hicache_cli.analysis.results import RankReport, Verdict
 from hicache_cli.present.html import charts
 from hicache_cli.present.html.charts import Chart, value
 from hicache_cli.present.html.markup import Cell, definitions, esc, table, tag
@@ -66,7 +66,7 @@ def why_not_bounded(bundle: Bundle) -> str:
         if e.report is None:
             continue
         for r in e.report.ranks:
-            if r.verdict != "BOUNDED":
+            if r.verdict != Verdict.BOUNDED:
                 items.append(
                     tag("li", esc(f"{e.name} rank {r.rank}: ") + verdict_badge(r.verdict) + esc(f" {r.verdict_reason}"))
                 )

@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Callable
 
-from hicache_cli.analysis.results import Failure, RankReport, Report, Site, Works
+from hicache_cli.analysis.results import Failure, RankReport, Report, Site, Verdict, Works
 from hicache_cli.present.html import charts
 from hicache_cli.present.html.charts import value
 from hicache_cli.present.html.markup import (
@@ -39,9 +39,10 @@ def title(report: Report) -> str:
 
 
 def verdict_badge(verdict: object) -> str:
+    """The verdict as a coloured word (v-leak, v-bounded, v-inconclusive in page.css)."""
     word = str(verdict)
-    known = word if word in ("LEAK", "BOUNDED", "INCONCLUSIVE") else "other"
-    return tag("span", esc(word), class_=f"verdict v-{known.lower()}")
+    known = word.lower() if word in {v.value for v in Verdict} else "other"
+    return tag("span", esc(word), class_=f"verdict v-{known}")
 
 
 def header(report: Report) -> str:
