@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Callable
 
-from hicache_cli.analysis.results import Failure, RankReport, Report, Site, Verdict, Works
+from hicache_cli.analysis.results import Failure, RankReport, Report, Site, Status, Verdict, Works
 from hicache_cli.present.html import charts
 from hicache_cli.present.html.charts import value
 from hicache_cli.present.html.markup import (
@@ -56,7 +56,8 @@ def header(report: Report) -> str:
     if report.program_exit_code is not None:
         facts.append(f"program exit {report.program_exit_code}")
     lines = [tag("h1", esc(f"hicache: {title(report)} ") + verdict_badge(report.verdict))]
-    lines.append(tag("p", esc(", ".join(facts)), class_="facts"))
+    status = esc(facts[0]) if report.status == Status.COMPLETED else tag("strong", esc(facts[0]), class_="bad")
+    lines.append(tag("p", ", ".join([status, *map(esc, facts[1:])]), class_="facts"))
     if report.interruption is not None:
         stop = report.interruption
         lines.append(tag("p", esc(f"Interrupted by {stop.signal or 'a signal'} ({stop.to}): {stop.message or ''}")))
