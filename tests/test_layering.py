@@ -47,6 +47,13 @@ def test_presentation_imports_no_torch() -> None:
     assert modules_loaded_by(statement, ["torch"]) == []
 
 
+def test_the_report_page_is_drawn_without_torch_typer_or_matplotlib() -> None:
+    """present/html draws its charts itself (inline SVG): a script or notebook renders a page
+    from a report with the standard library and hicache's analysis."""
+    statement = "import hicache_cli.present.html, hicache_cli.present.mermaid"
+    assert modules_loaded_by(statement, ["torch", "typer", "matplotlib"]) == []
+
+
 def test_the_rank_side_renders_nothing() -> None:
     statement = "import hicache_cli.rank.entry, hicache_cli.rank.probe"
     assert modules_loaded_by(statement, ["rich", "typer", "matplotlib"]) == []

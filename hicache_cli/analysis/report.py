@@ -6,12 +6,13 @@ that removes or renames a key.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
 import platform
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -190,8 +191,8 @@ def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config
     assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h)
     verdict, rss_trend, depth_trend, cut = assessment.verdict, assessment.rss, assessment.depth, assessment.cut
     latency = _latency(followed, cut)
-    up_final = upstream[-1] if upstream and config.tp <= rank else None
-    unreceived = max(0, up_final.sent - last.received) if up_final else 0
+    upstream = upstream if config.tp <= rank else []
+    unreceived = _unreceived(upstream[-1], last) if upstream else 0
     reason = verdict.reason
     if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict == "LEAK":
         reason += f"; {top}"
@@ -241,7 +242,7 @@ def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config
         "gpu_memory": _gpu_memory(totals),
         "counters": last.counters,
         "samples": totals.samples,
-        "series": _series(series),
+        "series": _series(series, upstream),
     }
 
 
@@ -306,17 +307,36 @@ def _latency(followed: RankSeries, cut: int) -> dict[str, float | None]:
     }
 
 
-def _series(series: list[Sample]) -> dict[str, list[Any]]:
-    """A downsampled time series: parallel lists, at most SERIES_POINTS long."""
-    picked = stats.thin(series, SERIES_POINTS)
-    return {
-        "t": [s.t for s in picked],
-        "rss_bytes": [s.rss_bytes for s in picked],
-        "depth": [s.depth for s in picked],
-        "rounds": [s.rounds for s in picked],
-        "lat_p99_ms": [_round(s.lat_p99_ms) for s in picked],
-        "round_age_s": [s.round_age_s for s in picked],
+def _unreceived(up: Sample, last: Sample) -> int:
+    """Messages the upstream rank had sent by its sample `up` that `last` had not received."""
+    return max(0, up.sent - last.received)
+
+
+def _series(series: list[Sample], upstream: Sequence[Sample] = ()) -> dict[str, list[Any]]:
+    """A downsampled time series: parallel lists, at most SERIES_POINTS long. `anon_bytes` is
+    the latest reading of anonymous memory at each point (it is read about once a second, so
+    a point between readings carries the last one; null before the first); `unreceived`, for
+    a rank with an upstream, the messages that rank had sent by then and this one had not
+    received (its latest sample at or before the point)."""
+    picked = stats.thin(list(range(len(series))), SERIES_POINTS)
+    anon, last_anon = [], None
+    for s in series:
+        last_anon = s.anon_bytes if s.anon_bytes is not None else last_anon
+        anon.append(last_anon)
+    out = {
+        "t": [series[i].t for i in picked],
+        "rss_bytes": [series[i].rss_bytes for i in picked],
+        "anon_bytes": [anon[i] for i in picked],
+        "depth": [series[i].depth for i in picked],
+        "rounds": [series[i].rounds for i in picked],
+        "lat_p99_ms": [_round(series[i].lat_p99_ms) for i in picked],
+        "round_age_s": [series[i].round_age_s for i in picked],
     }
+    if upstream:
+        times = [u.t for u in upstream]
+        before = [(i, bisect.bisect_right(times, series[i].t) - 1) for i in picked]
+        out["unreceived"] = [None if j < 0 else _unreceived(upstream[j], series[i]) for i, j in before]
+    return out
 
 
 def _failures(

@@ -217,6 +217,7 @@ class Site(_Record):
     live: int = 0
     live_max: int = 0
     live_bytes: int | None = None
+    source: str | None = None  # the line's text; absent in older reports
 
 
 @dataclass(frozen=True)

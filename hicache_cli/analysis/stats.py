@@ -62,8 +62,8 @@ def theil_sen(points: list[tuple[float, float]], quantum: float = 0.0) -> Trend 
     if n < 3 or m < 3:
         return None
     slope = _median(slopes)
-    intercept = _median(sorted(y - slope * t for t, y in pts))
-    residuals = [y - (intercept + slope * t) for t, y in pts]
+    at_zero = intercept(pts, slope)
+    residuals = [y - (at_zero + slope * t) for t, y in pts]
     r1 = min(max(lag1_autocorrelation(residuals), 0.0), 0.95)
     inflation = (1.0 + r1) / (1.0 - r1)
     var_s = n * (n - 1) * (2 * n + 5) / 18.0 * inflation
@@ -78,6 +78,12 @@ def theil_sen(points: list[tuple[float, float]], quantum: float = 0.0) -> Trend 
     noise = max(1.4826 * _median(sorted(abs(r) for r in residuals)), quantum / math.sqrt(12.0))
     floor = (Z95 + Z80) * noise * math.sqrt(12.0 / n_eff) / span if span > 0 else math.inf
     return Trend(slope, slopes[lo_i], slopes[hi_i], n, r1, n_eff, z, _two_sided_p(z), floor)
+
+
+def intercept(points: list[tuple[float, float]], slope: float) -> float:
+    """Where a line of `slope` through `points` crosses t = 0: the median of y - slope t, as
+    Theil-Sen fits it (the page draws a verdict's trend with it)."""
+    return _median(sorted(y - slope * t for t, y in points))
 
 
 def lag1_autocorrelation(values: list[float]) -> float:

@@ -9,6 +9,9 @@ from typing import Any
 
 from hicache_cli.analysis.compare import PolicyRow
 from hicache_cli.analysis.gate import Assertion
+from hicache_cli.analysis.results import Report
+from hicache_cli.present import mermaid
+from hicache_cli.present.html.run_charts import depth_title, is_traced, rank_name
 from hicache_cli.present.tables import policy_table, to_markdown
 from hicache_cli.present.workflow_commands import escape_data, escape_property
 
@@ -77,9 +80,29 @@ def check_summary(
         if found:
             lines += ["", f"**{word}**", ""]
             lines += [f"- `{a.name}`: {md(a.message)}" for a in found]
+    if charts := summary_charts(Report.read(report)):
+        lines += ["", charts]
     if report_path:
         lines += ["", f"Report: `{report_path}`"]
     return "\n".join(lines) + "\n"
+
+
+def summary_charts(report: Report) -> str:
+    """RSS and live Works per rank as charts GitHub draws (present/mermaid.py), after a
+    sentence naming each line's colour; empty when no rank has a series."""
+    ranks = mermaid.shown_ranks(report)
+    blocks = mermaid.rank_charts(report, ranks)
+    if not blocks:
+        return ""
+    traced = is_traced(report)
+    names = [f"{rank_name(r, traced)} {r.verdict} ({mermaid.COLOURS[i][1]})" for i, r in enumerate(ranks)]
+    more = sum(1 for r in report.ranks if r.series) - len(ranks)
+    lines = ", ".join(names) + (f"; {more} more ranks in the report" if more > 0 else "")
+    sentence = (
+        f"**RSS and {depth_title(traced)} over time**: {md(lines)}. "
+        f"{mermaid.POINTS} points per line, thinned; the table's numbers are exact."
+    )
+    return "\n\n".join([sentence, *blocks])
 
 
 def compare_summary(rows: list[PolicyRow], reports: list[dict[str, Any]], title: str) -> str:

@@ -15,6 +15,7 @@ Stdlib only; the classes to patch are passed in, so the table is tested with fak
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 import threading
@@ -59,6 +60,7 @@ _FOREIGN, _TORCH = object(), object()
 WAIT_METHODS = ("wait", "synchronize")
 MAX_SITES = 256
 SITES_REPORTED = 20
+SOURCE_CHARS = 200  # a site's source line, as reported, at most
 OTHER = ("(other sites)", 0, "", "", None)
 SENDS = frozenset({"send", "isend", "batch_isend_irecv(isend)"})
 RECVS = frozenset({"recv", "irecv", "recv_anysource", "batch_isend_irecv(irecv)"})
@@ -77,10 +79,19 @@ class Site:
     dropped: int = 0  # released by the program without a wait()
     live_max: int = 0  # the most live at once: a leak released at exit still shows here
     bytes_per_work: int = 0  # tensor bytes the first Work made here carried (send/recv)
+    _source: str | None = None  # the line's text, read once (linecache) when first reported
 
     @property
     def live(self) -> int:
         return self.created - self.waited - self.dropped
+
+    @property
+    def source(self) -> str | None:
+        """The site's line of source, stripped and cut to SOURCE_CHARS; None when the file
+        cannot be read (a pooled or internal site, code compiled from a string)."""
+        if self._source is None:
+            self._source = linecache.getline(self.file, self.line).strip()[:SOURCE_CHARS] if self.line > 0 else ""
+        return self._source or None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +107,7 @@ class Site:
             "live": self.live,
             "live_max": self.live_max,
             "live_bytes": self.live * self.bytes_per_work,
+            "source": self.source,
         }
 
 

@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hicache_cli.analysis.compare import summarize
 from hicache_cli.analysis.gate import Assertion, Thresholds, evaluate
+from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.results import Report
 from hicache_cli.cli.main import main
+from hicache_cli.config import StressConfig
+from hicache_cli.present import mermaid
 from hicache_cli.present.github import (
     check_summary,
     compare_summary,
@@ -18,8 +24,9 @@ from hicache_cli.present.github import (
     escape_property,
     github_annotations,
     md,
+    summary_charts,
 )
-from tests.cli.conftest import FakeExecute, build_pp2_report
+from tests.cli.conftest import FakeExecute, build_pp2_report, build_series
 
 
 def test_messages_escape_percent_and_line_ends() -> None:
@@ -56,6 +63,50 @@ def test_check_summary_has_the_table_and_the_reasons() -> None:
     )
     assert failed[1].startswith("- `max-depth`: rank 0 work list reached")
     assert lines[-1] == "Report: `runs/r/report.json`"
+
+
+def _mermaid_blocks(text: str) -> list[list[str]]:
+    """The lines of each ```mermaid block in `text`."""
+    blocks = text.split("```mermaid\n")[1:]
+    return [block.split("\n```")[0].splitlines() for block in blocks]
+
+
+def test_check_summary_draws_rss_and_depth_per_rank_for_github() -> None:
+    """Two xychart-beta charts, a line per rank on one time grid, coloured in the order the
+    sentence above them names; the y axis of a flat rank is not zoomed into its noise."""
+    report = build_pp2_report(leaking=True)
+    text = check_summary(report, evaluate(report, Thresholds()), "FAIL", "reap", None)
+    rss, depth = _mermaid_blocks(text)
+    assert rss[0] == mermaid.INIT and rss[1] == "xychart-beta"
+    assert rss[2] == '    title "RSS (MiB)"' and depth[2] == '    title "work-list depth (Works)"'
+    assert rss[3] == '    x-axis "seconds" 0 --> 60'
+    for block in (rss, depth):
+        lines = [json.loads(line.split("line ", 1)[1]) for line in block if line.startswith("    line [")]
+        assert [len(line) for line in lines] == [mermaid.POINTS, mermaid.POINTS]
+    growing, flat = (json.loads(line.split("line ", 1)[1]) for line in depth if "line [" in line)
+    assert growing[-1] == 60000 and growing == sorted(growing) and set(flat) == {0}
+    assert "rank 0 (pp 0) LEAK (blue), rank 1 (pp 1) BOUNDED (orange)." in text
+    assert text.index("| rank |") < text.index("**Failed**") < text.index("```mermaid")  # after today's Markdown
+
+
+def test_summary_charts_keep_the_lines_few_leaks_first() -> None:
+    config = StressConfig(pp=6, policy="reap", duration_s=10.0)
+    runs = {
+        r: build_series(r, n=100, depth_per_s=1000 if r == 4 else 0.0, rss_per_s=5e5 if r == 4 else 0.0)
+        for r in range(6)
+    }
+    report = Report.read(build_report(config, runs, RunOutcome()))
+    text = summary_charts(report)
+    (rss, _) = _mermaid_blocks(text)
+    assert sum(line.startswith("    line [") for line in rss) == mermaid.MAX_LINES
+    assert "rank 0 (pp 0) BOUNDED (blue)" in text and "rank 4 (pp 4) LEAK (pink)" in text
+    assert "rank 5" not in text and "; 2 more ranks in the report." in text
+
+
+def test_no_series_no_charts() -> None:
+    report = Report.read(build_pp2_report(leaking=False))
+    bare = replace(report, ranks=[replace(r, series=None) for r in report.ranks])
+    assert summary_charts(bare) == ""
 
 
 def test_compare_summary_has_the_table_and_why_not_bounded() -> None:

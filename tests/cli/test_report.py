@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,12 +134,33 @@ def test_loop_latency_leaves_out_the_warm_up(leaking_and_bounded: dict[int, list
 def test_series_is_downsampled_keeping_both_ends(leaking_and_bounded: dict[int, list[Sample]]) -> None:
     samples = leaking_and_bounded[0]
     series = build_report(CONFIG, leaking_and_bounded, RunOutcome())["ranks"][0]["series"]
-    assert set(series) == {"t", "rss_bytes", "depth", "rounds", "lat_p99_ms", "round_age_s"}
+    assert set(series) == {"t", "rss_bytes", "anon_bytes", "depth", "rounds", "lat_p99_ms", "round_age_s"}
     assert len({len(v) for v in series.values()}) == 1  # parallel lists
     assert series["t"][0] == samples[0].t
     assert series["t"][-1] == samples[-1].t
     assert series["depth"][-1] == samples[-1].depth
     assert series["t"] == sorted(series["t"])
+
+
+def test_series_carry_the_last_anonymous_reading(make_series: MakeSeries) -> None:
+    """Anonymous memory is read about once a second: a point between readings shows the last."""
+    samples = make_series(0, n=50)
+    read = {i: 50_000_000 + i * 1000 for i in range(5, 50, 10)}  # samples 5, 15, 25, ...
+    samples = [replace(s, anon_bytes=read.get(i)) for i, s in enumerate(samples)]
+    series = build_report(StressConfig(pp=1, duration_s=5.0), {0: samples}, RunOutcome())["ranks"][0]["series"]
+    assert series["anon_bytes"][:5] == [None] * 5
+    assert series["anon_bytes"][5:15] == [read[5]] * 10
+    assert series["anon_bytes"][-1] == read[45]
+
+
+def test_series_of_a_downstream_rank_carry_its_backlog(make_series: MakeSeries) -> None:
+    """Rank 1's `unreceived` at each point: what rank 0 had sent by then, less what rank 1 had received."""
+    samples = {0: make_series(0, sent_per_s=1000), 1: make_series(1, received_per_s=900)}
+    report = build_report(CONFIG, samples, RunOutcome())
+    first, second = (r["series"] for r in report["ranks"])
+    assert "unreceived" not in first  # rank 0 has no upstream
+    assert second["unreceived"][0] == 100 - 90  # at 0.1 s: 100 sent, 90 received
+    assert second["unreceived"][-1] == report["ranks"][1]["backlog_at_stop"]["unreceived_messages"] == 6000
 
 
 @pytest.mark.parametrize(

@@ -233,3 +233,8 @@ def test_per_hour_mb() -> None:
 )
 def test_overall(verdicts: list[str], expected: str) -> None:
     assert stats.overall(verdicts) == expected
+
+
+def test_intercept_is_where_the_trend_crosses_zero() -> None:
+    points = [(t, 5.0 + 2.0 * t + (0.5 if t == 3 else 0.0)) for t in range(1, 8)]  # one point off the line
+    assert stats.intercept(points, 2.0) == 5.0

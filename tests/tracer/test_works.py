@@ -76,6 +76,17 @@ def _this_function() -> str:
     return "test_an_isend_is_attributed_to_the_user_line_with_its_op_and_peer"
 
 
+def test_a_site_carries_its_line_of_source(table: WorkTable) -> None:
+    """The page and the report show the line itself; code without a file has none."""
+    group = FakeTracedGroup()
+    kept = c10d["isend"]([1.0], 1, group)  # the line the site must quote
+    (site,) = table.top_sites()
+    assert site["source"] == 'kept = c10d["isend"]([1.0], 1, group)  # the line the site must quote'
+    exec(compile("more = isend([1.0], 2, group)", "<string>", "exec"), {"isend": c10d["isend"], "group": group})
+    assert {s["peer"]: s["source"] for s in table.top_sites()}[2] is None
+    del kept
+
+
 def test_the_op_is_the_call_the_program_made(table: WorkTable) -> None:
     group = FakeTracedGroup()
     works_ = c10d["batch_isend_irecv"]([(c10d["isend"], [1.0], 1, group), (c10d["irecv"], [0.0], 1, group)])

@@ -1,4 +1,4 @@
-"""Read reports back: show one, diff two, plot any."""
+"""Read reports back: show one, diff two, plot any, draw one as a page."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ from pathlib import Path
 
 import typer
 
+from hicache_cli.analysis.bundles import load_document
 from hicache_cli.analysis.report import load_report
 from hicache_cli.cli.commands.common import check_output_paths
+from hicache_cli.present.html import default_output, write_page
 from hicache_cli.present.plot import plot_reports
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.report_views import report_diff, report_summary
 
-app = typer.Typer(no_args_is_help=True, help="Read reports back: show one, diff two, plot any.")
+app = typer.Typer(no_args_is_help=True, help="Read reports back: show one, diff two, plot any, draw one as a page.")
 
 
 @app.command()
@@ -43,3 +45,18 @@ def plot(
     reports = [(str(f), load_report(f)) for f in files]
     path = plot_reports(reports, out)
     make_console(live=False).print(f"wrote {path}", soft_wrap=True)
+
+
+@app.command()
+def html(
+    file: Path = typer.Argument(
+        ..., help="A report.json, a compare.json or scan.json bundle, or a directory holding one."
+    ),
+    out: Path = typer.Option(
+        None, "--output", "-o", help="The page to write (default: beside what was read, as .html)."
+    ),
+) -> None:
+    """One self-contained HTML page: verdicts, charts over time, sites, failures (opens offline)."""
+    doc = load_document(file)
+    target = out if out is not None else default_output(doc.path if doc.path is not None else file)
+    make_console(live=False).print(f"wrote {write_page(doc, target)}", soft_wrap=True)
