@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hicache_cli import files
 from hicache_cli.analysis import report as report_file
 from hicache_cli.analysis.compare import BUNDLE_SCHEMA_VERSION, PolicyRow, summarize
 from hicache_cli.analysis.report_schema import ReportShapeError, check_report
@@ -127,9 +128,9 @@ def load_document(path: Path) -> Report | Bundle:
             if (path / name).is_file():
                 return load_document(path / name)
         raise UsageError(f"{path}: a directory without a {REPORT_FILE}, compare.json or scan.json")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    try:  # through files.read_bytes: a FIFO or a device is refused, never read (it could hang)
+        data = json.loads(files.read_bytes(path).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         data = None  # load_report says what is wrong with it, as for every other reader
     if isinstance(data, dict) and data.get("kind") in KINDS:
         try:
