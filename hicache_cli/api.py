@@ -23,7 +23,6 @@ from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import EarlyStop
 from hicache_cli.launch.run import execute
 from hicache_cli.launch.trace_launcher import traced_config
-from hicache_cli.protocol import REPORT_FILE
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import Sample
 
@@ -55,7 +54,8 @@ def run(
         raise UsageError("a traced program runs with hicache_cli.trace(command)")
     directory = create_run_dir(_path(run_dir), config.policy)
     result = execute(config, directory, on_samples or _ignore, report_copy=_path(report_copy), early_stop=early_stop)
-    return Report.read(result.report or {}, result.report_path)
+    assert result.report is not None  # one machine: the report is written here
+    return result.report
 
 
 def trace(
@@ -91,15 +91,14 @@ def trace(
     )
     directory = create_run_dir(_path(run_dir), "trace")
     result = execute(config, directory, on_samples or _ignore, early_stop=early_stop, passthrough=not capture_output)
-    return Report.read(result.report or {}, result.report_path)
+    assert result.report is not None
+    return result.report
 
 
 def load_report(path: str | os.PathLike[str]) -> Report:
     """A report written by any hicache command (or its run directory), checked against the
     schema; anything else raises UsageError naming the problem."""
-    where = Path(path)
-    data = report_file.load_report(where)
-    return Report.read(data, where / REPORT_FILE if where.is_dir() else where)
+    return report_file.load_report(Path(path))
 
 
 def with_sglang(

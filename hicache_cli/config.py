@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hicache_cli.errors import UsageError
 from hicache_cli.protocol import CONFIG_FILE
+from hicache_cli.records import Record, field_spec
 
 DEFAULT_POLICY = "reap"  # the incident's: hicache's model leaks under it
 DEFAULT_PROBE_HZ = 10.0
@@ -19,16 +20,16 @@ PP_BACKENDS = ("gloo", "nccl")
 
 
 @dataclass(frozen=True)
-class StressConfig:
-    pp: int = 2
-    tp: int = 1
-    policy: str = DEFAULT_POLICY
-    duration_s: float = 15.0
-    workload: str = "mixed"
+class StressConfig(Record):
+    pp: int = field_spec(required=True, default=2)
+    tp: int = field_spec(required=True, default=1)
+    policy: str = field_spec(required=True, default=DEFAULT_POLICY)
+    duration_s: float = field_spec(required=True, default=15.0)
+    workload: str = field_spec(required=True, default="mixed")
     request_rate: float | None = None  # None: the workload preset's value
     prefix_sharing: float | None = None
     idle_fraction: float | None = None
-    seed: int = 0
+    seed: int = field_spec(required=True, default=0)
     probe_hz: float = DEFAULT_PROBE_HZ
     wait_timeout_s: float = 5.0
     device: str = "auto"  # auto | cpu | cuda (auto: cuda when the rank sees a GPU)
@@ -38,7 +39,7 @@ class StressConfig:
     host_pool_tokens: int = 16384
     cache_warmup_rounds: int = 10000  # rounds run before the clock starts (Scheduler.warm_up)
     warmup_s: float | None = None  # None: per rank, where its RSS transient ends (assess.resolve_warmup)
-    leak_threshold_mb_per_h: float = 100.0
+    leak_threshold_mb_per_h: float = field_spec(required=True, default=100.0)
     stop_grace_s: float = 1.5  # how long a rank blocked at the deadline gets to finish its round
     stall_timeout_s: float = 5.0  # a round older than this is a stall: stacks dumped, run ended
     faults: tuple[str, ...] = ()  # --fault specs, see cache/faults.py
@@ -53,6 +54,27 @@ class StressConfig:
     @property
     def world_size(self) -> int:
         return self.pp * self.tp
+
+    @property
+    def label(self) -> str:
+        """The run's name where a policy's would go: the policy, sglang-0.5.14, trace."""
+        return self.policy
+
+    def title(self, sep: str = "  ", duration: bool = True) -> str:
+        """The run in one line: `drain  pp=2 tp=1  15s` (the result table's title)."""
+        parts = [self.label, f"pp={self.pp} tp={self.tp}"] + ([f"{self.duration_s:g}s"] if duration else [])
+        return sep.join(parts)
+
+    def properties(self) -> dict[str, Any]:
+        """What names the run in a CI system's records (JUnit's properties)."""
+        return {
+            "policy": self.label,
+            "pp": self.pp,
+            "tp": self.tp,
+            "duration_s": self.duration_s,
+            "workload": self.workload,
+            "seed": self.seed,
+        }
 
     @property
     def traced(self) -> bool:
@@ -110,17 +132,6 @@ class StressConfig:
         if self.warmup_s is not None and self.duration_s and self.warmup_s >= self.duration_s:
             raise UsageError(f"--warmup ({self.warmup_s:g}s) must be shorter than --duration ({self.duration_s:g}s)")
         return self
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "faults": list(self.faults)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StressConfig:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        if "faults" in values:
-            values["faults"] = tuple(values["faults"])
-        return cls(**values)
 
     def save(self, run_dir: Path) -> None:
         (run_dir / CONFIG_FILE).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")

@@ -11,22 +11,42 @@ import math
 import os
 import platform
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.failures import Ending, find_failures, interruption
+from hicache_cli.analysis.figures import rounds_per_s
 from hicache_cli.analysis.histogram import LatencyHistogram
-from hicache_cli.analysis.report_schema import ReportShapeError, check_report
-from hicache_cli.analysis.torchrun_log import WorkerExit, signal_name
+from hicache_cli.analysis.kinds import Status, Verdict
+from hicache_cli.analysis.results import (
+    Backlog,
+    Environment,
+    GpuMemory,
+    LoopLatency,
+    MemoryKinds,
+    Messages,
+    ModelSection,
+    PPConsistency,
+    RankReport,
+    Report,
+    Rss,
+    Series,
+    SGLangSection,
+    TargetSection,
+    TraceSection,
+    WorkList,
+)
+from hicache_cli.analysis.torchrun_log import WorkerExit
 from hicache_cli.analysis.trace_report import top_site_line, works_summary
 from hicache_cli.analysis.watchdog import Stall, blocked_frame
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.protocol import REPORT_FILE, stacks_file
+from hicache_cli.records import ShapeError, replace
 from hicache_cli.rundir import write_atomically
 from hicache_cli.sample import Sample
 from hicache_cli.series import RankSeries, RunSeries, Totals
@@ -57,22 +77,23 @@ class RunOutcome:
     lost_nodes: dict[int, str] = field(default_factory=dict)  # across nodes: node -> how it was lost
 
 
-def environment(config: StressConfig) -> dict[str, Any]:
+def environment(config: StressConfig, devices: list[str]) -> Environment:
     try:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = None
-    return {
-        "hicache_version": hicache_version(),
-        "torch_version": torch_version,
-        "backend": config.backend,
-        "pp_backend": config.pp_backend,
-        "device": config.device,
-        "host": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
+    return Environment(
+        hicache_version=hicache_version(),
+        torch_version=torch_version,
+        backend=config.backend,
+        pp_backend=config.pp_backend,
+        device=config.device,
+        host=socket.gethostname(),
+        cpu_count=os.cpu_count(),
+        python=platform.python_version(),
+        platform=platform.platform(),
+        devices=devices,
+    )
 
 
 def build_report(
@@ -80,7 +101,7 @@ def build_report(
     samples: RunSeries | Mapping[int, list[Sample]],
     outcome: RunOutcome,
     run_dir: Path | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """`samples`: as a follower kept them (RunSeries: bounded, with exact totals), or whole."""
     run = samples if isinstance(samples, RunSeries) else RunSeries.of(samples)
     samples = run.samples
@@ -94,157 +115,168 @@ def build_report(
         )
         for rank in slots(config, samples)
     ]
-    failures = _failures(config, samples, finals, outcome, run_dir)
-    stopped = interruption(outcome, finals, failures)
-    status = "interrupted" if stopped else "failed" if failures else "completed"
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "status": status,
-        "interruption": stopped,
-        "config": config.to_dict(),
-        "target": target_summary(config, ranks),
-        "environment": {
-            **environment(config),
-            "devices": sorted({s[-1].device_name for s in samples.values() if s and s[-1].device_name}),
-        },
-        "verdict": stats.overall([r["verdict"] for r in ranks]),
-        "failures": failures,
-        "root_cause": failures[0]["rank"] if failures else None,
-        "stopped_early": outcome.stopped_early,
-        "run_s": round(max((s[-1].t for s in samples.values() if s), default=0.0), 3),
-        "pp_consistency": run.digests.summary(),
-        "wall_s": round(outcome.wall_s, 2),
-        "startup_s": _startup_s(samples, outcome.launched_wall),
-        "torchrun_exit_code": outcome.torchrun_exit_code,
-        "program_exit_code": outcome.program_exit_code,
-        "program_stopped": outcome.program_stopped,
-        "launcher_cpu_s": None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
-        "ranks": ranks,
-    }
+    ending = Ending(
+        interrupted=outcome.interrupted,
+        killed_reason=outcome.killed_reason,
+        stalls=outcome.stalls,
+        worker_exits=outcome.worker_exits,
+        lost_nodes=outcome.lost_nodes,
+        own_ends=config.traced,
+    )
+    failures = find_failures(
+        slots(config, samples), samples, ending, _stack_reader(run_dir), _waits_on(config), config.tp
+    )
+    signal = (outcome.interrupted_by or "SIGINT") if outcome.interrupted else None
+    stopped = interruption(signal, outcome.torchrun_exit_code, finals, failures)
+    status = Status.INTERRUPTED if stopped else Status.FAILED if failures else Status.COMPLETED
+    devices = sorted({s[-1].device_name for s in samples.values() if s and s[-1].device_name})
+    return Report(
+        schema_version=SCHEMA_VERSION,
+        status=status,
+        interruption=stopped,
+        config=config,
+        target=target_summary(config, ranks),
+        environment=environment(config, devices),
+        verdict=Verdict.overall(r.verdict for r in ranks),
+        failures=failures,
+        root_cause=failures[0].rank if failures else None,
+        stopped_early=outcome.stopped_early,
+        run_s=round(max((s[-1].t for s in samples.values() if s), default=0.0), 3),
+        pp_consistency=PPConsistency.from_dict(run.digests.summary()),
+        wall_s=round(outcome.wall_s, 2),
+        startup_s=_startup_s(samples, outcome.launched_wall),
+        torchrun_exit_code=outcome.torchrun_exit_code,
+        program_exit_code=outcome.program_exit_code,
+        program_stopped=outcome.program_stopped,
+        launcher_cpu_s=None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
+        ranks=ranks,
+    )
 
 
-def interruption(
-    outcome: RunOutcome, finals: dict[int, Sample], failures: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """Who stopped the run from outside, if anyone: a signal to hicache, to torchrun (which
-    nothing of ours ever signals), or to the ranks (their final lines say so). Ranks
-    stopped after another rank failed were not interrupted: torchrun stops the rest after
-    one fails; but a broken connection is what a rank sees when its peer was stopped."""
-    if outcome.interrupted:
-        return {"signal": outcome.interrupted_by or "SIGINT", "to": "hicache", "message": None}
-    code = outcome.torchrun_exit_code
-    if code is not None and code < 0:
-        return {"signal": signal_name(code), "to": "torchrun", "message": f"torchrun was killed by {signal_name(code)}"}
-    stopped = [f for _, f in sorted(finals.items()) if f.state == "interrupted"]
-    if stopped and all(_is_connection_error(f["message"]) for f in failures):
-        return {"signal": stopped[0].signal, "to": "ranks", "message": f"rank {stopped[0].rank}: {stopped[0].message}"}
-    return None
+def _stack_reader(run_dir: Path | None) -> Callable[[int], tuple[str | None, str | None]]:
+    """A stuck rank's stack file (when it wrote one) and the frame its loop is blocked in."""
+
+    def read(rank: int) -> tuple[str | None, str | None]:
+        stack = stacks_file(run_dir, rank) if run_dir is not None else None
+        dump = stack.read_text(encoding="utf-8", errors="replace") if stack and stack.is_file() else ""
+        return (stack.name if dump and stack else None), blocked_frame(dump)
+
+    return read
 
 
-def target_summary(config: StressConfig, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _waits_on(config: StressConfig) -> Callable[[int, str | None], int | None]:
+    """SGLang's drain blocked in wait() on a Work waits on the next stage."""
+
+    def stage(rank: int, frame: str | None) -> int | None:
+        if config.target == "sglang" and waits_on_next_stage(frame):
+            return rank // config.tp + 1
+        return None
+
+    return stage
+
+
+def target_summary(config: StressConfig, ranks: list[RankReport]) -> TargetSection:
     """What ran the PP sync. For SGLang: which code (version, file, hash, drain method) and
     how many PP-sync messages a round sends, measured on rank 0. For a traced program: the
     command, the --loop function, and how many processes were observed."""
     if config.traced and config.trace is not None:
-        return {
-            "kind": "trace",
-            "command": config.trace["command"],
-            "cwd": config.trace.get("cwd"),
-            "loop": config.trace.get("loop"),
-            "processes": sum(1 for r in ranks if r.get("samples")),
-        }
+        return TraceSection(
+            command=list(config.trace["command"]),
+            cwd=config.trace.get("cwd"),
+            loop=config.trace.get("loop"),
+            processes=sum(1 for r in ranks if r.measured),
+        )
     if config.target != "sglang" or config.sglang is None:
-        return {"kind": "model", "policy": config.policy}
-    first = ranks[0] if ranks else {}
-    rounds, sent = first.get("rounds"), first.get("messages", {}).get("sent")
-    return {
-        "kind": "sglang",
-        **config.sglang,
-        "sends_per_round": round(sent / rounds, 3) if rounds and sent is not None else None,
-    }
+        return ModelSection(policy=config.policy)
+    first = ranks[0] if ranks else None
+    rounds = first.rounds if first else None
+    sent = first.messages.sent if first and first.messages else None
+    return SGLangSection.from_dict(
+        {
+            "kind": "sglang",
+            **config.sglang,
+            "sends_per_round": round(sent / rounds, 3) if rounds and sent is not None else None,
+        }
+    )
 
 
-def slots(config: StressConfig, samples: dict[int, list[Sample]]) -> list[int]:
+def slots(config: StressConfig, samples: Mapping[int, list[Sample]]) -> list[int]:
     """The rank files a report covers: every rank of the run, and (`hicache trace`, where
     processes are discovered) every file the run directory holds."""
     return sorted(set(range(config.world_size)) | set(samples))
 
 
-def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config: StressConfig) -> dict[str, Any]:
+def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config: StressConfig) -> RankReport:
     """One rank's entry, from its bounded history and exact totals."""
     pp_rank, tp_rank = divmod(rank, config.tp)
     series, totals = followed.kept, followed.totals
     if config.traced and series:
         return _traced_summary(rank, followed, config)
     if not series:
-        return {
-            "rank": rank,
-            "pp_rank": pp_rank,
-            "tp_rank": tp_rank,
-            "verdict": "INCONCLUSIVE",
-            "verdict_reason": "the rank wrote no samples",
-            "samples": 0,
-        }
+        return RankReport(
+            rank=rank,
+            pp_rank=pp_rank,
+            tp_rank=tp_rank,
+            verdict=Verdict.INCONCLUSIVE,
+            verdict_reason="the rank wrote no samples",
+            samples=0,
+        )
     last = series[-1]
     assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h)
     verdict, rss_trend, depth_trend, cut = assessment.verdict, assessment.rss, assessment.depth, assessment.cut
-    latency = _latency(followed, cut)
     up_final = upstream[-1] if upstream and config.tp <= rank else None
     unreceived = max(0, up_final.sent - last.received) if up_final else 0
     reason = verdict.reason
-    if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict == "LEAK":
+    if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict is Verdict.LEAK:
         reason += f"; {top}"
     if unreceived:
         # gloo keeps state per pending message on the receiving side too
         reason += f"; {unreceived} messages from rank {rank - config.tp} unreceived at the stop"
-    return {
-        "rank": rank,
-        "pp_rank": pp_rank,
-        "tp_rank": tp_rank,
-        "pid": last.pid,
-        "host": last.host,
-        "node": last.node,
-        "verdict": verdict.verdict,
-        "verdict_reason": reason,
-        "state": last.state,
-        "stop": last.message if last.kind == "final" else "no final line: the rank ended abruptly",
-        "warmup_s": round(assessment.warmup_s, 2),
-        "rss": {
-            "start_bytes": totals.rss_first,
-            "end_bytes": totals.rss_last,
-            "peak_bytes": totals.rss_peak,
-            "slope_mb_per_h": _mb_h(rss_trend.slope) if rss_trend else None,
-            "slope_ci95_mb_per_h": [_mb_h(rss_trend.lo), _mb_h(rss_trend.hi)] if rss_trend else None,
-            "detection_floor_mb_per_h": _floor(rss_trend),
-            "trend_p_value": round(rss_trend.p_value, 6) if rss_trend else None,
-            "autocorrelation": round(rss_trend.autocorrelation, 3) if rss_trend else None,
-        },
-        "memory_kinds": _memory_kinds(totals, assessment.anon),
-        "work_list": {
-            "max": totals.depth_max,
-            "final": last.depth,
-            "growth_per_s": round(depth_trend.slope, 3) if depth_trend else None,
-            "held_bytes_final": last.held_bytes,
-            "bytes_per_work": round(assessment.bytes_per_work) if assessment.bytes_per_work is not None else None,
-        },
-        "loop_latency_ms": latency,
-        "rounds": last.rounds,
-        "rounds_per_s": round(last.rounds / last.t, 1) if last.t > 0 else None,
-        "messages": {"sent": last.sent, "received": last.received},
-        "backlog_at_stop": {
-            "outstanding_sends": last.depth,
-            "unreceived_messages": unreceived,
-        },
-        "round_age_at_stop_s": last.round_age_s,
-        "device": last.device_name,
-        "gpu_memory": _gpu_memory(totals),
-        "counters": last.counters,
-        "samples": totals.samples,
-        "series": _series(series),
-    }
+    return RankReport(
+        rank=rank,
+        pp_rank=pp_rank,
+        tp_rank=tp_rank,
+        pid=last.pid,
+        host=last.host,
+        node=last.node,
+        verdict=verdict.verdict,
+        verdict_reason=reason,
+        state=last.state,
+        stop=last.message if last.kind == "final" else "no final line: the rank ended abruptly",
+        warmup_s=round(assessment.warmup_s, 2),
+        rss=Rss(
+            start_bytes=totals.rss_first,
+            end_bytes=totals.rss_last,
+            peak_bytes=totals.rss_peak,
+            slope_mb_per_h=_mb_h(rss_trend.slope) if rss_trend else None,
+            slope_ci95_mb_per_h=[_mb_h(rss_trend.lo), _mb_h(rss_trend.hi)] if rss_trend else None,
+            detection_floor_mb_per_h=_floor(rss_trend),
+            trend_p_value=round(rss_trend.p_value, 6) if rss_trend else None,
+            autocorrelation=round(rss_trend.autocorrelation, 3) if rss_trend else None,
+        ),
+        memory_kinds=_memory_kinds(totals, assessment.anon),
+        work_list=WorkList(
+            max=totals.depth_max,
+            final=last.depth,
+            growth_per_s=round(depth_trend.slope, 3) if depth_trend else None,
+            held_bytes_final=last.held_bytes,
+            bytes_per_work=round(assessment.bytes_per_work) if assessment.bytes_per_work is not None else None,
+        ),
+        loop_latency=_latency(followed, cut),
+        rounds=last.rounds,
+        rounds_per_s=rounds_per_s(last),
+        messages=Messages(sent=last.sent, received=last.received),
+        backlog_at_stop=Backlog(outstanding_sends=last.depth, unreceived_messages=unreceived),
+        round_age_at_stop_s=last.round_age_s,
+        device=last.device_name,
+        gpu_memory=_gpu_memory(totals),
+        counters=last.counters,
+        samples=totals.samples,
+        series=_series(series),
+    )
 
 
-def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> dict[str, Any] | None:
+def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> MemoryKinds | None:
     """What RSS was made of, from the readings of smaps_rollup (about once a second); None
     when there were none (a kernel without it, a report's older ranks)."""
     last = totals.last_memory_read
@@ -253,37 +285,34 @@ def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> dict[str, Any] | 
     file_backed = None
     if last.rss_bytes is not None and last.anon_bytes is not None:
         file_backed = max(0, last.rss_bytes - last.anon_bytes)
-    return {
-        "readings": totals.memory_readings,
-        "anon_start_bytes": totals.anon_first,
-        "anon_end_bytes": totals.anon_last,
-        "anon_peak_bytes": totals.anon_peak,
-        "anon_slope_mb_per_h": _mb_h(anon.slope) if anon else None,
-        "anon_slope_ci95_mb_per_h": [_mb_h(anon.lo), _mb_h(anon.hi)] if anon else None,
-        "uss_end_bytes": last.uss_bytes,
-        "file_backed_end_bytes": file_backed,
-    }
+    return MemoryKinds(
+        readings=totals.memory_readings,
+        anon_start_bytes=totals.anon_first,
+        anon_end_bytes=totals.anon_last,
+        anon_peak_bytes=totals.anon_peak,
+        anon_slope_mb_per_h=_mb_h(anon.slope) if anon else None,
+        anon_slope_ci95_mb_per_h=[_mb_h(anon.lo), _mb_h(anon.hi)] if anon else None,
+        uss_end_bytes=last.uss_bytes,
+        file_backed_end_bytes=file_backed,
+    )
 
 
-def _traced_summary(slot: int, followed: RankSeries, config: StressConfig) -> dict[str, Any]:
+def _traced_summary(slot: int, followed: RankSeries, config: StressConfig) -> RankReport:
     """A traced process: `rank` is its torch.distributed rank, `slot` its rank file's
     number (the same, unless several process groups used the same ranks); `works` says
     what became of the Works it was handed, by creation site."""
     summary = rank_summary(slot, followed, [], replace(config, target="model"))
-    summary.pop("series", None)
     last = followed.kept[-1]
-    works = works_summary(followed.totals)
-    return {
-        **summary,
-        "rank": last.rank,
-        "slot": slot,
-        "world_size": int(last.counters.get("world_size", 0)) or None,
-        "works": works,
-        "series": _series(followed.kept),
-    }
+    return replace(
+        summary,
+        rank=last.rank,
+        slot=slot,
+        world_size=int(last.counters.get("world_size", 0)) or None,
+        works=works_summary(followed.totals),
+    )
 
 
-def _latency(followed: RankSeries, cut: int) -> dict[str, float | None]:
+def _latency(followed: RankSeries, cut: int) -> LoopLatency:
     """Loop latency after warm-up (kept samples from `cut` on): histogram quantiles, exact max.
     The window starts at the last histogram taken by the sample before the cut (the same
     sample in a run of a minute or so; up to a thinned mark's spacing before it after that)."""
@@ -297,143 +326,28 @@ def _latency(followed: RankSeries, cut: int) -> dict[str, float | None]:
     worst = max(maxima) if maxima else None
     # A bucket's upper edge can lie above every round in it; no quantile exceeds the max.
     p50, p99 = window.quantile_ms(0.50), window.quantile_ms(0.99)
-    return {
-        "p50": _round(min(p50, worst) if p50 is not None and worst is not None else p50),
-        "p99": _round(min(p99, worst) if p99 is not None and worst is not None else p99),
-        "max": _round(worst),
-        "rounds_measured": window.total,
-    }
+    return LoopLatency(
+        p50=_round(min(p50, worst) if p50 is not None and worst is not None else p50),
+        p99=_round(min(p99, worst) if p99 is not None and worst is not None else p99),
+        max=_round(worst),
+        rounds_measured=window.total,
+    )
 
 
-def _series(series: list[Sample]) -> dict[str, list[Any]]:
+def _series(series: list[Sample]) -> Series:
     """A downsampled time series: parallel lists, at most SERIES_POINTS long."""
     picked = stats.thin(series, SERIES_POINTS)
-    return {
-        "t": [s.t for s in picked],
-        "rss_bytes": [s.rss_bytes for s in picked],
-        "depth": [s.depth for s in picked],
-        "rounds": [s.rounds for s in picked],
-        "lat_p99_ms": [_round(s.lat_p99_ms) for s in picked],
-        "round_age_s": [s.round_age_s for s in picked],
-    }
-
-
-def _failures(
-    config: StressConfig,
-    samples: dict[int, list[Sample]],
-    finals: dict[int, Sample],
-    outcome: RunOutcome,
-    run_dir: Path | None,
-) -> list[dict[str, Any]]:
-    """One entry per rank that failed, earliest first (the first is the root cause)."""
-    stalls = {s.rank: s for s in outcome.stalls}
-    failures = []
-    for rank in slots(config, samples):
-        final, series = finals.get(rank), samples.get(rank, [])
-        exit_ = outcome.worker_exits.get(rank)
-        code = exit_.exit_code if exit_ else None
-        sig = exit_.signal if exit_ else None
-        last_t = series[-1].t if series else 0.0
-        if rank in stalls:
-            stall = stalls[rank]
-            stack = stacks_file(run_dir, rank) if run_dir is not None else None
-            dump = stack.read_text(encoding="utf-8", errors="replace") if stack and stack.is_file() else ""
-            frame = blocked_frame(dump)
-            message = stall.message + (f"; stack top: {frame}" if frame else "")
-            failure = _failure(rank, stall.kind, message, stall.since_t, None, None, stack.name if dump else None)
-            if stall.waiting_on_pp is not None:
-                failure["waiting_on_pp"] = stall.waiting_on_pp
-            elif config.target == "sglang" and waits_on_next_stage(frame):
-                failure["waiting_on_pp"] = rank // config.tp + 1  # SGLang's drain, in wait() on a Work
-            failures.append(failure)
-        elif final is not None and final.state == "error":
-            failures.append(_failure(rank, "error", final.message, final.t, code, sig))
-        elif final is None and not outcome.interrupted and not config.traced:
-            # (a traced program's process may leave without a final line, by a signal or an
-            # os._exit from a forked child: not a failure of the run)
-            node = series[-1].node if series else None
-            if node in outcome.lost_nodes:
-                kind, message = "crash", f"{outcome.lost_nodes[node]}; last sample at {last_t:.1f} s"
-            elif sig is not None:
-                kind, message = "crash", f"killed by {sig} (exit code {code}); last sample at {last_t:.1f} s"
-            elif code is not None:
-                kind, message = (
-                    "crash",
-                    f"exited with code {code} without its final line; last sample at {last_t:.1f} s",
-                )
-            elif outcome.killed_reason is not None:
-                kind, message = "timeout", f"stopped by the launcher: {outcome.killed_reason}"
-            elif not series:
-                kind, message = "crash", "the rank never started its workload (see its log)"
-            else:
-                kind, message = "crash", "the rank ended without its final line (see its log)"
-            if not series and outcome.lost_nodes:  # which node it was for is torchrun's choice: name them all
-                message += "; " + "; ".join(why for _, why in sorted(outcome.lost_nodes.items()))
-            failures.append(_failure(rank, kind, message, last_t, code, sig))
-    return _root_cause_first(failures, config.tp)
-
-
-def _root_cause_first(failures: list[dict[str, Any]], tp: int) -> list[dict[str, Any]]:
-    """Earliest first, except for consequences, which follow with `consequence_of` naming
-    their cause: a rank blocked on a stage that itself failed, or a rank whose connection
-    broke after another rank had already failed for a reason of its own.
-
-    A rank whose own timed-out wait closed a gloo pair (ClosedAfterTimeout, "isend to rank
-    P failed: an earlier timed-out wait ...") reports it only at its next isend, often after
-    P has already seen the pair reset: it began no later than P's connection error."""
-    failed_stages = {f["rank"] // tp: f["rank"] for f in failures}
-    for f in failures:
-        stage = f.pop("waiting_on_pp", None)
-        if stage is not None and stage in failed_stages and failed_stages[stage] != f["rank"]:
-            f["consequence_of"] = failed_stages[stage]
-    broken = {f["rank"]: f["at_s"] for f in failures if _is_connection_error(f["message"])}
-    began = {f["rank"]: f["at_s"] for f in failures}
-    for f in failures:
-        head, marker, rest = (f["message"] or "").partition(" isend to rank ")
-        if head.startswith("ClosedAfterTimeout:") and marker and rest.split(" ")[0].isdigit():
-            peer = int(rest.split(" ")[0])
-            began[f["rank"]] = min(f["at_s"], broken.get(peer, f["at_s"]))
-    causes = sorted(
-        (f for f in failures if "consequence_of" not in f and f["rank"] not in broken),
-        key=lambda f: began[f["rank"]],
+    return Series(
+        t=[s.t for s in picked],
+        rss_bytes=[s.rss_bytes for s in picked],
+        depth=[s.depth for s in picked],
+        rounds=[s.rounds for s in picked],
+        lat_p99_ms=[_round(s.lat_p99_ms) for s in picked],
+        round_age_s=[s.round_age_s for s in picked],
     )
-    for f in failures:
-        if "consequence_of" in f or not causes or causes[0] is f:
-            continue
-        if f["kind"] == "error" and began[causes[0]["rank"]] <= f["at_s"] and f["rank"] in broken:
-            f["consequence_of"] = causes[0]["rank"]
-    return sorted(failures, key=lambda f: ("consequence_of" in f, began[f["rank"]]))
 
 
-def _is_connection_error(message: str | None) -> bool:
-    """A connection that broke under the rank; not a rank whose own timeout closed it."""
-    text = (message or "").lower()
-    if text.startswith("closedaftertimeout:"):  # cache.pp_sync: this rank's timed-out wait closed the pair
-        return False
-    return any(word in text for word in ("connection", "closed by peer", "pair closure", "reset by peer"))
-
-
-def _failure(
-    rank: int,
-    kind: str,
-    message: str | None,
-    at_s: float,
-    exit_code: int | None = None,
-    sig: str | None = None,
-    stack: str | None = None,
-) -> dict[str, Any]:
-    return {
-        "rank": rank,
-        "kind": kind,
-        "exit_code": exit_code,
-        "signal": sig,
-        "message": message,
-        "stack_file": stack,
-        "at_s": round(at_s, 3),
-    }
-
-
-def _startup_s(samples: dict[int, list[Sample]], launched_wall: float | None) -> float | None:
+def _startup_s(samples: Mapping[int, list[Sample]], launched_wall: float | None) -> float | None:
     """Launch to the first sample of any rank (torch import, rendezvous, cache warm-up)."""
     firsts = [s[0].wall for s in samples.values() if s]
     if launched_wall is None or not firsts:
@@ -441,10 +355,10 @@ def _startup_s(samples: dict[int, list[Sample]], launched_wall: float | None) ->
     return round(min(firsts) - launched_wall, 2)
 
 
-def _gpu_memory(totals: Totals) -> dict[str, int] | None:
+def _gpu_memory(totals: Totals) -> GpuMemory | None:
     if totals.gpu_last is None or totals.gpu_peak is None:
         return None
-    return {"end_bytes": totals.gpu_last, "peak_bytes": totals.gpu_peak}
+    return GpuMemory(end_bytes=totals.gpu_last, peak_bytes=totals.gpu_peak)
 
 
 def _floor(trend: stats.Trend | None) -> float | None:
@@ -459,8 +373,13 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def write_report(report: dict[str, Any], run_dir: Path, extra_path: Path | None = None) -> Path:
-    text = json.dumps(report, indent=2) + "\n"
+def report_text(report: Report) -> str:
+    """The report as it is written: the one JSON serialization (Report.to_dict())."""
+    return json.dumps(report.to_dict(), indent=2) + "\n"
+
+
+def write_report(report: Report, run_dir: Path, extra_path: Path | None = None) -> Path:
+    text = report_text(report)
     path = run_dir / REPORT_FILE
     write_atomically(path, text)
     if extra_path is not None:
@@ -468,7 +387,7 @@ def write_report(report: dict[str, Any], run_dir: Path, extra_path: Path | None 
     return path
 
 
-def load_report(path: Path) -> dict[str, Any]:
+def load_report(path: Path) -> Report:
     """Read a report back; anything that is not a report of a known schema is a UsageError."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -483,6 +402,8 @@ def load_report(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: cannot read it ({exc})") from None
     try:
         report = json.loads(text)
+    except RecursionError:
+        raise UsageError(f"{path}: not a hicache report (nested too deeply)") from None
     except json.JSONDecodeError as exc:
         body = text.strip()
         cut = body.startswith("{") and (not body.endswith("}") or exc.pos >= len(text.rstrip()))
@@ -497,7 +418,6 @@ def load_report(path: Path) -> dict[str, Any]:
             f"{path}: report schema version {report['schema_version']!r}; this hicache reads version {SCHEMA_VERSION}"
         )
     try:
-        check_report(report)
-    except ReportShapeError as exc:
+        return Report.read(report, path)
+    except ShapeError as exc:
         raise UsageError(f"{path}: not a valid hicache report: {exc}") from None
-    return report

@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.analysis.results import Report
 from hicache_cli.analysis.torchrun_log import WorkerExit, worker_exits_in
 from hicache_cli.config import StressConfig
 from hicache_cli.launch.launcher import EarlyStop, LaunchConfig, LaunchResult, launch
@@ -24,7 +24,7 @@ from hicache_cli.series import load_run
 class RunResult:
     run_dir: Path
     report_path: Path | None  # None on a node other than node 0: the report is written there
-    report: dict[str, Any] | None
+    report: Report | None
     launch: LaunchResult | None = None
 
 
@@ -100,7 +100,7 @@ def _write_up(
     followed = result.followed if result.followed is not None else load_run(run_dir)
     report = build_report(stress, followed, outcome, run_dir)
     path = write_report(report, run_dir, report_copy)
-    return RunResult(run_dir, path, report, result)
+    return RunResult(run_dir, path, report.at(path), result)
 
 
 def _drop_empty_stack_files(run_dir: Path) -> None:

@@ -17,6 +17,8 @@ from rich.text import Text
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.figures import rounds_per_s
+from hicache_cli.analysis.kinds import Verdict
 from hicache_cli.config import StressConfig
 from hicache_cli.sample import Sample
 from hicache_cli.units import format_bytes, format_bytes_short, format_duration
@@ -57,7 +59,7 @@ class RankRow:
     rounds_per_s: float | None
     round_age_s: float | None
     blocked_on: str | None
-    verdict: str | None
+    verdict: Verdict | None
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class DashboardModel:
     run_t: float  # seconds of workload so far (the furthest rank)
     launch_elapsed: float  # seconds since launch, start-up included
     rows: list[RankRow]
-    verdict: str  # so far
+    verdict: Verdict  # so far
     # across nodes: node -> (its host, the ranks it runs), from the samples; one entry on one machine
     nodes: dict[int, tuple[str | None, list[int]]] = field(default_factory=dict)
     devices: tuple[str, ...] = ()  # what the ranks say they run on ("cpu" or a GPU model), once they sample
@@ -98,16 +100,14 @@ class Dashboard:
         self.config = config
         self.run_dir = run_dir
         # rank -> (t, MB/h, verdict, warm-up), recomputed at most once a second of run time
-        self._trends: dict[int, tuple[float, float | None, str | None, float]] = {}
+        self._trends: dict[int, tuple[float, float | None, Verdict | None, float]] = {}
 
     def model(self, samples: dict[int, list[Sample]], launch_elapsed: float) -> DashboardModel:
         # every rank of the run, and (hicache trace, where processes are found as they start) every file
         ranks = sorted(set(range(self.config.world_size)) | set(samples))
         rows = [self._row(rank, samples.get(rank, [])) for rank in ranks]
         run_t = max((s[-1].t for s in samples.values() if s), default=0.0)
-        # as in the report: one leaking rank makes a leak; a rank without a verdict yet
-        # keeps the rest from being called bounded
-        verdict = stats.overall([r.verdict or "INCONCLUSIVE" for r in rows])
+        verdict = Verdict.overall(r.verdict for r in rows)  # as in the report
         nodes: dict[int, tuple[str | None, list[int]]] = {}
         for rank, series in sorted(samples.items()):
             if series:
@@ -122,8 +122,6 @@ class Dashboard:
         last = series[-1]
         trend, verdict, warmup = self._trend(rank, series)
         base = next((s.rss_bytes for s in series if s.t >= warmup and s.rss_bytes is not None), None)
-        recent = [s for s in series[-20:] if s.kind == "sample"] or [last]
-        span = recent[-1].t - recent[0].t
         return RankRow(
             rank=rank,
             pp_rank=pp_rank,
@@ -138,13 +136,13 @@ class Dashboard:
             p50_ms=last.lat_p50_ms,
             p99_ms=last.lat_p99_ms,
             max_ms=last.lat_max_ms,
-            rounds_per_s=(recent[-1].rounds - recent[0].rounds) / span if span > 0 else None,
+            rounds_per_s=rounds_per_s(last),
             round_age_s=last.round_age_s,
             blocked_on=last.blocked_on,
             verdict=verdict,
         )
 
-    def _trend(self, rank: int, series: list[Sample]) -> tuple[float | None, str | None, float]:
+    def _trend(self, rank: int, series: list[Sample]) -> tuple[float | None, Verdict | None, float]:
         last_t = series[-1].t
         cached = self._trends.get(rank)
         if cached is not None and last_t - cached[0] < 1.0 and series[-1].kind != "final":
@@ -168,7 +166,7 @@ STATE_STYLE = {
     "crashed": "bold red",
     "interrupted": "yellow",
 }
-VERDICT_STYLE = {"LEAK": "bold red", "BOUNDED": "bold green", "INCONCLUSIVE": "yellow"}
+VERDICT_STYLE = {Verdict.LEAK: "bold red", Verdict.BOUNDED: "bold green", Verdict.INCONCLUSIVE: "yellow"}
 
 
 def _num(value: float | None, spec: str) -> str:

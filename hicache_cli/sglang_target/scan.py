@@ -8,6 +8,8 @@ from itertools import pairwise
 from typing import Any
 
 from hicache_cli.analysis.compare import summarize
+from hicache_cli.analysis.kinds import Status, Verdict
+from hicache_cli.analysis.results import Report, SGLangSection
 from hicache_cli.errors import UsageError
 from hicache_cli.sglang_target.locate import version_key
 
@@ -52,20 +54,20 @@ class ScanRow:
     note: str | None = None  # why it is not applicable, or how it failed
 
 
-def row_from_report(version: str, report: dict[str, Any]) -> ScanRow:
-    target = report.get("target") or {}
+def row_from_report(version: str, report: Report) -> ScanRow:
+    target = report.target if isinstance(report.target, SGLangSection) else None
     summary = summarize(report)
-    failed = report["status"] == "failed"
+    failed = report.status == Status.FAILED
     return ScanRow(
         version=version,
-        verdict="failed" if failed else report["verdict"],
-        class_name=target.get("class"),
-        drain_method=target.get("drain_method") or None,
-        sends_per_round=target.get("sends_per_round"),
+        verdict="failed" if failed else report.verdict,
+        class_name=target.class_name if target else None,
+        drain_method=(target.drain_method or None) if target else None,
+        sends_per_round=target.sends_per_round if target else None,
         depth_final=summary.final_depth,
         slope_mb_per_h=summary.slope_mb_per_h,
-        status=report["status"],
-        note=report["failures"][0]["message"] if failed and report["failures"] else None,
+        status=report.status,
+        note=report.failures[0].message if failed and report.failures else None,
     )
 
 
@@ -90,18 +92,22 @@ def cells(row: ScanRow) -> tuple[str, ...]:
 
 def first_change(rows: list[ScanRow]) -> str | None:
     """Where the verdict changes between consecutive releases that ran, e.g. the fix."""
-    ran = [r for r in rows if r.verdict in ("LEAK", "BOUNDED")]
+    ran = [r for r in rows if r.verdict in (Verdict.LEAK, Verdict.BOUNDED)]
     changes = [
         f"{a.verdict} in {a.version} -> {b.verdict} in {b.version}" for a, b in pairwise(ran) if a.verdict != b.verdict
     ]
     return "; ".join(changes) or None
 
 
-def scan_bundle(rows: list[ScanRow], config: dict[str, Any], reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def scan_bundle(rows: list[ScanRow], config: dict[str, Any], reports: dict[str, Report]) -> dict[str, Any]:
     return {
         "schema_version": SCAN_SCHEMA_VERSION,
         "kind": "sglang-scan",
         "config": config,
         "changes": first_change(rows),
-        "versions": [{**asdict(row), "report": reports.get(row.version)} for row in rows],
+        "versions": [{**asdict(row), "report": _dict(reports.get(row.version))} for row in rows],
     }
+
+
+def _dict(report: Report | None) -> dict[str, Any] | None:
+    return None if report is None else report.to_dict()

@@ -11,6 +11,7 @@ import pytest
 
 from hicache_cli.analysis.histogram import LatencyHistogram
 from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.analysis.results import Report
 from hicache_cli.cli.commands import common as run_commands
 from hicache_cli.config import StressConfig
 from hicache_cli.launch.nodes import NodeSpec
@@ -119,6 +120,11 @@ def make_series() -> Callable[..., list[Sample]]:
     return build_series
 
 
+def report_json(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """build_report's report as it is written (its JSON), for tests that read the file's keys."""
+    return build_report(*args, **kwargs).to_dict()
+
+
 PP2_LEAK_RSS_PER_S = 50_000.0  # bytes per second: 180 MB/h
 
 
@@ -145,7 +151,7 @@ def build_pp2_run(
     }
 
 
-def build_pp2_report(*, leaking: bool = True, **run_options: Any) -> dict[str, Any]:
+def build_pp2_report(*, leaking: bool = True, **run_options: Any) -> Report:
     """The report of build_pp2_run's run: policy `reap` when leaking, `drain` when not; 60 s."""
     config = StressConfig(pp=2, policy="reap" if leaking else "drain", duration_s=60.0)
     return build_report(config, build_pp2_run(leaking=leaking, **run_options), RunOutcome(wall_s=61.5))
@@ -157,7 +163,7 @@ def make_pp2_run() -> Callable[..., dict[int, list[Sample]]]:
 
 
 @pytest.fixture
-def make_pp2_report() -> Callable[..., dict[str, Any]]:
+def make_pp2_report() -> Callable[..., Report]:
     return build_pp2_report
 
 
@@ -245,7 +251,8 @@ class FakeExecute:
         on_tick(samples, n / 10 + 1.0)
         outcome = RunOutcome(interrupted=self.interrupted, wall_s=n / 10 + 1.5, stopped_early=stopped)
         report = build_report(config, samples, outcome, run_dir)
-        return RunResult(run_dir, write_report(report, run_dir, report_copy), report)
+        path = write_report(report, run_dir, report_copy)
+        return RunResult(run_dir, path, report.at(path))
 
 
 @pytest.fixture

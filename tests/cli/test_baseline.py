@@ -12,9 +12,11 @@ import pytest
 
 from hicache_cli.analysis.baseline import Tolerance, compare, parse_tolerance, workload_difference
 from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.results import RankReport, Report
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.records import replace
 from tests.cli.conftest import FakeExecute, assert_refused, build_series
 
 DRAIN = StressConfig(pp=2, policy="drain", duration_s=60.0)
@@ -22,7 +24,7 @@ DRAIN = StressConfig(pp=2, policy="drain", duration_s=60.0)
 
 def pp2_report(
     config: StressConfig = DRAIN, rss_per_s: float = 0.0, depth: int = 0, latency_s: float = 0.001
-) -> dict[str, Any]:
+) -> Report:
     """Two bounded stages at 10 Hz for 60 s; rank 0's RSS grows `rss_per_s`, its list holds
     `depth` Works at the end (never growing), its rounds take `latency_s`."""
     rank0 = build_series(0, rss_per_s=rss_per_s, rss_noise=30_000, latency_s=lambda t: latency_s, sent_per_s=1000)
@@ -68,19 +70,19 @@ def test_bad_tolerances(specs: list[str], start: str) -> None:
 
 
 def test_the_policy_the_target_and_faults_may_differ() -> None:
-    base = DRAIN.to_dict()
-    assert workload_difference(base, {**base, "policy": "reap"}) is None
-    assert workload_difference(base, {**base, "target": "sglang", "policy": "sglang-0.5.14"}) is None
-    assert workload_difference(base, {**base, "faults": ["lag:1:5"], "duration_s": 30.0, "probe_hz": 20.0}) is None
+    base = DRAIN
+    assert workload_difference(base, replace(base, policy="reap")) is None
+    assert workload_difference(base, replace(base, target="sglang", policy="sglang-0.5.14")) is None
+    assert workload_difference(base, replace(base, faults=("lag:1:5",), duration_s=30.0, probe_hz=20.0)) is None
 
 
 def test_another_workload_is_named() -> None:
-    base = DRAIN.to_dict()
-    assert workload_difference(base, {**base, "pp": 4}) == "pp 2 there, 4 here"
-    assert workload_difference(base, {**base, "seed": 1, "request_rate": 0.5}) == (
+    base = DRAIN
+    assert workload_difference(base, replace(base, pp=4)) == "pp 2 there, 4 here"
+    assert workload_difference(base, replace(base, seed=1, request_rate=0.5)) == (
         "request_rate the preset's there, 0.5 here; seed 0 there, 1 here"
     )
-    assert workload_difference(base, {**base, "target": "trace"}) == (
+    assert workload_difference(base, replace(base, target="trace")) == (
         "the baseline is hicache's workload, this run a trace"
     )
 
@@ -127,15 +129,16 @@ def test_a_slower_loop_fails_by_its_factor() -> None:
 
 def test_a_rank_the_baseline_lacks_is_undecided() -> None:
     base = pp2_report()
-    base["ranks"][1] = {k: base["ranks"][1][k] for k in ("rank", "pp_rank", "tp_rank", "verdict", "verdict_reason")}
-    base["ranks"][1]["samples"] = 0
+    silent = RankReport(rank=1, pp_rank=1, tp_rank=0, verdict=base.ranks[1].verdict, verdict_reason="", samples=0)
+    base = replace(base, ranks=[base.ranks[0], silent])
     lacking = by_name(compare(pp2_report(), base, "b.json", Tolerance()))[(1, "baseline")]
     assert lacking.passed is None and "baseline b.json has no samples of it" in lacking.message
 
 
 def test_other_devices_are_undecided() -> None:
     report, base = pp2_report(), pp2_report()
-    report["environment"]["devices"], base["environment"]["devices"] = ["cpu"], ["NVIDIA H200"]
+    report = replace(report, environment=replace(report.environment, devices=["cpu"]))
+    base = replace(base, environment=replace(base.environment, devices=["NVIDIA H200"]))
     device = by_name(compare(report, base, "b.json", Tolerance()))[(None, "baseline")]
     assert device.passed is None and device.message == "the ranks ran on cpu, baseline b.json's on NVIDIA H200"
 

@@ -23,6 +23,7 @@ from hicache_cli.analysis.compare import (
     summarize,
 )
 from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.results import Report
 from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import StressConfig
 from hicache_cli.present.tables import policy_table, to_markdown, to_rich
@@ -42,7 +43,7 @@ MakeRun = Callable[..., dict[int, list[Sample]]]
 
 
 @pytest.fixture
-def policy_report(make_pp2_run: MakeRun) -> Callable[..., dict[str, Any]]:
+def policy_report(make_pp2_run: MakeRun) -> Callable[..., Report]:
     """The report of a pp=2 run under `policy`: leaking as `reap` leaks, or bounded as `drain` stays."""
 
     def build(policy: str, *, leaking: bool, **run_options: Any) -> dict[str, Any]:
@@ -70,32 +71,32 @@ def two_stage_report(make_series: MakeSeries) -> dict[str, Any]:
     return build_report(config, {0: pp0, 1: pp1}, RunOutcome(stalls=(stall,)))
 
 
-def test_summarize_takes_the_steepest_rank_and_pp0s_loop(two_stage_report: dict[str, Any]) -> None:
+def test_summarize_takes_the_steepest_rank_and_pp0s_loop(two_stage_report: Report) -> None:
     report = two_stage_report
-    pp0, pp1 = report["ranks"]
+    pp0, pp1 = report.ranks
     row = summarize(report)
 
     assert (row.policy, row.status) == ("adaptive", "failed")
-    assert row.verdict == report["verdict"]
+    assert row.verdict == report.verdict
     # RSS: the steepest rank, PP1, with its interval.
-    assert pp1["rss"]["slope_mb_per_h"] > pp0["rss"]["slope_mb_per_h"]
+    assert pp1.rss.slope_mb_per_h > pp0.rss.slope_mb_per_h
     assert row.slope_mb_per_h == pytest.approx(360.0)
-    assert row.slope_ci95 == tuple(pp1["rss"]["slope_ci95_mb_per_h"])
+    assert row.slope_ci95 == tuple(pp1.rss.slope_ci95_mb_per_h)
     # Depth: the highest peak and the highest final depth, over ranks (here not the same rank).
     assert row.peak_depth == 500
     assert row.final_depth == 60
     # Latency and rounds/s: PP0's loop only.
     assert (row.p50_ms, row.p99_ms, row.max_ms) == (
-        pp0["loop_latency_ms"]["p50"],
-        pp0["loop_latency_ms"]["p99"],
-        pp0["loop_latency_ms"]["max"],
+        pp0.loop_latency.p50,
+        pp0.loop_latency.p99,
+        pp0.loop_latency.max,
     )
     assert row.p99_ms == pytest.approx(1.0)
     assert row.rounds_per_s == pytest.approx(1000.0)
     # Messages: every rank's.
     assert row.messages_sent == 30000 + 300
     # Failures: the stall on PP1 and the error on PP0; only the stall is a stall.
-    assert sorted(f["kind"] for f in report["failures"]) == ["error", "stall"]
+    assert sorted(f.kind for f in report.failures) == ["error", "stall"]
     assert (row.stalls, row.failures) == (1, 2)
 
 
@@ -119,7 +120,7 @@ def test_summarize_a_run_with_no_samples(make_series: MakeSeries) -> None:
 
 
 def test_a_leaking_policy_is_never_best_while_a_bounded_one_completed(
-    policy_report: Callable[..., dict[str, Any]],
+    policy_report: Callable[..., Report],
 ) -> None:
     fast_leak = summarize(policy_report("reap", leaking=True, rounds_per_s=2000.0))
     bounded = summarize(policy_report("drain", leaking=False))
@@ -130,7 +131,7 @@ def test_a_leaking_policy_is_never_best_while_a_bounded_one_completed(
     assert set(best.values()) == {"drain"}
 
 
-def test_without_a_bounded_policy_the_completed_ones_compete(policy_report: Callable[..., dict[str, Any]]) -> None:
+def test_without_a_bounded_policy_the_completed_ones_compete(policy_report: Callable[..., Report]) -> None:
     slow = summarize(policy_report("reap", leaking=True))
     fast = summarize(policy_report("batched", leaking=True, rounds_per_s=2000.0))
     assert slow.verdict == fast.verdict == "LEAK"
@@ -141,7 +142,7 @@ def test_without_a_bounded_policy_the_completed_ones_compete(policy_report: Call
     assert best["sent"] == "reap"  # fewer messages
 
 
-def test_a_failed_run_is_never_best(policy_report: Callable[..., dict[str, Any]]) -> None:
+def test_a_failed_run_is_never_best(policy_report: Callable[..., Report]) -> None:
     crashed = summarize(policy_report("drain", leaking=False, final=False, rounds_per_s=2000.0))
     leaking = summarize(policy_report("reap", leaking=True))
     assert crashed.status == "failed"
@@ -153,7 +154,7 @@ def test_a_failed_run_is_never_best(policy_report: Callable[..., dict[str, Any]]
     assert best_of([crashed]) == {}
 
 
-def test_ties_go_to_the_first(policy_report: Callable[..., dict[str, Any]]) -> None:
+def test_ties_go_to_the_first(policy_report: Callable[..., Report]) -> None:
     a = summarize(policy_report("drain", leaking=False))
     b = summarize(policy_report("batched", leaking=False))
     assert set(best_of([a, b]).values()) == {"drain"}
@@ -169,7 +170,7 @@ def test_columns_without_a_value_have_no_best() -> None:
 
 
 @pytest.fixture
-def drain_and_reap(policy_report: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
+def drain_and_reap(policy_report: Callable[..., Report]) -> list[Report]:
     return [policy_report("drain", leaking=False), policy_report("reap", leaking=True, rounds_per_s=2000.0)]
 
 
@@ -182,7 +183,7 @@ def row_lines(text: str, policies: list[str]) -> dict[str, str]:
     return lines
 
 
-def test_compare_table_shows_every_policy_and_stars_the_best(drain_and_reap: list[dict[str, Any]]) -> None:
+def test_compare_table_shows_every_policy_and_stars_the_best(drain_and_reap: list[Report]) -> None:
     console = Console(file=io.StringIO(), width=160, force_terminal=True, color_system=None)
     console.print(compare_table([summarize(r) for r in drain_and_reap]))
     text = console.file.getvalue()
@@ -198,7 +199,7 @@ def test_compare_table_shows_every_policy_and_stars_the_best(drain_and_reap: lis
     assert "2000" in rows["reap"]  # its rounds/s, shown but not starred
 
 
-def test_markdown_table(drain_and_reap: list[dict[str, Any]]) -> None:
+def test_markdown_table(drain_and_reap: list[Report]) -> None:
     rows = [summarize(r) for r in drain_and_reap]
     text = markdown_table(rows, "pp=2, 60s")
     lines = text.splitlines()
@@ -218,7 +219,7 @@ def test_markdown_table(drain_and_reap: list[dict[str, Any]]) -> None:
     assert text.endswith("\n")
 
 
-def test_a_failed_run_says_so_in_its_verdict_cell(policy_report: Callable[..., dict[str, Any]]) -> None:
+def test_a_failed_run_says_so_in_its_verdict_cell(policy_report: Callable[..., Report]) -> None:
     row = summarize(policy_report("drain", leaking=False, final=False))
     (line,) = [ln for ln in markdown_table([row], "t").splitlines() if ln.startswith("| drain")]
     assert line.startswith("| drain | BOUNDED (failed) | ")
@@ -227,7 +228,7 @@ def test_a_failed_run_says_so_in_its_verdict_cell(policy_report: Callable[..., d
 # the JSON bundle
 
 
-def test_bundle(drain_and_reap: list[dict[str, Any]]) -> None:
+def test_bundle(drain_and_reap: list[Report]) -> None:
     common = {"pp": 2, "tp": 1, "duration_s": 60.0}
     data = bundle(drain_and_reap, common)
 
@@ -239,20 +240,20 @@ def test_bundle(drain_and_reap: list[dict[str, Any]]) -> None:
     for entry, report in zip(data["policies"], drain_and_reap, strict=True):
         assert set(entry) == {"policy", "verdict", "status", "note", "summary", "report"}
         assert entry["note"] is None
-        assert (entry["verdict"], entry["status"]) == (report["verdict"], report["status"])
+        assert (entry["verdict"], entry["status"]) == (report.verdict, report.status)
         assert entry["summary"] == dataclasses.asdict(summarize(report))
-        assert entry["report"] is report
+        assert entry["report"] == report.to_dict()
     assert data["policies"][1]["verdict"] == "LEAK"
 
     again = json.loads(json.dumps(data))
-    assert again["policies"][0]["report"] == json.loads(json.dumps(drain_and_reap[0]))
+    assert again["policies"][0]["report"] == json.loads(json.dumps(drain_and_reap[0].to_dict()))
     assert again["policies"][1]["summary"]["rounds_per_s"] == pytest.approx(2000.0)
 
 
 # a policy that cannot work on the backend
 
 
-def test_a_policy_not_applicable_on_the_backend(drain_and_reap: list[dict[str, Any]]) -> None:
+def test_a_policy_not_applicable_on_the_backend(drain_and_reap: list[Report]) -> None:
     reason = not_applicable("adaptive", "gloo")
     assert reason is not None and "gloo closes the pair" in reason
     assert not_applicable("adaptive", "nccl") is None  # runnable where timed waits are harmless

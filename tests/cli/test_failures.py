@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.analysis.torchrun_log import WorkerExit
 from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import StressConfig
 from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunSeries
+from tests.cli.conftest import report_json
 
 MakeSeries = Callable[..., list[Sample]]
 MakeSample = Callable[..., Sample]
@@ -43,7 +44,7 @@ def test_a_sigkilled_rank_is_a_crash_with_its_signal(make_series: MakeSeries) ->
         torchrun_exit_code=1,
         worker_exits={0: WorkerExit(0, -15, "SIGTERM"), 1: WorkerExit(1, -9, "SIGKILL")},
     )
-    report = build_report(PP2, samples, outcome)
+    report = report_json(PP2, samples, outcome)
     assert report["status"] == "failed"
     assert report["root_cause"] == 1
     (failure,) = report["failures"]  # rank 0 wrote its final line: torchrun's SIGTERM was no failure
@@ -60,7 +61,7 @@ def test_a_sigkilled_rank_is_a_crash_with_its_signal(make_series: MakeSeries) ->
 
 def test_a_rank_that_exited_with_a_code_is_a_crash_without_a_signal(make_series: MakeSeries) -> None:
     samples = {0: make_series(0, n=100), 1: running(make_series, 1, 3.0)}
-    report = build_report(PP2, samples, RunOutcome(worker_exits={1: WorkerExit(1, 70, None)}))
+    report = report_json(PP2, samples, RunOutcome(worker_exits={1: WorkerExit(1, 70, None)}))
     (failure,) = report["failures"]
     assert (failure["kind"], failure["exit_code"], failure["signal"]) == ("crash", 70, None)
     assert "exited with code 70 without its final line" in failure["message"]
@@ -75,7 +76,7 @@ def test_a_stall_with_its_stack_dump_names_the_file_and_the_blocked_frame(
 ) -> None:
     stack_file(tmp_path, 0).write_text(stack_dump)
     samples = {0: running(make_series, 0, 8.0), 1: make_series(1, n=100)}
-    report = build_report(PP2, samples, RunOutcome(torchrun_exit_code=None, stalls=(DRAIN_STALL,)), tmp_path)
+    report = report_json(PP2, samples, RunOutcome(torchrun_exit_code=None, stalls=(DRAIN_STALL,)), tmp_path)
     assert report["status"] == "failed"
     (failure,) = report["failures"]
     assert failure == {
@@ -96,14 +97,14 @@ def test_a_stall_without_a_stack_dump_has_no_stack_file(
     if dump is not None:
         stack_file(tmp_path, 0).write_text(dump)
     samples = {0: running(make_series, 0, 8.0), 1: make_series(1, n=100)}
-    (failure,) = build_report(PP2, samples, RunOutcome(stalls=(DRAIN_STALL,)), tmp_path)["failures"]
+    (failure,) = report_json(PP2, samples, RunOutcome(stalls=(DRAIN_STALL,)), tmp_path)["failures"]
     assert failure["stack_file"] is None
     assert failure["message"] == DRAIN_STALL.message
 
 
 def test_a_stall_reported_without_a_run_directory_has_no_stack_file(make_series: MakeSeries) -> None:
     samples = {0: running(make_series, 0, 8.0), 1: make_series(1, n=100)}
-    (failure,) = build_report(PP2, samples, RunOutcome(stalls=(DRAIN_STALL,)))["failures"]
+    (failure,) = report_json(PP2, samples, RunOutcome(stalls=(DRAIN_STALL,)))["failures"]
     assert failure["stack_file"] is None
 
 
@@ -113,7 +114,7 @@ def test_a_dump_without_the_loop_thread_is_kept_but_names_no_frame(
     probe_only = stack_dump.split("\n\n")[0]
     stack_file(tmp_path, 0).write_text(probe_only)
     samples = {0: running(make_series, 0, 8.0), 1: make_series(1, n=100)}
-    (failure,) = build_report(PP2, samples, RunOutcome(stalls=(DRAIN_STALL,)), tmp_path)["failures"]
+    (failure,) = report_json(PP2, samples, RunOutcome(stalls=(DRAIN_STALL,)), tmp_path)["failures"]
     assert failure["stack_file"] == "rank-0.stacks.txt"
     assert failure["message"] == DRAIN_STALL.message
 
@@ -121,7 +122,7 @@ def test_a_dump_without_the_loop_thread_is_kept_but_names_no_frame(
 def test_a_rank_that_stopped_sampling_is_a_hang(make_series: MakeSeries) -> None:
     hang = Stall(1, 1001, "hang", "rank 1 stopped sampling 9.0 s ago (process unresponsive)", 5.0)
     samples = {0: make_series(0, n=100), 1: running(make_series, 1, 5.0)}
-    (failure,) = build_report(PP2, samples, RunOutcome(stalls=(hang,)))["failures"]
+    (failure,) = report_json(PP2, samples, RunOutcome(stalls=(hang,)))["failures"]
     assert (failure["rank"], failure["kind"], failure["message"], failure["at_s"]) == (1, "hang", hang.message, 5.0)
     assert "waiting_on_pp" not in failure
 
@@ -134,7 +135,7 @@ def test_the_root_cause_is_the_earliest_of_independent_failures(make_series: Mak
         0: make_series(0, n=50, final_state="error", message="PPDesyncError: told to apply 3 write acks, only 1"),
         1: running(make_series, 1, 3.0),
     }
-    report = build_report(PP2, samples, RunOutcome())
+    report = report_json(PP2, samples, RunOutcome())
     assert failures_of(report) == [(1, "crash", None), (0, "error", None)]
     assert [f["at_s"] for f in report["failures"]] == [3.0, 5.0]
     assert report["root_cause"] == 1
@@ -142,7 +143,7 @@ def test_the_root_cause_is_the_earliest_of_independent_failures(make_series: Mak
 
 def test_a_rank_stalled_on_a_stage_that_failed_follows_it_even_when_earlier(make_series: MakeSeries) -> None:
     samples = {0: running(make_series, 0, 8.0), 1: running(make_series, 1, 9.0)}
-    report = build_report(PP2, samples, RunOutcome(stalls=(DRAIN_STALL, HUNG_BY_FAULT)))
+    report = report_json(PP2, samples, RunOutcome(stalls=(DRAIN_STALL, HUNG_BY_FAULT)))
     # rank 0's round began at 2.0 s, before rank 1's hang at 2.5 s, but it was waiting on rank 1
     assert failures_of(report) == [(1, "stall", None), (0, "stall", 1)]
     assert report["root_cause"] == 1
@@ -152,7 +153,7 @@ def test_a_rank_stalled_on_a_stage_that_failed_follows_it_even_when_earlier(make
 def test_a_stall_on_a_killed_stage_is_a_consequence_of_the_kill(make_series: MakeSeries) -> None:
     samples = {0: running(make_series, 0, 8.0), 1: running(make_series, 1, 4.0)}
     outcome = RunOutcome(stalls=(DRAIN_STALL,), worker_exits={1: WorkerExit(1, -9, "SIGKILL")})
-    report = build_report(PP2, samples, outcome)
+    report = report_json(PP2, samples, outcome)
     assert failures_of(report) == [(1, "crash", None), (0, "stall", 1)]
     assert report["root_cause"] == 1
 
@@ -160,7 +161,7 @@ def test_a_stall_on_a_killed_stage_is_a_consequence_of_the_kill(make_series: Mak
 def test_a_stall_on_a_stage_that_did_not_fail_is_its_own_failure(make_series: MakeSeries) -> None:
     config = StressConfig(pp=3, duration_s=10.0)
     samples = {0: running(make_series, 0, 8.0), 1: make_series(1, n=100), 2: running(make_series, 2, 5.0)}
-    report = build_report(config, samples, RunOutcome(stalls=(DRAIN_STALL,)))
+    report = report_json(config, samples, RunOutcome(stalls=(DRAIN_STALL,)))
     assert failures_of(report) == [(0, "stall", None), (2, "crash", None)]
     assert report["root_cause"] == 0
 
@@ -175,7 +176,7 @@ def test_with_tp_the_stage_waited_on_maps_to_the_rank_that_failed_in_it(make_ser
         3: running(make_series, 3, 4.0, tp=2),  # pp rank 1, tp rank 1
     }
     outcome = RunOutcome(stalls=(stalled,), worker_exits={3: WorkerExit(3, -9, "SIGKILL")})
-    report = build_report(config, samples, outcome)
+    report = report_json(config, samples, outcome)
     assert failures_of(report) == [(3, "crash", None), (1, "stall", 3)]
 
 
@@ -192,7 +193,7 @@ def test_a_connection_error_after_another_failure_is_its_consequence(make_series
         0: make_series(0, n=42, final_state="error", message=message),
         1: running(make_series, 1, 4.0),
     }
-    report = build_report(PP2, samples, RunOutcome(worker_exits={1: WorkerExit(1, -9, "SIGKILL")}))
+    report = report_json(PP2, samples, RunOutcome(worker_exits={1: WorkerExit(1, -9, "SIGKILL")}))
     assert failures_of(report) == [(1, "crash", None), (0, "error", 1)]
     assert [f["at_s"] for f in report["failures"]] == [4.0, 4.2]
     assert report["root_cause"] == 1
@@ -203,14 +204,14 @@ def test_a_connection_error_before_any_other_failure_is_the_root_cause(make_seri
         0: make_series(0, n=20, final_state="error", message=CONNECTION_CLOSED),
         1: running(make_series, 1, 4.0),
     }
-    report = build_report(PP2, samples, RunOutcome())
+    report = report_json(PP2, samples, RunOutcome())
     assert failures_of(report) == [(0, "error", None), (1, "crash", None)]
     assert report["root_cause"] == 0
 
 
 def test_a_lone_connection_error_is_the_root_cause(make_series: MakeSeries) -> None:
     samples = {0: make_series(0, n=42, final_state="error", message=CONNECTION_CLOSED), 1: make_series(1, n=100)}
-    report = build_report(PP2, samples, RunOutcome())
+    report = report_json(PP2, samples, RunOutcome())
     assert failures_of(report) == [(0, "error", None)]
     assert report["root_cause"] == 0
 
@@ -220,7 +221,7 @@ def test_an_error_that_is_not_about_the_connection_is_no_consequence(make_series
         0: make_series(0, n=42, final_state="error", message="InjectedWaitError: injected fault: wait() raised"),
         1: running(make_series, 1, 4.0),
     }
-    report = build_report(PP2, samples, RunOutcome())
+    report = report_json(PP2, samples, RunOutcome())
     assert failures_of(report) == [(1, "crash", None), (0, "error", None)]
 
 
@@ -230,7 +231,7 @@ def test_the_root_cause_is_never_itself_a_consequence(make_series: MakeSeries) -
         0: running(make_series, 0, 8.0),
         1: make_series(1, n=45, final_state="error", message=CONNECTION_CLOSED),
     }
-    report = build_report(PP2, samples, RunOutcome(stalls=(DRAIN_STALL,)))
+    report = report_json(PP2, samples, RunOutcome(stalls=(DRAIN_STALL,)))
     assert "consequence_of" not in report["failures"][0]
     assert failures_of(report) == [(1, "error", None), (0, "stall", 1)]
     assert report["root_cause"] == 1
@@ -258,7 +259,7 @@ def adaptive_pair_closure(make_series: MakeSeries, pp: int = 2) -> dict[int, lis
 
 def test_a_timeout_that_closed_the_pair_is_the_root_cause_of_its_peers_reset(make_series: MakeSeries) -> None:
     exits = {r: WorkerExit(r, 1, None) for r in (0, 1)}
-    report = build_report(PP2, adaptive_pair_closure(make_series), RunOutcome(torchrun_exit_code=1, worker_exits=exits))
+    report = report_json(PP2, adaptive_pair_closure(make_series), RunOutcome(torchrun_exit_code=1, worker_exits=exits))
     assert failures_of(report) == [(0, "error", None), (1, "error", 0)]
     assert [f["at_s"] for f in report["failures"]] == [0.119, 0.117]  # the times as measured
     assert report["root_cause"] == 0
@@ -266,7 +267,7 @@ def test_a_timeout_that_closed_the_pair_is_the_root_cause_of_its_peers_reset(mak
 
 def test_a_closed_pair_explains_every_connection_error_after_the_peers(make_series: MakeSeries) -> None:
     config = StressConfig(pp=3, duration_s=10.0)
-    report = build_report(config, adaptive_pair_closure(make_series, pp=3), RunOutcome(torchrun_exit_code=1))
+    report = report_json(config, adaptive_pair_closure(make_series, pp=3), RunOutcome(torchrun_exit_code=1))
     assert failures_of(report) == [(0, "error", None), (1, "error", 0), (2, "error", 0)]
 
 
@@ -275,12 +276,12 @@ def test_a_pair_closing_timeout_is_not_a_consequence_of_a_later_failure(make_ser
         0: make_series(0, n=20, final_state="error", message=PAIR_CLOSED_BY_TIMEOUT),
         1: running(make_series, 1, 4.0),
     }
-    report = build_report(PP2, samples, RunOutcome(worker_exits={1: WorkerExit(1, -9, "SIGKILL")}))
+    report = report_json(PP2, samples, RunOutcome(worker_exits={1: WorkerExit(1, -9, "SIGKILL")}))
     assert failures_of(report) == [(0, "error", None), (1, "crash", None)]
 
 
 def test_a_completed_run_has_no_failures_and_no_root_cause(make_series: MakeSeries) -> None:
-    report = build_report(PP2, {0: make_series(0, n=100), 1: make_series(1, n=100)}, RunOutcome())
+    report = report_json(PP2, {0: make_series(0, n=100), 1: make_series(1, n=100)}, RunOutcome())
     assert report["status"] == "completed"
     assert (report["failures"], report["root_cause"]) == ([], None)
 
@@ -332,8 +333,7 @@ def test_no_digests_check_nothing_and_are_consistent(make_sample: MakeSample, ma
     assert RunSeries.of({0: [make_sample(0)], 1: [make_sample(1)]}).digests.summary() == expected
     assert RunSeries.of({}).digests.summary() == expected
     assert (
-        build_report(PP2, {0: make_series(0, n=50), 1: make_series(1, n=50)}, RunOutcome())["pp_consistency"]
-        == expected
+        report_json(PP2, {0: make_series(0, n=50), 1: make_series(1, n=50)}, RunOutcome())["pp_consistency"] == expected
     )
 
 
@@ -342,7 +342,7 @@ def test_the_report_carries_pp_consistency(make_series: MakeSeries, make_sample:
         r: make_series(r, n=50)[:-1] + [make_sample(r, t=5.0, kind="final", state="done", digests={"1024": 40 + r})]
         for r in (0, 1)
     }
-    report = build_report(PP2, samples, RunOutcome())
+    report = report_json(PP2, samples, RunOutcome())
     assert report["pp_consistency"]["consistent"] is False
     assert report["pp_consistency"]["first_divergence"] == {"round": 1024, "digests": {"0": 40, "1": 41}}
     assert report["status"] == "completed"  # a divergence is reported, not a failure
@@ -374,7 +374,7 @@ def test_an_sglang_rank_stalled_in_its_drain_is_a_consequence_of_the_next_stage(
 ) -> None:
     stack_file(tmp_path, 0).write_text(dump)
     samples = {0: running(make_series, 0, 8.0), 1: running(make_series, 1, 9.0)}
-    report = build_report(config, samples, RunOutcome(stalls=(SGLANG_ROUND_STALL, HUNG_BY_FAULT)), tmp_path)
+    report = report_json(config, samples, RunOutcome(stalls=(SGLANG_ROUND_STALL, HUNG_BY_FAULT)), tmp_path)
     by_rank = {f["rank"]: f for f in report["failures"]}
     assert by_rank[0].get("consequence_of") == consequence
     assert report["root_cause"] == (1 if consequence == 1 else 0)

@@ -41,7 +41,7 @@ def test_a_bounded_run_passes_every_assertion(make_pp2_report: MakeReport) -> No
 
 def test_a_leaking_run_fails_bounded_and_rss_slope_saying_by_how_much(make_pp2_report: MakeReport) -> None:
     report = make_pp2_report(leaking=True)
-    assert report["ranks"][0]["rss"]["slope_mb_per_h"] == pytest.approx(LEAK_MB_PER_H)
+    assert report.ranks[0].rss.slope_mb_per_h == pytest.approx(LEAK_MB_PER_H)
     results = by_key(evaluate(report, Thresholds(max_rss_slope_mb_per_h=100.0)))
 
     bounded, slope = results[(0, "bounded")], results[(0, "rss-slope")]
@@ -76,7 +76,7 @@ def test_depth_and_p99_are_asserted_only_when_given(make_pp2_report: MakeReport)
 
 def test_max_depth_fails_over_the_limit_saying_by_how_much(make_pp2_report: MakeReport) -> None:
     report = make_pp2_report(leaking=True)
-    peak = report["ranks"][0]["work_list"]["max"]
+    peak = report.ranks[0].work_list.max
     assert peak > 5
     results = by_key(evaluate(report, Thresholds(max_rss_slope_mb_per_h=1000.0, max_depth=5)))
 
@@ -90,14 +90,14 @@ def test_max_depth_fails_over_the_limit_saying_by_how_much(make_pp2_report: Make
 
 def test_a_depth_at_the_limit_passes(make_pp2_report: MakeReport) -> None:
     report = make_pp2_report(leaking=False)
-    assert report["ranks"][0]["work_list"]["max"] == 0
+    assert report.ranks[0].work_list.max == 0
     results = evaluate(report, Thresholds(max_depth=0))
     assert [a.passed for a in results if a.name == "max-depth"] == [True, True]
 
 
 def test_max_p99_fails_over_the_limit_saying_by_how_much(make_pp2_report: MakeReport) -> None:
     report = make_pp2_report(leaking=False)
-    p99 = report["ranks"][0]["loop_latency_ms"]["p99"]
+    p99 = report.ranks[0].loop_latency.p99
     assert p99 == pytest.approx(1.0)  # every round took 1 ms
     results = by_key(evaluate(report, Thresholds(max_p99_ms=0.5)))
 
@@ -126,7 +126,7 @@ def test_an_rss_interval_straddling_the_limit_is_undecided(make_series: MakeSeri
     config = StressConfig(pp=1, duration_s=60.0, warmup_s=6.0)
     series = make_series(0, rss_per_s=50_000, rss_noise=400_000)
     report = build_report(config, {0: series}, RunOutcome())
-    lo, hi = report["ranks"][0]["rss"]["slope_ci95_mb_per_h"]
+    lo, hi = report.ranks[0].rss.slope_ci95_mb_per_h
     limit = (lo + hi) / 2
     assert lo < limit < hi
 
@@ -140,14 +140,14 @@ def test_an_rss_interval_straddling_the_limit_is_undecided(make_series: MakeSeri
 
 def test_a_failed_run_is_undecided_naming_the_failure(make_pp2_report: MakeReport) -> None:
     report = make_pp2_report(leaking=False, final=False)  # no rank wrote its final line
-    assert report["status"] == "failed"
+    assert report.status == "failed"
     results = evaluate(report, Thresholds())
 
     run = results[0]
     assert (run.rank, run.name, run.passed) == (None, "run", None)
     assert run.message.startswith("the run failed: ")
-    first = report["failures"][0]
-    assert f"rank {first['rank']} {first['kind']}: {first['message']}" in run.message
+    first = report.failures[0]
+    assert f"rank {first.rank} {first.kind}: {first.message}" in run.message
     assert all(a.passed for a in results[1:])  # the ranks themselves stayed bounded
     assert exit_code(results) == EXIT_RUN_FAILED
 
@@ -162,7 +162,7 @@ def test_the_run_assertion_names_at_most_three_failures(make_series: MakeSeries)
     config = StressConfig(pp=4, duration_s=60.0)
     samples = {rank: make_series(rank, final=False) for rank in range(4)}
     report = build_report(config, samples, RunOutcome())
-    assert len(report["failures"]) == 4
+    assert len(report.failures) == 4
     run = evaluate(report, Thresholds())[0]
     assert run.message.count(" crash: ") == 3
 

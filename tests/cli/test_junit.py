@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from hicache_cli.analysis.gate import Assertion, Thresholds, evaluate
+from hicache_cli.analysis.results import Report, Verdict
+from hicache_cli.config import StressConfig
 from hicache_cli.present.github import github_annotations
 from hicache_cli.present.junit import junit_xml
 
-MakeReport = Callable[..., dict[str, Any]]
+MakeReport = Callable[..., Report]
 
 
 def suite_of(xml: str) -> ET.Element:
@@ -28,13 +29,13 @@ def properties(suite: ET.Element) -> dict[str, str]:
 
 
 @pytest.fixture
-def leaking(make_pp2_report: MakeReport) -> tuple[list[Assertion], dict[str, Any]]:
+def leaking(make_pp2_report: MakeReport) -> tuple[list[Assertion], Report]:
     """A leaking pp=2 run judged against 100 MB/h, a depth of 2 and a p99 of 5 ms."""
     report = make_pp2_report(leaking=True)
     return evaluate(report, Thresholds(max_rss_slope_mb_per_h=100.0, max_depth=2, max_p99_ms=5.0)), report
 
 
-def test_junit_counts_match_the_assertions(leaking: tuple[list[Assertion], dict[str, Any]]) -> None:
+def test_junit_counts_match_the_assertions(leaking: tuple[list[Assertion], Report]) -> None:
     results, report = leaking
     xml = junit_xml(results, report, wall_s=61.5)
     assert xml.startswith('<?xml version="1.0" encoding="utf-8"?>')
@@ -49,7 +50,7 @@ def test_junit_counts_match_the_assertions(leaking: tuple[list[Assertion], dict[
     assert float(suite.get("time")) == pytest.approx(61.5)
 
 
-def test_one_testcase_per_assertion_per_rank(leaking: tuple[list[Assertion], dict[str, Any]]) -> None:
+def test_one_testcase_per_assertion_per_rank(leaking: tuple[list[Assertion], Report]) -> None:
     results, report = leaking
     cases = suite_of(junit_xml(results, report, 1.0)).findall("testcase")
     assert [(c.get("classname"), c.get("name")) for c in cases] == [
@@ -59,7 +60,7 @@ def test_one_testcase_per_assertion_per_rank(leaking: tuple[list[Assertion], dic
 
 
 def test_failures_carry_the_message_and_passes_their_output(
-    leaking: tuple[list[Assertion], dict[str, Any]],
+    leaking: tuple[list[Assertion], Report],
 ) -> None:
     results, report = leaking
     cases = suite_of(junit_xml(results, report, 1.0)).findall("testcase")
@@ -77,15 +78,15 @@ def test_failures_carry_the_message_and_passes_their_output(
     assert "exceeds 100 MB/h by 80 MB/h" in slope.find("failure").get("message")
 
 
-def test_properties_include_policy_and_verdict(leaking: tuple[list[Assertion], dict[str, Any]]) -> None:
+def test_properties_include_policy_and_verdict(leaking: tuple[list[Assertion], Report]) -> None:
     results, report = leaking
     props = properties(suite_of(junit_xml(results, report, 1.0)))
     assert props["policy"] == "reap"
     assert props["verdict"] == "LEAK"
     assert props["pp"] == "2"
     assert props["tp"] == "1"
-    assert props["workload"] == report["config"]["workload"]
-    assert props["seed"] == str(report["config"]["seed"])
+    assert props["workload"] == report.config.workload
+    assert props["seed"] == str(report.config.seed)
 
 
 def test_a_failed_run_is_an_error_on_the_run(make_pp2_report: MakeReport) -> None:
@@ -105,7 +106,7 @@ def test_a_failed_run_is_an_error_on_the_run(make_pp2_report: MakeReport) -> Non
 
 
 def test_a_straddling_assertion_is_an_error() -> None:
-    report = {"config": {"policy": "drain"}, "verdict": "INCONCLUSIVE"}
+    report = Report(config=StressConfig(policy="drain"), verdict=Verdict.INCONCLUSIVE)
     results = [Assertion(0, "rss-slope", None, "rank 0 RSS slope +150 MB/h [95% +90, +210] straddles 200 MB/h")]
     suite = suite_of(junit_xml(results, report, 0.0))
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("1", "0", "1")
@@ -114,7 +115,7 @@ def test_a_straddling_assertion_is_an_error() -> None:
 
 def test_markup_in_messages_is_escaped() -> None:
     message = 'rank 0 error: <Work "x"> & friends\nsecond line'
-    report = {"config": {"policy": "reap"}, "verdict": "LEAK"}
+    report = Report(config=StressConfig(policy="reap"), verdict=Verdict.LEAK)
     failure = suite_of(junit_xml([Assertion(0, "bounded", False, message)], report, 0.0)).find("testcase/failure")
     assert failure.text == message
     assert failure.get("message") == message
@@ -122,7 +123,7 @@ def test_markup_in_messages_is_escaped() -> None:
 
 def test_control_characters_in_a_message_still_give_well_formed_xml() -> None:
     message = "the run failed: rank 1 error: \x1b[31mRuntimeError\x1b[0m: peer went away"
-    report = {"config": {"policy": "reap"}, "verdict": "INCONCLUSIVE"}
+    report = Report(config=StressConfig(policy="reap"), verdict=Verdict.INCONCLUSIVE)
     suite = suite_of(junit_xml([Assertion(None, "run", None, message)], report, 0.0))
     assert "RuntimeError" in suite.find("testcase/error").get("message")
 
@@ -148,7 +149,7 @@ def test_no_annotations_when_everything_passed(make_pp2_report: MakeReport) -> N
     assert github_annotations(results, "drain") == []
 
 
-def test_annotations_of_a_leaking_run(leaking: tuple[list[Assertion], dict[str, Any]]) -> None:
+def test_annotations_of_a_leaking_run(leaking: tuple[list[Assertion], Report]) -> None:
     results, _ = leaking
     lines = github_annotations(results, "reap")
     assert len(lines) == 3

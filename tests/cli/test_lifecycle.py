@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from hicache_cli import lifecycle
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.config import StressConfig
 from hicache_cli.launch import launcher
 from hicache_cli.lifecycle import Lifeline, StopRequests, exit_code_for, owner_alive, owner_token
@@ -25,6 +25,7 @@ from hicache_cli.protocol import ORPHANED_EXIT
 from hicache_cli.rank import probe as probe_module
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
+from tests.cli.conftest import report_json
 
 PP2 = StressConfig(pp=2, duration_s=60.0)
 
@@ -164,7 +165,7 @@ def _two_ranks(make_series: Callable[..., list[Sample]], **final: Any) -> dict[i
 
 
 def test_hicache_stopped_by_a_signal_is_interrupted_by_it(make_series: Callable[..., list[Sample]]) -> None:
-    report = build_report(PP2, _two_ranks(make_series), RunOutcome(interrupted=True, interrupted_by="SIGHUP"))
+    report = report_json(PP2, _two_ranks(make_series), RunOutcome(interrupted=True, interrupted_by="SIGHUP"))
     assert report["status"] == "interrupted"
     assert report["interruption"] == {"signal": "SIGHUP", "to": "hicache", "message": None}
 
@@ -175,7 +176,7 @@ def test_ranks_stopped_from_outside_make_an_interrupted_run_not_a_completed_one(
     samples = _two_ranks(make_series, final_state="interrupted", message="stopped by SIGTERM before the deadline")
     samples[1][-1] = Sample.from_dict({**samples[1][-1].as_dict(), "signal": "SIGTERM"})
     samples[0][-1] = Sample.from_dict({**samples[0][-1].as_dict(), "signal": "SIGTERM"})
-    report = build_report(PP2, samples, RunOutcome(torchrun_exit_code=1))
+    report = report_json(PP2, samples, RunOutcome(torchrun_exit_code=1))
     assert report["status"] == "interrupted"
     assert report["interruption"]["to"] == "ranks"
     assert report["interruption"]["signal"] == "SIGTERM"
@@ -188,7 +189,7 @@ def test_torchrun_killed_is_an_interruption_even_with_the_broken_pairs_it_left(
         0: make_series(0, n=30, final_state="error", message="RuntimeError: Connection closed by peer"),
         1: make_series(1, n=30, final_state="interrupted", message="stopped before the deadline: its parent is gone"),
     }
-    report = build_report(PP2, samples, RunOutcome(torchrun_exit_code=-9))
+    report = report_json(PP2, samples, RunOutcome(torchrun_exit_code=-9))
     assert report["status"] == "interrupted"
     assert report["interruption"]["signal"] == "SIGKILL"
     assert [f["rank"] for f in report["failures"]] == [0]  # what happened is still listed
@@ -199,7 +200,7 @@ def test_ranks_stopped_after_a_real_failure_are_not_an_interruption(make_series:
         0: make_series(0, n=30, final_state="interrupted", message="stopped by SIGTERM before the deadline"),
         1: make_series(1, n=30, final_state="error", message="RuntimeError: boom"),
     }
-    report = build_report(PP2, samples, RunOutcome(torchrun_exit_code=1))
+    report = report_json(PP2, samples, RunOutcome(torchrun_exit_code=1))
     assert report["status"] == "failed"
     assert report["interruption"] is None
 

@@ -10,26 +10,27 @@ from typing import Any
 import pytest
 
 from hicache_cli.analysis.report import SCHEMA_VERSION, load_report, write_report
+from hicache_cli.analysis.results import Report
 from hicache_cli.errors import UsageError
 from hicache_cli.protocol import REPORT_FILE
 
-MakeReport = Callable[..., dict[str, Any]]
+MakeReport = Callable[..., Report]
 
 
 @pytest.fixture
-def report(make_pp2_report: MakeReport) -> dict[str, Any]:
+def report(make_pp2_report: MakeReport) -> Report:
     return make_pp2_report()
 
 
 @pytest.fixture
-def report_text(report: dict[str, Any], tmp_path: Path) -> str:
+def report_text(report: Report, tmp_path: Path) -> str:
     """The report as write_report lays it out."""
     return write_report(report, tmp_path).read_text(encoding="utf-8")
 
 
-def as_json(report: dict[str, Any]) -> dict[str, Any]:
-    """What a report reads back as: tuples become lists."""
-    return json.loads(json.dumps(report))
+def as_json(report: Report) -> dict[str, Any]:
+    """What a report reads back as."""
+    return json.loads(json.dumps(report.to_dict()))
 
 
 def refused(path: Path) -> str:
@@ -43,20 +44,20 @@ def refused(path: Path) -> str:
     return message
 
 
-def test_a_report_is_read_back(tmp_path: Path, report: dict[str, Any]) -> None:
+def test_a_report_is_read_back(tmp_path: Path, report: Report) -> None:
     path = write_report(report, tmp_path)
-    assert load_report(path) == as_json(report)
+    assert load_report(path).to_dict() == as_json(report)
 
 
-def test_a_report_under_another_name(tmp_path: Path, report_text: str, report: dict[str, Any]) -> None:
+def test_a_report_under_another_name(tmp_path: Path, report_text: str, report: Report) -> None:
     path = tmp_path / "baseline.json"
     path.write_text(report_text, encoding="utf-8")
-    assert load_report(path) == as_json(report)
+    assert load_report(path).to_dict() == as_json(report)
 
 
-def test_a_run_directory_stands_for_its_report(tmp_path: Path, report: dict[str, Any]) -> None:
+def test_a_run_directory_stands_for_its_report(tmp_path: Path, report: Report) -> None:
     write_report(report, tmp_path)
-    assert load_report(tmp_path) == as_json(report)
+    assert load_report(tmp_path).to_dict() == as_json(report)
 
 
 def test_a_directory_without_a_report(tmp_path: Path) -> None:
@@ -125,9 +126,9 @@ def test_json_that_is_not_a_report(tmp_path: Path, text: str) -> None:
 
 
 @pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 0, "1"])
-def test_an_unknown_schema_version(tmp_path: Path, report: dict[str, Any], version: object) -> None:
+def test_an_unknown_schema_version(tmp_path: Path, report: Report, version: object) -> None:
     path = tmp_path / "report.json"
-    path.write_text(json.dumps({**report, "schema_version": version}), encoding="utf-8")
+    path.write_text(json.dumps({**report.to_dict(), "schema_version": version}), encoding="utf-8")
     message = refused(path)
     assert f"report schema version {version!r}" in message
     assert f"reads version {SCHEMA_VERSION}" in message

@@ -13,13 +13,14 @@ import pytest
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.analysis.results import Report
 from hicache_cli.config import StressConfig
 from hicache_cli.present.report_views import memory_lines, report_summary
 from hicache_cli.rank.loop_stats import MemoryKinds, memory_kinds
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
+from tests.cli.conftest import report_json
 
 ROLLUP = """\
 55d0c0000000-7ffd00000000 ---p 00000000 00:00 0                          [rollup]
@@ -137,7 +138,7 @@ def test_the_report_says_what_rss_was_made_of(make_series: MakeSeries) -> None:
         0: with_kinds(make_series(0, rss_per_s=50_000.0, rss_noise=20_000), anon_per_s=0.0),
         1: make_series(1),  # a rank whose kernel gave none
     }
-    report = build_report(config, run, RunOutcome(wall_s=61.0))
+    report = report_json(config, run, RunOutcome(wall_s=61.0))
     kinds = report["ranks"][0]["memory_kinds"]
     assert kinds["readings"] == 61  # every 10th of 600, and the final line
     assert kinds["anon_start_bytes"] == kinds["anon_end_bytes"] == 80_000_000
@@ -147,15 +148,15 @@ def test_the_report_says_what_rss_was_made_of(make_series: MakeSeries) -> None:
     assert report["ranks"][1]["memory_kinds"] is None
     typed = Report.from_dict(report).ranks[0].memory_kinds
     assert typed is not None and typed.uss_end_bytes == 85_000_000
-    (line,) = memory_lines(report)
+    (line,) = memory_lines(Report.from_dict(report))
     assert line.startswith("rank 0 memory: anonymous 76.3 MiB (+0 MB/h [95% ")
     assert "USS 81.1 MiB, file-backed" in line and line.endswith("(61 readings)")
-    assert any(str(r).startswith("rank 0 memory: ") for r in report_summary(report).renderables)
+    assert any(str(r).startswith("rank 0 memory: ") for r in report_summary(Report.from_dict(report)).renderables)
 
 
 def test_report_show_of_an_older_report_has_no_memory_lines(make_series: MakeSeries) -> None:
-    report = build_report(StressConfig(pp=2, duration_s=60.0), {0: make_series(0), 1: make_series(1)}, RunOutcome())
+    report = report_json(StressConfig(pp=2, duration_s=60.0), {0: make_series(0), 1: make_series(1)}, RunOutcome())
     for r in report["ranks"]:
         del r["memory_kinds"]
-    assert memory_lines(report) == []
+    assert memory_lines(Report.from_dict(report)) == []
     assert Report.from_dict(report).ranks[0].memory_kinds is None

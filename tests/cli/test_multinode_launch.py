@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import StressConfig
 from hicache_cli.launch import launcher, run
@@ -24,7 +24,7 @@ from hicache_cli.protocol import NODE_ENV, REPORT_FILE, TORCHRUN_LOG
 from hicache_cli.protocol import samples_file as rank_file
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
-from tests.cli.conftest import build_sample, build_series
+from tests.cli.conftest import build_sample, build_series, report_json
 
 PP4 = StressConfig(pp=4)
 NODE0 = NodeSpec(
@@ -249,11 +249,11 @@ def test_node_0_reports_with_the_other_nodes_exits_and_losses(tmp_path: Path, mo
     assert got.report is not None
     assert got.report_path == tmp_path / REPORT_FILE
     assert got.launch == result
-    failures = {f["rank"]: f for f in got.report["failures"]}
+    failures = {f["rank"]: f for f in got.report.to_dict()["failures"]}
     assert sorted(failures) == [2, 3]
     assert failures[2]["message"] == "node 1 (node1) lost: no word from its hicache for 5.5 s; last sample at 2.0 s"
     assert (failures[3]["exit_code"], failures[3]["signal"]) == (-9, "SIGKILL")  # node 1's torchrun said so
-    assert json.loads((tmp_path / REPORT_FILE).read_text())["failures"] == got.report["failures"]
+    assert json.loads((tmp_path / REPORT_FILE).read_text())["failures"] == got.report.to_dict()["failures"]
 
 
 # --- the report of a run that lost a node ----------------------------------------------------
@@ -275,7 +275,7 @@ def lost_node_run() -> dict[int, list[Sample]]:
 
 
 def test_a_lost_nodes_ranks_crash_with_its_message() -> None:
-    report = build_report(PP4, lost_node_run(), RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
+    report = report_json(PP4, lost_node_run(), RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
     assert report["status"] == "failed"
     failures = {f["rank"]: f for f in report["failures"]}
     assert failures[2]["kind"] == failures[3]["kind"] == "crash"
@@ -286,7 +286,7 @@ def test_a_lost_nodes_ranks_crash_with_its_message() -> None:
 
 
 def test_node_0s_connection_errors_are_consequences_of_the_lost_node() -> None:
-    report = build_report(PP4, lost_node_run(), RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
+    report = report_json(PP4, lost_node_run(), RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
     failures = {f["rank"]: f for f in report["failures"]}
     for rank in (0, 1):
         assert failures[rank]["kind"] == "error"
@@ -295,7 +295,7 @@ def test_node_0s_connection_errors_are_consequences_of_the_lost_node() -> None:
 
 
 def test_without_the_loss_the_same_ranks_are_plain_crashes() -> None:
-    report = build_report(PP4, lost_node_run(), RunOutcome(wall_s=8.0))
+    report = report_json(PP4, lost_node_run(), RunOutcome(wall_s=8.0))
     failures = {f["rank"]: f for f in report["failures"]}
     assert failures[2]["message"] == "the rank ended without its final line (see its log)"
 
@@ -303,7 +303,7 @@ def test_without_the_loss_the_same_ranks_are_plain_crashes() -> None:
 def test_a_lost_node_does_not_touch_another_nodes_ranks() -> None:
     samples = lost_node_run()
     samples[0] = on(0, build_series(0, n=60, final=False))
-    report = build_report(PP4, samples, RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
+    report = report_json(PP4, samples, RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
     failures = {f["rank"]: f for f in report["failures"]}
     assert failures[0]["message"] == "the rank ended without its final line (see its log)"
 
@@ -312,12 +312,12 @@ def test_a_lost_nodes_ranks_with_a_final_line_did_not_crash() -> None:
     samples = lost_node_run()
     samples[2] = on(1, build_series(2, n=50), host="h")
     samples[3] = on(1, build_series(3, n=52), host="h")
-    report = build_report(PP4, samples, RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
+    report = report_json(PP4, samples, RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
     assert 2 not in {f["rank"] for f in report["failures"]}
 
 
 def test_an_interrupted_run_lists_no_lost_ranks() -> None:
-    report = build_report(PP4, lost_node_run(), RunOutcome(interrupted=True, wall_s=8.0, lost_nodes={1: LOST}))
+    report = report_json(PP4, lost_node_run(), RunOutcome(interrupted=True, wall_s=8.0, lost_nodes={1: LOST}))
     assert report["status"] == "interrupted"
     assert {f["rank"] for f in report["failures"]} == {0, 1}  # their error lines, not a loss
 
@@ -325,14 +325,14 @@ def test_an_interrupted_run_lists_no_lost_ranks() -> None:
 def test_a_node_that_never_reached_node_0_is_named_in_the_report() -> None:
     samples = {r: on(0, build_series(r, n=30)) for r in (0, 1)}
     never = "never reached node 0 (its hicache did not connect to the sample store)"
-    report = build_report(PP4, samples, RunOutcome(wall_s=8.0, lost_nodes={1: never}))
+    report = report_json(PP4, samples, RunOutcome(wall_s=8.0, lost_nodes={1: never}))
     failures = {f["rank"]: f for f in report["failures"]}
     assert sorted(failures) == [2, 3]
     assert all(never in failures[r]["message"] for r in (2, 3))
 
 
 def test_rank_summaries_carry_host_and_node() -> None:
-    report = build_report(PP4, lost_node_run(), RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
+    report = report_json(PP4, lost_node_run(), RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
     where = {r["rank"]: (r["host"], r["node"]) for r in report["ranks"]}
     assert where == {0: ("node0", 0), 1: ("node0", 0), 2: ("h", 1), 3: ("h", 1)}
 

@@ -10,6 +10,7 @@ import pytest
 from hicache_cli.analysis.report import RunOutcome, build_report
 from hicache_cli.config import StressConfig
 from hicache_cli.present.progress import PlainProgress, make_console, summary_table, verdict_lines
+from hicache_cli.records import replace
 from hicache_cli.sample import Sample
 
 PP8 = StressConfig(pp=8, policy="reap", duration_s=60.0)
@@ -40,7 +41,8 @@ def test_long_reasons_and_the_table_are_never_cut(
 ) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     report = build_report(PP8, pp8_run, RunOutcome(wall_s=12.0))
-    report["ranks"][0]["verdict_reason"] += "; " + "a reason that goes on " * 10
+    long_reason = report.ranks[0].verdict_reason + "; " + "a reason that goes on " * 10
+    report = replace(report, ranks=[replace(report.ranks[0], verdict_reason=long_reason), *report.ranks[1:]])
     console = make_console(live=False)
     console.print(summary_table(report, console.width))
     for line in verdict_lines(report):

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from hicache_cli.analysis.report import write_report
+from hicache_cli.analysis.results import RankReport
 from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
 from hicache_cli.present.plot import plot_reports
+from hicache_cli.records import replace
 
 MakeReport = Callable[..., dict[str, Any]]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -39,9 +41,10 @@ def test_two_reports(tmp_path: Path, make_pp2_report: MakeReport) -> None:
 
 def test_ranks_without_samples_or_readings_are_left_out(tmp_path: Path, make_pp2_report: MakeReport) -> None:
     report = make_pp2_report()
-    report["ranks"][1] = {"rank": 1, "pp_rank": 1, "tp_rank": 0, "verdict": "INCONCLUSIVE", "samples": 0}
-    series = report["ranks"][0]["series"]
-    series["rss_bytes"] = [None] * len(series["rss_bytes"])  # RSS could not be read
+    silent = RankReport(rank=1, pp_rank=1, tp_rank=0, samples=0)
+    series = report.ranks[0].series
+    gaps = replace(series, rss_bytes=[None] * len(series.rss_bytes))  # RSS could not be read
+    report = replace(report, ranks=[replace(report.ranks[0], series=gaps), silent])
     out = tmp_path / "gaps.png"
     plot_reports([("reap", report)], out)
     assert is_png(out)

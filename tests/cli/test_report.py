@@ -12,6 +12,7 @@ from hicache_cli.analysis.report import SCHEMA_VERSION, SERIES_POINTS, RunOutcom
 from hicache_cli.config import StressConfig
 from hicache_cli.protocol import REPORT_FILE
 from hicache_cli.sample import Sample
+from tests.cli.conftest import report_json
 
 MakeSeries = Callable[..., list[Sample]]
 
@@ -43,7 +44,7 @@ def leaking_and_bounded(make_series: MakeSeries) -> dict[int, list[Sample]]:
 
 def test_report_of_a_leaking_and_a_bounded_rank(leaking_and_bounded: dict[int, list[Sample]]) -> None:
     samples = leaking_and_bounded
-    report = build_report(CONFIG, samples, RunOutcome(wall_s=61.234))
+    report = report_json(CONFIG, samples, RunOutcome(wall_s=61.234))
     json.dumps(report)  # serialisable as is
 
     assert report["schema_version"] == SCHEMA_VERSION
@@ -108,14 +109,14 @@ def test_report_of_a_leaking_and_a_bounded_rank(leaking_and_bounded: dict[int, l
 
 def test_rss_slope_is_reported_in_mb_per_hour(make_series: MakeSeries) -> None:
     config = StressConfig(pp=1, duration_s=60.0)
-    rss = build_report(config, {0: make_series(0, rss_per_s=LEAK_RSS_PER_S)}, RunOutcome())["ranks"][0]["rss"]
+    rss = report_json(config, {0: make_series(0, rss_per_s=LEAK_RSS_PER_S)}, RunOutcome())["ranks"][0]["rss"]
     assert rss["slope_mb_per_h"] == pytest.approx(LEAK_MB_PER_H, abs=0.05)
     assert rss["slope_ci95_mb_per_h"] == pytest.approx([LEAK_MB_PER_H, LEAK_MB_PER_H], abs=0.05)
 
 
 def test_loop_latency_leaves_out_the_warm_up(leaking_and_bounded: dict[int, list[Sample]]) -> None:
     series = leaking_and_bounded[0]
-    latency = build_report(FIXED_WARMUP, leaking_and_bounded, RunOutcome())["ranks"][0]["loop_latency_ms"]
+    latency = report_json(FIXED_WARMUP, leaking_and_bounded, RunOutcome())["ranks"][0]["loop_latency_ms"]
     # Every round after the 10 s warm-up took 1 ms; the 20 ms rounds before it do not count.
     assert 1.0 <= latency["p50"] <= 1.13
     assert 1.0 <= latency["p99"] <= 1.13
@@ -124,7 +125,7 @@ def test_loop_latency_leaves_out_the_warm_up(leaking_and_bounded: dict[int, list
     assert latency["rounds_measured"] == series[-1].rounds - series[cut - 1].rounds
 
     # Auto warm-up follows RSS, which has no transient here: the window starts at the rank's own warm-up.
-    rank = build_report(CONFIG, leaking_and_bounded, RunOutcome())["ranks"][0]
+    rank = report_json(CONFIG, leaking_and_bounded, RunOutcome())["ranks"][0]
     cut = next(i for i, s in enumerate(series) if s.t >= rank["warmup_s"])
     assert rank["loop_latency_ms"]["rounds_measured"] == series[-1].rounds - series[cut - 1].rounds
     assert rank["loop_latency_ms"]["max"] == pytest.approx(20.0)  # slow rounds from before 10 s now count
@@ -132,7 +133,7 @@ def test_loop_latency_leaves_out_the_warm_up(leaking_and_bounded: dict[int, list
 
 def test_series_is_downsampled_keeping_both_ends(leaking_and_bounded: dict[int, list[Sample]]) -> None:
     samples = leaking_and_bounded[0]
-    series = build_report(CONFIG, leaking_and_bounded, RunOutcome())["ranks"][0]["series"]
+    series = report_json(CONFIG, leaking_and_bounded, RunOutcome())["ranks"][0]["series"]
     assert set(series) == {"t", "rss_bytes", "depth", "rounds", "lat_p99_ms", "round_age_s"}
     assert len({len(v) for v in series.values()}) == 1  # parallel lists
     assert series["t"][0] == samples[0].t
@@ -162,7 +163,7 @@ def test_series_is_downsampled_keeping_both_ends(leaking_and_bounded: dict[int, 
 )
 def test_series_is_at_most_200_points(make_series: MakeSeries, n: int) -> None:
     config = StressConfig(pp=1, duration_s=n / 10)
-    report = build_report(config, {0: make_series(0, n=n)}, RunOutcome())
+    report = report_json(config, {0: make_series(0, n=n)}, RunOutcome())
     series = report["ranks"][0]["series"]
     assert len(series["t"]) <= SERIES_POINTS
     if n <= SERIES_POINTS:
@@ -172,7 +173,7 @@ def test_series_is_at_most_200_points(make_series: MakeSeries, n: int) -> None:
 
 def test_a_rank_without_its_final_line_crashed(make_series: MakeSeries) -> None:
     samples = {0: make_series(0, sent_per_s=1000), 1: make_series(1, final=False)}
-    report = build_report(CONFIG, samples, RunOutcome())
+    report = report_json(CONFIG, samples, RunOutcome())
     assert report["status"] == "failed"
     assert [(f["rank"], f["kind"]) for f in report["failures"]] == [(1, "crash")]
     assert "final line" in report["failures"][0]["message"]
@@ -182,7 +183,7 @@ def test_a_rank_without_its_final_line_crashed(make_series: MakeSeries) -> None:
 
 def test_a_rank_that_wrote_nothing_is_inconclusive_and_crashed(make_series: MakeSeries) -> None:
     samples = {0: make_series(0)}
-    report = build_report(CONFIG, samples, RunOutcome())
+    report = report_json(CONFIG, samples, RunOutcome())
     missing = report["ranks"][1]
     assert missing["verdict"] == "INCONCLUSIVE"
     assert missing["samples"] == 0
@@ -194,21 +195,21 @@ def test_a_rank_that_wrote_nothing_is_inconclusive_and_crashed(make_series: Make
 
 
 def test_an_empty_file_counts_as_no_samples(make_series: MakeSeries) -> None:
-    report = build_report(CONFIG, {0: make_series(0), 1: []}, RunOutcome())
+    report = report_json(CONFIG, {0: make_series(0), 1: []}, RunOutcome())
     assert report["ranks"][1]["verdict"] == "INCONCLUSIVE"
     assert report["ranks"][1]["samples"] == 0
 
 
 def test_an_interrupted_run_is_interrupted_not_failed(make_series: MakeSeries) -> None:
     samples = {0: make_series(0, final=False), 1: make_series(1, final=False)}
-    report = build_report(CONFIG, samples, RunOutcome(interrupted=True))
+    report = report_json(CONFIG, samples, RunOutcome(interrupted=True))
     assert report["status"] == "interrupted"
     assert report["failures"] == []
 
 
 def test_ranks_the_launcher_stopped_timed_out(make_series: MakeSeries) -> None:
     samples = {0: make_series(0), 1: make_series(1, final=False)}
-    report = build_report(CONFIG, samples, RunOutcome(killed_reason="ranks still running 30 s after the deadline"))
+    report = report_json(CONFIG, samples, RunOutcome(killed_reason="ranks still running 30 s after the deadline"))
     assert report["status"] == "failed"
     assert [(f["rank"], f["kind"]) for f in report["failures"]] == [(1, "timeout")]
     assert "ranks still running 30 s after the deadline" in report["failures"][0]["message"]
@@ -216,7 +217,7 @@ def test_ranks_the_launcher_stopped_timed_out(make_series: MakeSeries) -> None:
 
 def test_a_rank_that_stopped_on_an_error_failed(make_series: MakeSeries) -> None:
     samples = {0: make_series(0), 1: make_series(1, final_state="error", message="RuntimeError: peer went away")}
-    report = build_report(CONFIG, samples, RunOutcome())
+    report = report_json(CONFIG, samples, RunOutcome())
     assert report["status"] == "failed"
     failure = report["failures"][0]
     assert (failure["rank"], failure["kind"], failure["message"]) == (1, "error", "RuntimeError: peer went away")
@@ -226,21 +227,21 @@ def test_a_rank_that_stopped_on_an_error_failed(make_series: MakeSeries) -> None
 def test_a_short_run_is_inconclusive(make_series: MakeSeries) -> None:
     config = StressConfig(pp=1, duration_s=2.0)  # 1 s warm-up leaves 1 s of data
     samples = {0: make_series(0, n=20, rss_per_s=LEAK_RSS_PER_S)}
-    rank = build_report(config, samples, RunOutcome())["ranks"][0]
+    rank = report_json(config, samples, RunOutcome())["ranks"][0]
     assert rank["verdict"] == "INCONCLUSIVE"
     assert "too little data" in rank["verdict_reason"]
 
 
 def test_a_run_inside_its_warm_up_has_no_latency_window(make_series: MakeSeries) -> None:
     config = StressConfig(pp=1, duration_s=60.0, warmup_s=30.0)
-    rank = build_report(config, {0: make_series(0, n=100)}, RunOutcome())["ranks"][0]
+    rank = report_json(config, {0: make_series(0, n=100)}, RunOutcome())["ranks"][0]
     assert rank["verdict"] == "INCONCLUSIVE"
     assert rank["loop_latency_ms"] == {"p50": None, "p99": None, "max": None, "rounds_measured": 0}
 
 
 def test_missing_rss_readings_give_no_rss_trend(make_series: MakeSeries) -> None:
     series = [Sample.from_dict({**json.loads(s.to_json()), "rss_bytes": None}) for s in make_series(0, depth_per_s=0)]
-    rank = build_report(StressConfig(pp=1, duration_s=60.0), {0: series}, RunOutcome())["ranks"][0]
+    rank = report_json(StressConfig(pp=1, duration_s=60.0), {0: series}, RunOutcome())["ranks"][0]
     assert rank["rss"] == {
         "start_bytes": None,
         "end_bytes": None,
@@ -263,7 +264,7 @@ def test_upstream_is_the_same_tp_rank_one_stage_earlier(make_series: MakeSeries)
         2: make_series(2, tp=2, received_per_s=990),
         3: make_series(3, tp=2, received_per_s=490),
     }
-    ranks = build_report(config, samples, RunOutcome())["ranks"]
+    ranks = report_json(config, samples, RunOutcome())["ranks"]
     assert [(r["pp_rank"], r["tp_rank"]) for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert ranks[2]["backlog_at_stop"]["unreceived_messages"] == samples[0][-1].sent - samples[2][-1].received
     assert ranks[3]["backlog_at_stop"]["unreceived_messages"] == samples[1][-1].sent - samples[3][-1].received
@@ -282,8 +283,8 @@ def test_write_report_is_atomic_and_writes_the_copy(
     path = write_report(report, run_dir, elsewhere / "copy.json")
 
     assert path == run_dir / REPORT_FILE
-    assert json.loads(path.read_text()) == report
-    assert json.loads((elsewhere / "copy.json").read_text()) == report
+    assert json.loads(path.read_text()) == report.to_dict()
+    assert json.loads((elsewhere / "copy.json").read_text()) == report.to_dict()
     assert path.read_text().endswith("\n")
     assert sorted(p.name for p in run_dir.iterdir()) == [REPORT_FILE]  # no temporary files left
     assert sorted(p.name for p in elsewhere.iterdir()) == ["copy.json"]
@@ -292,5 +293,5 @@ def test_write_report_is_atomic_and_writes_the_copy(
 def test_write_report_without_a_copy(tmp_path: Path, make_series: MakeSeries) -> None:
     report = build_report(StressConfig(pp=1), {0: make_series(0, n=30)}, RunOutcome())
     path = write_report(report, tmp_path)
-    assert json.loads(path.read_text()) == report
+    assert json.loads(path.read_text()) == report.to_dict()
     assert [p.name for p in tmp_path.iterdir()] == [REPORT_FILE]

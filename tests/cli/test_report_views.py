@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import io
 from collections.abc import Callable
 from pathlib import Path
@@ -12,15 +11,16 @@ import pytest
 from rich.console import Console
 
 from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.analysis.results import Environment, RankReport, Report
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.present.progress import summary_table
 from hicache_cli.present.report_views import diff_ranks, report_diff, report_summary, run_line
+from hicache_cli.records import replace
 from hicache_cli.sample import Sample
 
 MakeSeries = Callable[..., list[Sample]]
-MakeReport = Callable[..., dict[str, Any]]
-Report = dict[str, Any]
+MakeReport = Callable[..., Report]
 
 
 def render(renderable: Any, width: int = 160) -> str:
@@ -71,12 +71,12 @@ def test_report_summary(leaking: Report, width: int) -> None:
     assert "verdict=LEAK" in text
     assert "workload mixed, seed 0, warm-up auto, threshold 100 MB/h" in text  # no warm-up given: per rank
     assert "wall 61.5s" in text
-    for rank in leaking["ranks"]:
-        line = f"rank {rank['rank']}: {rank['verdict']} - {rank['verdict_reason']}"
+    for rank in leaking.ranks:
+        line = f"rank {rank.rank}: {rank.verdict} - {rank.verdict_reason}"
         assert words(line) in words(text)
     assert "failure" not in text
 
-    fixed = {**leaking, "config": {**leaking["config"], "warmup_s": 10.0}}  # a warm-up the user gave
+    fixed = replace(leaking, config=replace(leaking.config, warmup_s=10.0))  # a warm-up the user gave
     assert "workload mixed, seed 0, warm-up 10s, threshold 100 MB/h" in render(report_summary(fixed, width), width)
 
 
@@ -89,9 +89,8 @@ def test_report_summary_lists_the_failures(make_series: MakeSeries) -> None:
 
 
 def test_report_summary_without_environment_details(leaking: Report) -> None:
-    """Environment keys are read with .get: a report from a machine that lacked one still shows."""
-    report = {**leaking, "environment": {}}
-    del report["wall_s"]
+    """A report from a machine that lacked an environment key still shows."""
+    report = replace(leaking, environment=Environment(), wall_s=None)
     text = render(report_summary(report))
     assert "torch None, None/None" in text
     assert "wall 0s" in text
@@ -104,8 +103,8 @@ def test_summary_table_shows_every_rank_within_the_width(three_stages: Report, w
     assert "verdict=LEAK" in text
     rows = {int(line.split()[0]): line for line in text.splitlines()[2:] if line.strip()}
     assert sorted(rows) == [0, 1, 2]
-    for rank in three_stages["ranks"]:
-        assert rank["verdict"] in rows[rank["rank"]]
+    for rank in three_stages.ranks:
+        assert rank.verdict in rows[rank.rank]
     assert ("RSS end" in text) == (width >= 110)
 
 
@@ -113,7 +112,7 @@ def test_summary_table_shows_every_rank_within_the_width(three_stages: Report, w
 
 
 def test_diff_pairs_ranks_by_number(leaking: Report, bounded: Report) -> None:
-    shuffled = {**bounded, "ranks": list(reversed(bounded["ranks"]))}
+    shuffled = replace(bounded, ranks=list(reversed(bounded.ranks)))
     diffs = diff_ranks(leaking, shuffled)
     assert [d.rank for d in diffs] == [0, 1]
     first = diffs[0]
@@ -121,9 +120,9 @@ def test_diff_pairs_ranks_by_number(leaking: Report, bounded: Report) -> None:
     assert (first.depth_a, first.depth_b) == (60_000, 0)
     assert (first.slope_a, first.slope_b) == (pytest.approx(180.0), pytest.approx(0.0))
     assert (first.rps_a, first.rps_b) == (1000.0, 500.0)
-    assert first.rss_end_a == leaking["ranks"][0]["rss"]["end_bytes"]
-    assert first.rss_end_b == bounded["ranks"][0]["rss"]["end_bytes"]
-    assert first.p99_a == leaking["ranks"][0]["loop_latency_ms"]["p99"]
+    assert first.rss_end_a == leaking.ranks[0].rss.end_bytes
+    assert first.rss_end_b == bounded.ranks[0].rss.end_bytes
+    assert first.p99_a == leaking.ranks[0].loop_latency.p99
 
 
 def test_a_rank_only_one_report_has_is_paired_with_nothing(leaking: Report, three_stages: Report) -> None:
@@ -131,8 +130,8 @@ def test_a_rank_only_one_report_has_is_paired_with_nothing(leaking: Report, thre
     assert extra.rank == 2
     assert extra.verdict_a == "-"
     assert (extra.slope_a, extra.depth_a, extra.p99_a, extra.rps_a, extra.rss_end_a) == (None,) * 5
-    assert extra.verdict_b == three_stages["ranks"][2]["verdict"]
-    assert extra.rps_b == three_stages["ranks"][2]["rounds_per_s"]
+    assert extra.verdict_b == three_stages.ranks[2].verdict
+    assert extra.rps_b == three_stages.ranks[2].rounds_per_s
     assert extra.depth_b == 0
 
     reverse = diff_ranks(three_stages, leaking)[2]
@@ -142,15 +141,8 @@ def test_a_rank_only_one_report_has_is_paired_with_nothing(leaking: Report, thre
 
 
 def test_a_rank_without_samples_has_no_numbers(leaking: Report) -> None:
-    silent = copy.deepcopy(leaking)
-    silent["ranks"][1] = {
-        "rank": 1,
-        "pp_rank": 1,
-        "tp_rank": 0,
-        "verdict": "INCONCLUSIVE",
-        "verdict_reason": "the rank wrote no samples",
-        "samples": 0,
-    }
+    nothing = RankReport(rank=1, pp_rank=1, tp_rank=0, verdict_reason="the rank wrote no samples", samples=0)
+    silent = replace(leaking, ranks=[leaking.ranks[0], nothing])
     d = diff_ranks(leaking, silent)[1]
     assert (d.verdict_a, d.verdict_b) == ("BOUNDED", "INCONCLUSIVE")
     assert (d.slope_b, d.depth_b, d.p99_b, d.rps_b, d.rss_end_b) == (None,) * 5
@@ -182,7 +174,7 @@ def test_a_ratio_against_zero_is_not_a_number(make_series: MakeSeries, leaking: 
         {0: make_series(0, rounds_per_s=0.0), 1: make_series(1, rounds_per_s=0.0)},
         RunOutcome(),
     )
-    assert stuck["ranks"][0]["rounds_per_s"] == 0.0
+    assert stuck.ranks[0].rounds_per_s == 0.0
     text = render(report_diff(stuck, leaking, "a", "b"))
     assert "0 -> 1000 (n/a)" in text
 

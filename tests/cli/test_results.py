@@ -15,8 +15,8 @@ from hicache_cli.config import StressConfig
 from tests.cli.conftest import build_pp2_run
 
 
-def written(report: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(report))  # as a reader finds it
+def written(report: Report) -> dict[str, Any]:
+    return json.loads(json.dumps(report.to_dict()))  # as a reader finds it
 
 
 @pytest.fixture(scope="module")

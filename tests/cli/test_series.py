@@ -12,12 +12,12 @@ import pytest
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import resolve_warmup
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.config import StressConfig
 from hicache_cli.protocol import samples_file
 from hicache_cli.sample import EVENT_FIELDS, KEYFRAME_S, LineEncoder, LineTail, Sample, decode_lines
 from hicache_cli.series import DigestCheck, RankSeries, RunFollower, RunSeries, Totals
-from tests.cli.conftest import build_sample, build_series
+from tests.cli.conftest import build_sample, build_series, report_json
 
 
 def noisy_series(n: int, seed: int = 3) -> list[Sample]:
@@ -87,7 +87,7 @@ def test_a_report_from_a_thinned_history_keeps_exact_peaks_and_counts() -> None:
         for sample in series:
             thinned.add(rank, sample)
     config = StressConfig(pp=2, duration_s=300.0)
-    full, small = build_report(config, whole, RunOutcome()), build_report(config, thinned, RunOutcome())
+    full, small = report_json(config, whole, RunOutcome()), report_json(config, thinned, RunOutcome())
     for a, b in zip(full["ranks"], small["ranks"], strict=True):
         assert (a["samples"], a["rss"]["peak_bytes"], a["work_list"]["max"]) == (
             b["samples"],
@@ -317,7 +317,7 @@ def test_a_thinned_reports_latency_window_matches_the_whole_one() -> None:
         for sample in series:
             thinned.add(rank, sample)
     config = StressConfig(pp=2, duration_s=300.0, warmup_s=10.0)
-    full, small = build_report(config, whole, RunOutcome()), build_report(config, thinned, RunOutcome())
+    full, small = report_json(config, whole, RunOutcome()), report_json(config, thinned, RunOutcome())
     for a, b in zip(full["ranks"], small["ranks"], strict=True):
         assert a["loop_latency_ms"]["p99"] == b["loop_latency_ms"]["p99"] < 5.0  # the warm-up's 50 ms left out
         assert b["loop_latency_ms"]["rounds_measured"] >= 0.95 * a["loop_latency_ms"]["rounds_measured"]

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from hicache_cli.analysis.report import RunOutcome, build_report, target_summary
+from hicache_cli.analysis.results import Messages, ModelSection, RankReport, Report, SGLangSection
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.present.progress import target_line, verdict_lines
 from hicache_cli.sglang_target.extract import NotApplicable, file_sha256
 from hicache_cli.sglang_target.locate import TargetError
-from tests.cli.conftest import build_pp2_run
+from tests.cli.conftest import build_pp2_run, report_json
 from tests.sglang_target.conftest import FakePip
 from tests.sglang_target.families import HIRADIX_REL, NO_PP_SYNC, TAGS_REL, make_checkout, make_wheel
 
@@ -204,36 +205,40 @@ ENTRY = {
 SGLANG = StressConfig(pp=2, duration_s=60.0, target="sglang", policy="sglang-9.9.9", workload="idle", sglang=ENTRY)
 
 
+def _rank(rounds: int, sent: int) -> RankReport:
+    return RankReport(rank=0, rounds=rounds, messages=Messages(sent=sent), samples=1)
+
+
 def test_target_summary_of_a_model_run() -> None:
-    assert target_summary(StressConfig(policy="drain"), []) == {"kind": "model", "policy": "drain"}
+    assert target_summary(StressConfig(policy="drain"), []).to_dict() == {"kind": "model", "policy": "drain"}
 
 
 def test_target_summary_of_a_sglang_run() -> None:
-    ranks = [{"rounds": 400, "messages": {"sent": 800}}, {"rounds": 400, "messages": {"sent": 0}}]
-    assert target_summary(SGLANG, ranks) == {"kind": "sglang", **ENTRY, "sends_per_round": 2.0}
+    ranks = [_rank(rounds=400, sent=800), _rank(rounds=400, sent=0)]
+    assert target_summary(SGLANG, ranks).to_dict() == {"kind": "sglang", **ENTRY, "sends_per_round": 2.0}
 
 
 def test_sends_per_round_is_rounded() -> None:
-    ranks = [{"rounds": 3, "messages": {"sent": 1}}]
-    assert target_summary(SGLANG, ranks)["sends_per_round"] == 0.333
+    ranks = [_rank(rounds=3, sent=1)]
+    assert target_summary(SGLANG, ranks).sends_per_round == 0.333
 
 
 @pytest.mark.parametrize(
     "ranks",
     [
         [],
-        [{"rounds": 0, "messages": {"sent": 0}}],
-        [{"rank": 0, "verdict": "INCONCLUSIVE", "samples": 0}],  # a rank that wrote no samples
+        [_rank(rounds=0, sent=0)],
+        [RankReport(rank=0, samples=0)],  # a rank that wrote no samples
     ],
 )
-def test_sends_per_round_unknown(ranks: list[dict[str, Any]]) -> None:
+def test_sends_per_round_unknown(ranks: list[RankReport]) -> None:
     summary = target_summary(SGLANG, ranks)
-    assert summary["kind"] == "sglang"
-    assert summary["sends_per_round"] is None
+    assert summary.kind == "sglang"
+    assert summary.sends_per_round is None
 
 
 def test_a_sglang_run_in_the_report() -> None:
-    report = build_report(SGLANG, build_pp2_run(leaking=True), RunOutcome(wall_s=61.0))
+    report = report_json(SGLANG, build_pp2_run(leaking=True), RunOutcome(wall_s=61.0))
     assert report["target"] == {"kind": "sglang", **ENTRY, "sends_per_round": 1.0}
     assert report["config"]["sglang"] == ENTRY
 
@@ -241,18 +246,17 @@ def test_a_sglang_run_in_the_report() -> None:
 # --- progress.target_line and verdict_lines ---------------------------------------------------------
 
 
-def sglang_target(**changes: Any) -> dict[str, Any]:
-    return {"kind": "sglang", **ENTRY, "sends_per_round": 2.0, **changes}
+def sglang_target(**changes: Any) -> Report:
+    return Report(target=SGLangSection.from_dict({"kind": "sglang", **ENTRY, "sends_per_round": 2.0, **changes}))
 
 
 def test_target_line_of_a_model_run() -> None:
-    assert target_line({"target": {"kind": "model", "policy": "reap"}}) is None
-    assert target_line({}) is None  # a report from before --target
-    assert target_line({"target": None}) is None
+    assert target_line(Report(target=ModelSection(policy="reap"))) is None
+    assert target_line(Report(target=None)) is None  # a report from before --target
 
 
 def test_target_line_names_the_code_and_its_sends() -> None:
-    assert target_line({"target": sglang_target()}) == (
+    assert target_line(sglang_target()) == (
         "SGLang 9.9.9 HiRadixCache (wheel: sglang==9.9.9 (cached in /c/sglang/9.9.9)): "
         "_reap_completed_async_work reaps completed Works (is_completed poll); "
         "2 PP-sync sends per round; sha256 0123456789ab"
@@ -260,13 +264,13 @@ def test_target_line_names_the_code_and_its_sends() -> None:
 
 
 def test_target_line_of_a_draining_release() -> None:
-    line = target_line({"target": sglang_target(drain_method="_drain_async_work", sends_per_round=1.5)})
+    line = target_line(sglang_target(drain_method="_drain_async_work", sends_per_round=1.5))
     assert line is not None
     assert "_drain_async_work drains every Work (wait()); 1.5 PP-sync sends per round;" in line
 
 
 def test_target_line_without_sends_or_drain_method() -> None:
-    line = target_line({"target": sglang_target(drain_method="", sends_per_round=None)})
+    line = target_line(sglang_target(drain_method="", sends_per_round=None))
     assert line is not None
     assert "no known drain method frees Works some other way; sha256" in line
     assert "per round" not in line

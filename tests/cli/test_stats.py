@@ -7,6 +7,7 @@ import random
 import pytest
 
 from hicache_cli.analysis import stats
+from hicache_cli.analysis.kinds import Verdict
 from hicache_cli.analysis.stats import Trend, VerdictInputs
 
 
@@ -232,4 +233,4 @@ def test_per_hour_mb() -> None:
     ],
 )
 def test_overall(verdicts: list[str], expected: str) -> None:
-    assert stats.overall(verdicts) == expected
+    assert Verdict.overall(verdicts) == expected

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import RunOutcome
+from hicache_cli.analysis.results import Report, Site, Works
 from hicache_cli.analysis.trace_report import site_text, top_site_line, works_summary
 from hicache_cli.cli.commands.trace import trace_exit_code
+from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import LaunchResult
 from hicache_cli.launch.run import RunResult
@@ -22,6 +24,7 @@ from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.sample import Sample
 from hicache_cli.series import Totals
+from tests.cli.conftest import report_json
 
 PY = sys.executable
 LEAKY_SITE = {"file": "/srv/app/sync.py", "line": 42, "function": "sync_counts", "op": "isend", "peer": 1}
@@ -55,7 +58,7 @@ def leak_and_drain(make_series: Callable[..., list[Sample]]) -> dict[int, list[S
 
 def _report(samples: dict[int, list[Sample]], **outcome: Any) -> dict[str, Any]:
     config = trace_config([PY, "train.py"])
-    return build_report(config, samples, RunOutcome(torchrun_exit_code=None, **outcome))
+    return report_json(config, samples, RunOutcome(torchrun_exit_code=None, **outcome))
 
 
 def test_the_report_names_the_leaking_line(leak_and_drain: dict[int, list[Sample]]) -> None:
@@ -98,15 +101,15 @@ def test_ranks_are_torch_ranks_and_slots_their_files(make_series: Callable[..., 
 
 
 def test_nothing_traced_reads_as_such() -> None:
-    report = _report({}, program_exit_code=3)
-    assert report["ranks"] == []
+    report = Report.from_dict(_report({}, program_exit_code=3))
+    assert report.ranks == []
     assert verdict_lines(report) == [
         "no process of the program started a torch.distributed process group: nothing to trace"
     ]
 
 
 def test_the_table_and_lines_show_works_and_sites(leak_and_drain: dict[int, list[Sample]]) -> None:
-    report = _report(leak_and_drain, program_exit_code=0)
+    report = Report.from_dict(_report(leak_and_drain, program_exit_code=0))
     out = io.StringIO()
     console = Console(file=out, width=160, force_terminal=True, color_system=None)
     console.print(summary_table(report, 160))
@@ -118,13 +121,14 @@ def test_the_table_and_lines_show_works_and_sites(leak_and_drain: dict[int, list
 
 
 def test_site_text_and_the_top_site_line() -> None:
-    assert site_text({**LEAKY_SITE, "op": "recv", "peer": 0}) == "sync.py:42 in sync_counts (recv from rank 0)"
-    assert site_text({**LEAKY_SITE, "op": "all_reduce", "peer": None}) == "sync.py:42 in sync_counts (all_reduce)"
-    released = {"sites": [{**LEAKY_SITE, "live": 0, "live_max": 900}]}
+    assert site_text(Site(**{**LEAKY_SITE, "op": "recv", "peer": 0})) == "sync.py:42 in sync_counts (recv from rank 0)"
+    reduce = Site(**{**LEAKY_SITE, "op": "all_reduce", "peer": None})
+    assert site_text(reduce) == "sync.py:42 in sync_counts (all_reduce)"
+    released = Works(sites=[Site(**{**LEAKY_SITE, "live": 0, "live_max": 900})])
     assert top_site_line(released) == (
         "up to 900 live Works created at sync.py:42 in sync_counts (isend to rank 1), never waited, released at the end"
     )
-    assert top_site_line({"sites": [{**LEAKY_SITE, "live": 0, "live_max": 1}]}) is None
+    assert top_site_line(Works(sites=[Site(**{**LEAKY_SITE, "live": 0, "live_max": 1})])) is None
     assert top_site_line(None) is None
     assert works_summary(Totals()) is None
 
@@ -162,7 +166,8 @@ def test_a_trace_config_records_the_command_and_where_it_ran() -> None:
 
 def _result(report: dict[str, Any], **launch: Any) -> RunResult:
     fields: dict[str, Any] = {"exit_code": 0, "interrupted": False, "killed": False, "reason": None, "wall_s": 1.0}
-    return RunResult(Path("."), None, report, LaunchResult(**{**fields, **launch}))
+    typed = Report.from_dict({**report_json(StressConfig(), {}, RunOutcome()), **report})
+    return RunResult(Path("."), None, typed, LaunchResult(**{**fields, **launch}))
 
 
 @pytest.mark.parametrize(

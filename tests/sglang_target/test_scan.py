@@ -10,6 +10,17 @@ import pytest
 from rich.console import Console
 
 from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.results import (
+    LoopLatency,
+    Messages,
+    RankReport,
+    Report,
+    Rss,
+    SGLangSection,
+    Status,
+    Verdict,
+    WorkList,
+)
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.present.tables import release_table, to_markdown, to_rich
@@ -97,7 +108,7 @@ ENTRY = {
 }
 
 
-def sglang_report(*, leaking: bool = True, final: bool = True, drain_method: str | None = None) -> dict[str, Any]:
+def sglang_report(*, leaking: bool = True, final: bool = True, drain_method: str | None = None) -> Report:
     """A pp=2 run of SGLang 9.9.9's code, from tests/cli/conftest.py's synthetic samples (one send a round)."""
     entry = {**ENTRY, "drain_method": drain_method if drain_method is not None else ENTRY["drain_method"]}
     config = StressConfig(pp=2, duration_s=60.0, target="sglang", policy="sglang-9.9.9", workload="idle", sglang=entry)
@@ -131,11 +142,11 @@ def test_row_from_a_bounded_report() -> None:
 
 def test_row_from_a_failed_report_carries_the_first_failure() -> None:
     report = sglang_report(final=False)
-    assert report["status"] == "failed"
+    assert report.status == "failed"
     row = row_from_report("9.9.9", report)
     assert row.verdict == "failed"
     assert row.status == "failed"
-    assert row.note == report["failures"][0]["message"]
+    assert row.note == report.failures[0].message
 
 
 def test_row_from_a_report_without_a_drain_method() -> None:
@@ -150,29 +161,23 @@ def test_row_from_a_model_report() -> None:
 
 
 def test_row_from_a_hand_made_report() -> None:
-    """Only the keys row_from_report and compare.summarize read."""
-    rank = {
-        "samples": 10,
-        "pp_rank": 0,
-        "rss": {"slope_mb_per_h": 12.5, "slope_ci95_mb_per_h": [10.0, 15.0]},
-        "work_list": {"max": 4, "final": 2},
-        "loop_latency_ms": {"p50": 0.1, "p99": 0.2, "max": 0.3},
-        "rounds_per_s": 100.0,
-        "messages": {"sent": 50},
-    }
-    report = {
-        "status": "completed",
-        "verdict": "BOUNDED",
-        "config": {"policy": "sglang-0.5.15"},
-        "failures": [],
-        "ranks": [rank],
-        "target": {
-            "kind": "sglang",
-            "class": "HiRadixCache",
-            "drain_method": "_drain_async_work",
-            "sends_per_round": 2.0,
-        },
-    }
+    """Only what row_from_report and compare.summarize read."""
+    rank = RankReport(
+        samples=10,
+        pp_rank=0,
+        rss=Rss(slope_mb_per_h=12.5, slope_ci95_mb_per_h=[10.0, 15.0]),
+        work_list=WorkList(max=4, final=2),
+        loop_latency=LoopLatency(p50=0.1, p99=0.2, max=0.3),
+        rounds_per_s=100.0,
+        messages=Messages(sent=50),
+    )
+    report = Report(
+        status=Status.COMPLETED,
+        verdict=Verdict.BOUNDED,
+        config=StressConfig(policy="sglang-0.5.15"),
+        ranks=[rank],
+        target=SGLangSection(class_name="HiRadixCache", drain_method="_drain_async_work", sends_per_round=2.0),
+    )
     row = row_from_report("0.5.15", report)
     assert row == ScanRow("0.5.15", "BOUNDED", "HiRadixCache", "_drain_async_work", 2.0, 2, 12.5, "completed", None)
 
@@ -283,7 +288,7 @@ def test_scan_table_right_aligns_numbers() -> None:
 
 
 def test_scan_bundle() -> None:
-    report = {"status": "completed", "verdict": "LEAK"}
+    report = Report(status=Status.COMPLETED, verdict=Verdict.LEAK)
     bundle = scan_bundle(ROWS, {"versions": "0.5.12..0.5.15", "duration_s": 8.0}, {"0.5.14": report})
     assert set(bundle) == {"schema_version", "kind", "config", "changes", "versions"}
     assert bundle["schema_version"] == SCAN_SCHEMA_VERSION
@@ -294,6 +299,6 @@ def test_scan_bundle() -> None:
     assert set(bundle["versions"][0]) == {*ScanRow.__dataclass_fields__, "report"}
     assert bundle["versions"][0]["report"] is None
     assert bundle["versions"][0]["note"] == "no _pp_sync"
-    assert bundle["versions"][1]["report"] is report
+    assert bundle["versions"][1]["report"] == report.to_dict()
     assert bundle["versions"][1]["class_name"] == "HiRadixCache"
     json.dumps(bundle)

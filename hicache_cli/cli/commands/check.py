@@ -13,14 +13,15 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import typer
 
 from hicache_cli.analysis.baseline import compare as compare_to_baseline
 from hicache_cli.analysis.baseline import parse_tolerance, workload_difference
-from hicache_cli.analysis.gate import Thresholds, evaluate, exit_code, gate_document
+from hicache_cli.analysis.gate import MARKS, RESULT_WORDS, Thresholds, evaluate, exit_code, gate_document
+from hicache_cli.analysis.kinds import Status
 from hicache_cli.analysis.report import load_report
+from hicache_cli.analysis.results import Report
 from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands import trace as trace_command
@@ -179,16 +180,15 @@ def check(
     common.exit_if_interrupted(rep)
     console.print(summary_table(rep, console.width))
     for a in results:
-        mark = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[a.passed]
-        console.print(f"{mark:>9}  {a.name:<14} {a.message}")
-    took = f"{rep['run_s']:.1f} s of workload, {rep['wall_s']:.1f} s in all"
-    if rep.get("stopped_early"):
-        took = f"{rep['stopped_early']}; {took}"
-    verdict = {0: "PASS", 1: "FAIL", 3: "UNDECIDED"}[code]
+        console.print(f"{MARKS[a.passed]:>9}  {a.name:<14} {a.message}")
+    took = f"{rep.run_s or 0:.1f} s of workload, {rep.wall_s or 0:.1f} s in all"
+    if rep.stopped_early:
+        took = f"{rep.stopped_early}; {took}"
+    verdict = RESULT_WORDS[code]
     console.print(f"hicache check {verdict} ({what}): {took}")
     console.print(f"report: {result.report_path}")
     if junit is not None:
-        write_atomically(junit, junit_xml(results, rep, rep["wall_s"]))
+        write_atomically(junit, junit_xml(results, rep, rep.wall_s or 0.0))
         console.print(f"junit: {junit}")
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(results, config.policy):
@@ -197,12 +197,12 @@ def check(
     raise typer.Exit(code)
 
 
-def _load_baseline(path: Path, config: StressConfig) -> dict[str, Any]:
+def _load_baseline(path: Path, config: StressConfig) -> Report:
     """The report to compare with: a completed run of the same workload, or one line why not."""
     base = load_report(path)
-    if base["status"] != "completed":
-        raise UsageError(f"--baseline {path}: that run {base['status']}; a baseline must be a completed run")
-    if (difference := workload_difference(base["config"], config.to_dict())) is not None:
+    if base.status != Status.COMPLETED:
+        raise UsageError(f"--baseline {path}: that run {base.status}; a baseline must be a completed run")
+    if (difference := workload_difference(base.config, config)) is not None:
         raise UsageError(
             f"--baseline {path}: another workload ({difference}); only the policy and the code under test may differ"
         )

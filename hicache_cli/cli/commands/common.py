@@ -17,6 +17,7 @@ from rich.console import Console
 from cache.faults import SHAPES as FAULT_SHAPES
 from cache.policies import POLICIES
 from cache.workload import PRESETS
+from hicache_cli.analysis.results import Report
 from hicache_cli.api import with_sglang
 from hicache_cli.config import DEFAULT_POLICY, DEFAULT_PROBE_HZ, StressConfig
 from hicache_cli.errors import UsageError
@@ -168,12 +169,12 @@ def check_run_options(
     check_metrics_options(metrics_port, metrics_host)
 
 
-def exit_if_interrupted(*reports: dict[str, Any]) -> None:
+def exit_if_interrupted(*reports: Report) -> None:
     """Exit 128 + the signal when a run was stopped from outside, or hicache was asked to
     stop while it wrote its report; otherwise return."""
     for report in reports:
-        if report["status"] == "interrupted":
-            raise typer.Exit(exit_code_for((report.get("interruption") or {}).get("signal")))
+        if report.interrupted:
+            raise typer.Exit(exit_code_for(report.stop_signal))
     if STOPS.signal is not None:
         raise typer.Exit(STOPS.exit_code())
 

@@ -100,7 +100,7 @@ def compare_policies(
         console.print(
             f"[{i}/{len(configs)}] {config.policy}: {row.verdict} ({row.status}), peak depth {row.peak_depth}"
         )
-        if result.report["status"] == "interrupted" or STOPS.signal is not None:
+        if result.report.interrupted or STOPS.signal is not None:
             break
     dicts = [c.to_dict() for c in configs]
     common_config = {k: v for k, v in dicts[0].items() if all(d[k] == v for d in dicts)}
@@ -118,7 +118,7 @@ def compare_policies(
         write_atomically(markdown, to_markdown(policy_table(rows), title))
     common.append_step_summary(compare_summary(rows, reports, title))
     if plot is not None:
-        console.print(f"plot: {plot_reports([(r['config']['policy'], r) for r in reports], plot)}")
+        console.print(f"plot: {plot_reports([(r.config.label, r) for r in reports], plot)}")
     console.print(f"bundle: {parent / 'compare.json'}")
     if json_output:
         common.print_json(data)

@@ -68,7 +68,7 @@ def sglang_scan(
         reports[version] = result.report
         rows.append(row_from_report(version, result.report))
         console.print(f"[{i}/{len(chosen)}] {version}: {rows[-1].verdict}")
-        if result.report["status"] == "interrupted" or STOPS.signal is not None:
+        if result.report.interrupted or STOPS.signal is not None:
             break
     data = scan_bundle(rows, asdict(base) | {"versions": versions}, reports)
     text = json.dumps(data, indent=2) + "\n"

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from hicache_cli.analysis.kinds import Status
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.errors import EXIT_RUN_FAILED, UsageError
@@ -106,9 +107,9 @@ def stress(
         console.print(dropped)
     console.print(f"report: {result.report_path}")
     if json_output:
-        common.print_json(result.report)
+        common.print_json(result.report.to_dict())
     common.exit_if_interrupted(result.report)
-    if result.report["status"] == "failed":
+    if result.report.status == Status.FAILED:
         raise typer.Exit(EXIT_RUN_FAILED)
 
 

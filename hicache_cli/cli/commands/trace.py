@@ -85,7 +85,7 @@ def trace(
         console.print(line)
     console.print(f"report: {result.report_path}")
     if json_output:
-        common.print_json(result.report)
+        common.print_json(result.report.to_dict())
     raise typer.Exit(trace_exit_code(result))
 
 
@@ -143,14 +143,15 @@ def trace_exit_code(result: RunResult) -> int:
     hicache stopped it at --duration; 128 + N when hicache was stopped by signal N; 3 when
     the watchdog had to stop it."""
     report = result.report
-    if report["status"] == "interrupted":
-        return exit_code_for((report.get("interruption") or {}).get("signal"))
+    assert report is not None  # a trace runs on one machine: its report is written here
+    if report.interrupted:
+        return exit_code_for(report.stop_signal)
     launched = result.launch
     if launched is not None and launched.stalls:
         return EXIT_RUN_FAILED
     if launched is not None and launched.killed:
         return 0
-    code = report.get("program_exit_code")
+    code = report.program_exit_code
     if code is None:
         return EXIT_RUN_FAILED
     return exit_code_for(signal_name(code)) if code < 0 else code
