@@ -18,13 +18,14 @@ from pathlib import Path
 
 from hicache_cli.analysis import report as report_file
 from hicache_cli.analysis.results import Report
-from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
+from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import EarlyStop
 from hicache_cli.launch.run import execute
 from hicache_cli.launch.trace_launcher import traced_config
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import Sample
+from hicache_cli.targets import RankedTarget, TracedCommand
 
 # Called about twice a second while a run goes on: every rank's samples so far (by rank
 # file), and the seconds since launch. How the dashboard follows a run.
@@ -32,7 +33,7 @@ OnSamples = Callable[[dict[int, list[Sample]], float], None]
 
 
 def run(
-    config: StressConfig,
+    config: RunConfig,
     *,
     run_dir: str | os.PathLike[str] | None = None,
     on_samples: OnSamples | None = None,
@@ -47,12 +48,10 @@ def run(
     `hicache_cli.analysis.settle.Settler(config)`, as `check --max-duration` does.
     Bad values raise UsageError with the CLI's one-line message.
     """
-    config.validate()
-    if config.target == "sglang" and config.sglang is None:
-        raise UsageError("target 'sglang' needs SGLang's code: build the config with hicache_cli.with_sglang()")
-    if config.traced:
+    if isinstance(config.target, TracedCommand):
         raise UsageError("a traced program runs with hicache_cli.trace(command)")
-    directory = create_run_dir(_path(run_dir), config.policy)
+    config.validate()
+    directory = create_run_dir(_path(run_dir), config.label)
     result = execute(config, directory, on_samples or _ignore, report_copy=_path(report_copy), early_stop=early_stop)
     assert result.report is not None  # one machine: the report is written here
     return result.report
@@ -83,7 +82,7 @@ def trace(
     config = traced_config(
         list(command),
         loop,
-        duration_s or 0.0,
+        duration_s,
         probe_hz,
         warmup_s,
         leak_threshold_mb_per_h,
@@ -102,11 +101,11 @@ def load_report(path: str | os.PathLike[str]) -> Report:
 
 
 def with_sglang(
-    config: StressConfig,
+    config: RunConfig,
     target: str = "sglang",
     sglang_class: str = "auto",
     progress: Callable[[str], None] | None = None,
-) -> StressConfig:
+) -> RunConfig:
     """The config with SGLang's own PP-sync methods in place of hicache's model: `target`
     is `sglang` (installed), `sglang==VERSION` (fetched once into the cache) or
     `sglang:PATH`. As `--target`; the workload becomes `idle`, the policy SGLang's.
@@ -117,8 +116,10 @@ def with_sglang(
     spec = parse_target(target)
     if spec is None:
         raise UsageError(f"--target {target!r}: name an SGLang (sglang, sglang==VERSION or sglang:PATH)")
+    if not isinstance(config.target, RankedTarget):
+        raise UsageError("with_sglang: SGLang's code runs on hicache's ranks; give a config of hicache's model")
     resolved = resolve(spec, sglang_class, progress)
-    return replace(config, target="sglang", sglang=resolved.config_entry(), policy=resolved.label, workload="idle")
+    return replace(config, target=resolved.target(config.target))
 
 
 def _path(value: str | os.PathLike[str] | None) -> Path | None:

@@ -19,8 +19,9 @@ from hicache_cli.analysis.report import environment
 from hicache_cli.cli.commands.common import FAULT
 from hicache_cli.cli.conventions import plain_help
 from hicache_cli.cli.main import app, main
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.sample import Sample
+from hicache_cli.targets import ModelTarget, SGLangTarget, TracedCommand
 from tests.cli.conftest import build_pp2_report
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -171,7 +172,14 @@ def report_md_row(key: str) -> str:
 
 def test_report_md_names_every_config_key() -> None:
     row = report_md_row("config")
-    missing = [f.name for f in fields(StressConfig) if f"`{f.name}`" not in row]
+    missing = [f.name for f in fields(RunConfig) if f"`{f.name}`" not in row]
+    assert missing == []
+
+
+@pytest.mark.parametrize("target", [ModelTarget, SGLangTarget, TracedCommand])
+def test_report_md_names_every_key_of_every_target(target: type) -> None:
+    row = report_md_row("config.target")
+    missing = [k for k in target().to_dict() if f"`{k}`" not in row]
     assert missing == []
 
 

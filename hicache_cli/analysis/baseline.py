@@ -19,12 +19,12 @@ from typing import Any
 
 from hicache_cli.analysis.gate import Assertion
 from hicache_cli.analysis.results import Report, Rss
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.units import parse_rate_mb_per_h
 
-# What makes two runs the same workload (StressConfig's names). The policy, the target
-# code and injected faults may differ: they stand for the code under test.
+# What makes two runs of hicache's ranks the same workload (RankedTarget's names). The
+# policy, the target code and injected faults may differ: they stand for the code under test.
 WORKLOAD_KEYS = (
     "pp",
     "tp",
@@ -75,20 +75,19 @@ def parse_tolerance(specs: list[str]) -> Tolerance:
     )
 
 
-def workload_difference(baseline: StressConfig, config: StressConfig) -> str | None:
+def workload_difference(baseline: RunConfig, config: RunConfig) -> str | None:
     """What makes the run's configuration another workload than the baseline's, in words;
     None when they are the same workload."""
-    if baseline.traced != config.traced:
-        there, here = (
-            ("a traced program", "hicache's workload") if baseline.traced else ("hicache's workload", "a trace")
-        )
-        return f"the baseline is {there}, this run {here}"
-    if baseline.traced:
+    base, here = baseline.ranked, config.ranked
+    if (base is None) != (here is None):
+        there, now = ("a traced program", "hicache's workload") if base is None else ("hicache's workload", "a trace")
+        return f"the baseline is {there}, this run {now}"
+    if base is None or here is None:
         return None  # a traced program is its own workload: what runs is what is compared
     differences = [
-        f"{key} {_word(getattr(baseline, key))} there, {_word(getattr(config, key))} here"
+        f"{key} {_word(getattr(base, key))} there, {_word(getattr(here, key))} here"
         for key in WORKLOAD_KEYS
-        if getattr(baseline, key) != getattr(config, key)
+        if getattr(base, key) != getattr(here, key)
     ]
     return "; ".join(differences) or None
 

@@ -43,14 +43,14 @@ from hicache_cli.analysis.results import (
 from hicache_cli.analysis.torchrun_log import WorkerExit
 from hicache_cli.analysis.trace_report import top_site_line, works_summary
 from hicache_cli.analysis.watchdog import Stall, blocked_frame
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.protocol import REPORT_FILE, stacks_file
 from hicache_cli.records import ShapeError, replace
 from hicache_cli.rundir import write_atomically
 from hicache_cli.sample import Sample
 from hicache_cli.series import RankSeries, RunSeries, Totals
-from hicache_cli.sglang_target.extract import waits_on_next_stage
+from hicache_cli.targets import ModelTarget, RankedTarget, SGLangTarget, TracedCommand, waits_on_next_stage
 from hicache_cli.version import hicache_version
 
 SCHEMA_VERSION = 1
@@ -77,7 +77,7 @@ class RunOutcome:
     lost_nodes: dict[int, str] = field(default_factory=dict)  # across nodes: node -> how it was lost
 
 
-def environment(config: StressConfig, devices: list[str]) -> Environment:
+def environment(config: RunConfig, devices: list[str]) -> Environment:
     try:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
@@ -85,9 +85,9 @@ def environment(config: StressConfig, devices: list[str]) -> Environment:
     return Environment(
         hicache_version=hicache_version(),
         torch_version=torch_version,
-        backend=config.backend,
-        pp_backend=config.pp_backend,
-        device=config.device,
+        backend=ranked.backend if (ranked := config.ranked) else None,
+        pp_backend=ranked.pp_backend if ranked else None,
+        device=ranked.device if ranked else None,
         host=socket.gethostname(),
         cpu_count=os.cpu_count(),
         python=platform.python_version(),
@@ -97,7 +97,7 @@ def environment(config: StressConfig, devices: list[str]) -> Environment:
 
 
 def build_report(
-    config: StressConfig,
+    config: RunConfig,
     samples: RunSeries | Mapping[int, list[Sample]],
     outcome: RunOutcome,
     run_dir: Path | None = None,
@@ -106,14 +106,9 @@ def build_report(
     run = samples if isinstance(samples, RunSeries) else RunSeries.of(samples)
     samples = run.samples
     finals = {r: s[-1] for r, s in samples.items() if s and s[-1].kind == "final"}
+    tp = config.ranked.tp if config.ranked else 1
     ranks = [
-        rank_summary(
-            rank,
-            run.ranks.get(rank) or RankSeries(),
-            [] if config.traced else samples.get(rank - config.tp, []),
-            config,
-        )
-        for rank in slots(config, samples)
+        summarize_rank(rank, run.ranks.get(rank) or RankSeries(), samples, config) for rank in slots(config, samples)
     ]
     ending = Ending(
         interrupted=outcome.interrupted,
@@ -121,11 +116,9 @@ def build_report(
         stalls=outcome.stalls,
         worker_exits=outcome.worker_exits,
         lost_nodes=outcome.lost_nodes,
-        own_ends=config.traced,
+        own_ends=isinstance(config.target, TracedCommand),
     )
-    failures = find_failures(
-        slots(config, samples), samples, ending, _stack_reader(run_dir), _waits_on(config), config.tp
-    )
+    failures = find_failures(slots(config, samples), samples, ending, _stack_reader(run_dir), _waits_on(config), tp)
     signal = (outcome.interrupted_by or "SIGINT") if outcome.interrupted else None
     stopped = interruption(signal, outcome.torchrun_exit_code, finals, failures)
     status = Status.INTERRUPTED if stopped else Status.FAILED if failures else Status.COMPLETED
@@ -164,54 +157,67 @@ def _stack_reader(run_dir: Path | None) -> Callable[[int], tuple[str | None, str
     return read
 
 
-def _waits_on(config: StressConfig) -> Callable[[int, str | None], int | None]:
+def _waits_on(config: RunConfig) -> Callable[[int, str | None], int | None]:
     """SGLang's drain blocked in wait() on a Work waits on the next stage."""
+    target = config.target
 
     def stage(rank: int, frame: str | None) -> int | None:
-        if config.target == "sglang" and waits_on_next_stage(frame):
-            return rank // config.tp + 1
+        if isinstance(target, SGLangTarget) and waits_on_next_stage(frame):
+            return rank // target.tp + 1
         return None
 
     return stage
 
 
-def target_summary(config: StressConfig, ranks: list[RankReport]) -> TargetSection:
+def target_summary(config: RunConfig, ranks: list[RankReport]) -> TargetSection:
     """What ran the PP sync. For SGLang: which code (version, file, hash, drain method) and
     how many PP-sync messages a round sends, measured on rank 0. For a traced program: the
     command, the --loop function, and how many processes were observed."""
-    if config.traced and config.trace is not None:
-        return TraceSection(
-            command=list(config.trace["command"]),
-            cwd=config.trace.get("cwd"),
-            loop=config.trace.get("loop"),
-            processes=sum(1 for r in ranks if r.measured),
+    target = config.target
+    if isinstance(target, TracedCommand):
+        processes = sum(1 for r in ranks if r.measured)
+        return TraceSection(command=list(target.command), cwd=target.cwd, loop=target.loop, processes=processes)
+    if isinstance(target, SGLangTarget):
+        first = ranks[0] if ranks else None
+        rounds = first.rounds if first else None
+        sent = first.messages.sent if first and first.messages else None
+        return SGLangSection(
+            version=target.version,
+            origin=target.origin,
+            location=target.location,
+            class_name=target.class_name,
+            file=target.file,
+            sha256=target.sha256,
+            tags_file=target.tags_file,
+            drain_method=target.drain_method,
+            unresolved=target.unresolved,
+            sends_per_round=round(sent / rounds, 3) if rounds and sent is not None else None,
         )
-    if config.target != "sglang" or config.sglang is None:
-        return ModelSection(policy=config.policy)
-    first = ranks[0] if ranks else None
-    rounds = first.rounds if first else None
-    sent = first.messages.sent if first and first.messages else None
-    return SGLangSection.from_dict(
-        {
-            "kind": "sglang",
-            **config.sglang,
-            "sends_per_round": round(sent / rounds, 3) if rounds and sent is not None else None,
-        }
-    )
+    assert isinstance(target, ModelTarget)
+    return ModelSection(policy=target.policy)
 
 
-def slots(config: StressConfig, samples: Mapping[int, list[Sample]]) -> list[int]:
+def slots(config: RunConfig, samples: Mapping[int, list[Sample]]) -> list[int]:
     """The rank files a report covers: every rank of the run, and (`hicache trace`, where
     processes are discovered) every file the run directory holds."""
-    return sorted(set(range(config.world_size)) | set(samples))
+    return sorted(set(range(config.expected_ranks or 0)) | set(samples))
 
 
-def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config: StressConfig) -> RankReport:
+def summarize_rank(
+    slot: int, followed: RankSeries, samples: Mapping[int, list[Sample]], config: RunConfig
+) -> RankReport:
+    """A rank of hicache's own (its upstream stage's samples say what it left unreceived), or a
+    traced process."""
+    target = config.target
+    if isinstance(target, RankedTarget):
+        return rank_summary(slot, followed, samples.get(slot - target.tp, []), config, target.tp)
+    return _traced_summary(slot, followed, config)
+
+
+def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config: RunConfig, tp: int = 1) -> RankReport:
     """One rank's entry, from its bounded history and exact totals."""
-    pp_rank, tp_rank = divmod(rank, config.tp)
+    pp_rank, tp_rank = divmod(rank, tp)
     series, totals = followed.kept, followed.totals
-    if config.traced and series:
-        return _traced_summary(rank, followed, config)
     if not series:
         return RankReport(
             rank=rank,
@@ -224,14 +230,14 @@ def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config
     last = series[-1]
     assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h)
     verdict, rss_trend, depth_trend, cut = assessment.verdict, assessment.rss, assessment.depth, assessment.cut
-    up_final = upstream[-1] if upstream and config.tp <= rank else None
+    up_final = upstream[-1] if upstream and tp <= rank else None
     unreceived = max(0, up_final.sent - last.received) if up_final else 0
     reason = verdict.reason
     if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict is Verdict.LEAK:
         reason += f"; {top}"
     if unreceived:
         # gloo keeps state per pending message on the receiving side too
-        reason += f"; {unreceived} messages from rank {rank - config.tp} unreceived at the stop"
+        reason += f"; {unreceived} messages from rank {rank - tp} unreceived at the stop"
     return RankReport(
         rank=rank,
         pp_rank=pp_rank,
@@ -297,11 +303,13 @@ def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> MemoryKinds | Non
     )
 
 
-def _traced_summary(slot: int, followed: RankSeries, config: StressConfig) -> RankReport:
+def _traced_summary(slot: int, followed: RankSeries, config: RunConfig) -> RankReport:
     """A traced process: `rank` is its torch.distributed rank, `slot` its rank file's
     number (the same, unless several process groups used the same ranks); `works` says
     what became of the Works it was handed, by creation site."""
-    summary = rank_summary(slot, followed, [], replace(config, target="model"))
+    summary = rank_summary(slot, followed, [], config)
+    if not followed.kept:
+        return summary
     last = followed.kept[-1]
     return replace(
         summary,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.analysis.kinds import FailureKind, Status, Verdict
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.records import Record, ShapeError, field_spec, join, record_fields, replace
 
 __all__ = [
@@ -352,7 +352,7 @@ class Report(Record):
     schema_version: int = 1
     status: Status | str = field_spec(required=True, default=Status.COMPLETED)
     interruption: Interruption | None = None
-    config: StressConfig = field_spec(required=True, default=StressConfig())
+    config: RunConfig = field_spec(required=True, default=RunConfig())
     target: TargetSection | None = None
     environment: Environment = field_spec(required=True, default=Environment())
     verdict: Verdict | str = field_spec(required=True, default=Verdict.INCONCLUSIVE)

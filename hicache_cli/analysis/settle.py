@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hicache_cli.analysis.assess import assess_rank
 from hicache_cli.analysis.kinds import Verdict
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.sample import Sample
 
 MIN_LEAK_S = 3.0  # post-warm-up data before a LEAK seen in the work list may settle
@@ -18,14 +18,14 @@ CONFIRMATIONS = 3  # consecutive checks, one a second, that must agree
 
 
 class Settler:
-    def __init__(self, config: StressConfig) -> None:
+    def __init__(self, config: RunConfig) -> None:
         self.config = config
         self._last_check_t = float("-inf")
         self._streak = (None, 0)  # (verdict, how many checks in a row)
 
     def __call__(self, samples: dict[int, list[Sample]]) -> str | None:
         series = [s for s in samples.values() if s]
-        if not series or len(series) < self.config.world_size:  # a traced program's world is 0: not known
+        if not series or len(series) < (self.config.expected_ranks or 1):  # a traced program's: not known
             return None
         t = max(s[-1].t for s in series)
         if t - self._last_check_t < 1.0:

@@ -25,13 +25,14 @@ import psutil
 
 from hicache_cli.analysis.torchrun_log import worker_exits_in
 from hicache_cli.analysis.watchdog import Stall, find_stalls
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.nodes import Feeder, Head, NodeSpec
 from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
 from hicache_cli.protocol import EARLY_STOP, NODE_ENV, OWNER_ENV, SECRET_ENV, STACKS, TORCHRUN_LOG
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower, RunSeries
+from hicache_cli.targets import RankedTarget
 
 LOOPBACK = "127.0.0.1"
 
@@ -39,7 +40,7 @@ LOOPBACK = "127.0.0.1"
 @dataclass(frozen=True)
 class LaunchConfig:
     run_dir: Path
-    stress: StressConfig
+    config: RunConfig
     host: str = LOOPBACK
     port: int | None = None  # None: a free port picked at launch
     startup_timeout_s: float = 90.0  # launch until every rank has sampled
@@ -48,13 +49,22 @@ class LaunchConfig:
     nodes: NodeSpec | None = None  # runs across nodes: this node's part (None: one machine)
 
     @property
+    def target(self) -> RankedTarget:
+        assert isinstance(self.config.target, RankedTarget)
+        return self.config.target
+
+    @property
+    def duration_s(self) -> float:
+        return self.config.duration_s or 0.0
+
+    @property
     def node_rank(self) -> int:
         return self.nodes.node_rank if self.nodes else 0
 
     @property
     def expected_ranks(self) -> int:
         """Ranks whose samples this node sees: all on node 0 (or one machine), else its own."""
-        return self.nodes.nproc_per_node if self.nodes and not self.nodes.is_head else self.stress.world_size
+        return self.nodes.nproc_per_node if self.nodes and not self.nodes.is_head else self.target.world_size
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,7 @@ def pick_port(host: str, requested: int | None) -> int:
 def torchrun_command(config: LaunchConfig, port: int) -> list[str]:
     nodes = config.nodes
     if nodes is None:
-        where = ["--nnodes=1", f"--nproc-per-node={config.stress.world_size}"]
+        where = ["--nnodes=1", f"--nproc-per-node={config.target.world_size}"]
         where += [f"--master-addr={config.host}", f"--master-port={port}"]
     else:  # torchrun's own multi-node rendezvous; it assigns global ranks, not --node-rank
         where = [f"--nnodes={nodes.nnodes}", f"--node-rank={nodes.node_rank}"]
@@ -200,7 +210,7 @@ def launch(
         elif proc is not None:
             # torchrun is gone; its ranks must be too (killed under them, it leaves them running)
             ranks.refresh(follower.poll())
-            ranks.end(config.stress.stop_grace_s + 2.0)
+            ranks.end(config.target.stop_grace_s + 2.0)
         result = _finish_link(link, config) if link is not None else {}
         view(follower.poll(), time.monotonic() - started)  # the final lines, once more
     code = proc.returncode if proc is not None and reason is None else None
@@ -278,7 +288,7 @@ def open_link(config: LaunchConfig) -> Head | Feeder | None:
     """Across nodes: node 0 hosts the sample store before its ranks start; the others connect."""
     if config.nodes is None:
         return None
-    text = json.dumps(config.stress.to_dict(), sort_keys=True)
+    text = json.dumps(config.config.to_dict(), sort_keys=True)
     if config.nodes.is_head:
         return Head(config.nodes, text, config.run_dir)
     return Feeder(config.nodes, text, config.run_dir, config.startup_timeout_s)
@@ -308,8 +318,8 @@ def _supervise(
 ) -> tuple[str | None, list[Stall], str | None]:
     """Follow the run until torchrun exits. Returns why the launcher must stop it (if it
     must), what the watchdog found, and why the run was ended early (if it was)."""
-    hard_deadline = started + config.startup_timeout_s + config.stress.duration_s + config.stop_grace_s
-    hang_after_s = max(3.0, 20.0 / config.stress.probe_hz)
+    hard_deadline = started + config.startup_timeout_s + config.duration_s + config.stop_grace_s
+    hang_after_s = max(3.0, 20.0 / config.config.probe_hz)
     all_started = False
     stopped_early = None
     while proc.poll() is None:
@@ -323,8 +333,8 @@ def _supervise(
             ranks.refresh(samples)
         if not all_started and len(samples) == config.expected_ranks and all(samples.values()):
             all_started = True  # every rank's workload has begun, give or take a poll
-            hard_deadline = min(hard_deadline, now + config.stress.duration_s + config.stop_grace_s)
-        stalls = find_stalls(samples, time.time(), config.stress.stall_timeout_s, hang_after_s)
+            hard_deadline = min(hard_deadline, now + config.duration_s + config.stop_grace_s)
+        stalls = find_stalls(samples, time.time(), config.config.stall_timeout_s, hang_after_s)
         if stalls:
             request_stacks([s for s in stalls if _on_node(samples, s.rank, config.node_rank)])
             return "watchdog: " + "; ".join(s.message for s in stalls), stalls, stopped_early

@@ -10,7 +10,7 @@ from pathlib import Path
 from hicache_cli.analysis.report import RunOutcome, build_report, write_report
 from hicache_cli.analysis.results import Report
 from hicache_cli.analysis.torchrun_log import WorkerExit, worker_exits_in
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.launch.launcher import EarlyStop, LaunchConfig, LaunchResult, launch
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.trace_launcher import TraceLaunch, launch_traced
@@ -18,6 +18,7 @@ from hicache_cli.lifecycle import STOPS
 from hicache_cli.protocol import STACKS_GLOB
 from hicache_cli.sample import Sample
 from hicache_cli.series import load_run
+from hicache_cli.targets import TracedCommand
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class RunResult:
 
 
 def execute(
-    stress: StressConfig,
+    stress: RunConfig,
     run_dir: Path,
     on_tick: Callable[[dict[int, list[Sample]], float], None],
     port: int | None = None,
@@ -49,24 +50,25 @@ def execute(
     stress.save(run_dir)
     cpu_before = time.process_time()
     launched_wall = time.time()
-    if stress.traced:
-        traced = TraceLaunch(
+    traced = isinstance(stress.target, TracedCommand)
+    if traced:
+        traced_launch = TraceLaunch(
             run_dir=run_dir,
-            stress=stress,
+            config=stress,
             passthrough=passthrough,
             to_stderr=passthrough_to_stderr,
             poll_interval_s=refresh_s,
         )
-        result = launch_traced(traced, on_tick, early_stop)
+        result = launch_traced(traced_launch, on_tick, early_stop)
     else:
-        launch_config = LaunchConfig(run_dir=run_dir, stress=stress, port=port, poll_interval_s=refresh_s, nodes=nodes)
+        launch_config = LaunchConfig(run_dir=run_dir, config=stress, port=port, poll_interval_s=refresh_s, nodes=nodes)
         result = launch(launch_config, on_tick, early_stop)
     with STOPS.finishing():  # a stop signal now must not cost the report
         return _write_up(stress, run_dir, result, report_copy, nodes, cpu_before, launched_wall)
 
 
 def _write_up(
-    stress: StressConfig,
+    stress: RunConfig,
     run_dir: Path,
     result: LaunchResult,
     report_copy: Path | None,
@@ -80,14 +82,15 @@ def _write_up(
     exits = worker_exits_in(run_dir)
     for rank, (code, sig) in result.remote_exits.items():
         exits.setdefault(rank, WorkerExit(rank, code, sig))
+    traced = isinstance(stress.target, TracedCommand)
     outcome = RunOutcome(
         interrupted=result.interrupted,
         interrupted_by=result.interrupted_by,
         # a traced program stopped at its duration is not a failure; only the watchdog's stop is
-        killed_reason=None if result.stalls or stress.traced else result.reason,
-        torchrun_exit_code=None if stress.traced else result.exit_code,
-        program_exit_code=result.exit_code if stress.traced else None,
-        program_stopped=result.reason if stress.traced else None,
+        killed_reason=None if result.stalls or traced else result.reason,
+        torchrun_exit_code=None if traced else result.exit_code,
+        program_exit_code=result.exit_code if traced else None,
+        program_stopped=result.reason if traced else None,
         wall_s=result.wall_s,
         launcher_cpu_s=time.process_time() - cpu_before,
         stalls=result.stalls,

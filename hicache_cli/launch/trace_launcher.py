@@ -24,13 +24,14 @@ from pathlib import Path
 import psutil
 
 from hicache_cli.analysis.watchdog import find_stalls
-from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
+from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import EarlyStop, GuardedView, LaunchResult
 from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
 from hicache_cli.protocol import STACKS
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
+from hicache_cli.targets import TracedCommand
 from hicache_cli.tracer import protocol
 from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
 
@@ -46,12 +47,12 @@ def trace_config(
     warmup: str | None = None,
     leak_threshold_mb_per_h: float = 100.0,
     stall_timeout: str = "60s",
-) -> StressConfig:
+) -> RunConfig:
     """The config of a trace from its options as typed (durations as text, e.g. 30s)."""
     return traced_config(
         command,
         loop,
-        parse_duration(duration, "duration") if duration is not None else 0.0,
+        parse_duration(duration, "duration") if duration is not None else None,
         probe_hz,
         parse_duration(warmup, "warmup") if warmup is not None else None,
         leak_threshold_mb_per_h,
@@ -62,14 +63,14 @@ def trace_config(
 def traced_config(
     command: list[str],
     loop: str | None,
-    duration_s: float,
+    duration_s: float | None,
     probe_hz: float,
     warmup_s: float | None,
     leak_threshold_mb_per_h: float,
     stall_timeout_s: float,
-) -> StressConfig:
-    """The config of a trace (duration 0: until the program exits): the command checked (it
-    must exist), every value checked by StressConfig.validate; bad input raises UsageError
+) -> RunConfig:
+    """The config of a trace (duration None: until the program exits): the command checked
+    (it must exist), every value checked by RunConfig.validate; bad input raises UsageError
     before anything is created."""
     if not command:
         raise UsageError("name the program after --, e.g. hicache trace -- torchrun --nproc-per-node 2 train.py")
@@ -81,25 +82,20 @@ def traced_config(
         raise UsageError(f"cannot run {program!r}: no such command on PATH")
     if loop is not None and not _LOOP.fullmatch(loop):
         raise UsageError(f"--loop {loop!r}: give MODULE:QUALNAME, e.g. my_server.scheduler:Scheduler.step")
-    return StressConfig(
-        pp=0,  # ranks are found as the program starts them
-        tp=1,
-        policy="trace",
+    return RunConfig(
+        target=TracedCommand(command=tuple(command), loop=loop, cwd=os.getcwd()),
         duration_s=duration_s,
-        workload="program",
         probe_hz=probe_hz,
         warmup_s=warmup_s,
         leak_threshold_mb_per_h=leak_threshold_mb_per_h,
         stall_timeout_s=stall_timeout_s,
-        target="trace",
-        trace={"command": list(command), "loop": loop, "cwd": os.getcwd()},
     ).validate()
 
 
 @dataclass(frozen=True)
 class TraceLaunch:
     run_dir: Path
-    stress: StressConfig  # target "trace"; stress.trace holds the command
+    config: RunConfig  # its target a TracedCommand
     passthrough: bool  # the program's output to ours; else to the run directory's program.log
     to_stderr: bool = False  # passed through, its stdout goes to our stderr (stdout holds --json's document)
     interrupt_grace_s: float = 5.0  # after SIGINT, before SIGTERM
@@ -107,9 +103,13 @@ class TraceLaunch:
     poll_interval_s: float = 0.5
 
     @property
+    def target(self) -> TracedCommand:
+        assert isinstance(self.config.target, TracedCommand)
+        return self.config.target
+
+    @property
     def command(self) -> list[str]:
-        assert self.stress.trace is not None
-        return list(self.stress.trace["command"])
+        return list(self.target.command)
 
 
 class ProgramTree:
@@ -203,7 +203,7 @@ STDERR_FD = 2  # the process's own stderr, whatever sys.stderr has been replaced
 
 def _start(config: TraceLaunch) -> subprocess.Popen[bytes]:
     env = protocol.environment(
-        dict(os.environ), config.run_dir, config.stress.probe_hz, config.stress.trace.get("loop"), owner_token()
+        dict(os.environ), config.run_dir, config.config.probe_hz, config.target.loop, owner_token()
     )
     log = None if config.passthrough else (config.run_dir / protocol.PROGRAM_LOG).open("ab")
     try:
@@ -232,18 +232,18 @@ def _supervise(
     started: float,
     early_stop: EarlyStop | None,
 ) -> tuple[str | None, list, str | None]:
-    duration = config.stress.duration_s
-    watch_loop = bool(config.stress.trace and config.stress.trace.get("loop"))
+    duration = config.config.duration_s
+    watch_loop = config.target.loop is not None
     stopped_early = None
     while proc.poll() is None:
         samples = follower.poll()
         now = time.monotonic()
         view(samples, now - started)
         tree.refresh(samples)
-        if watch_loop and (stalls := find_stalls(samples, time.time(), config.stress.stall_timeout_s, float("inf"))):
+        if watch_loop and (stalls := find_stalls(samples, time.time(), config.config.stall_timeout_s, float("inf"))):
             _request_stacks(stalls)
             return "watchdog: " + "; ".join(s.message for s in stalls), stalls, None
-        if duration > 0 and now - started >= duration:
+        if duration is not None and now - started >= duration:
             return f"reached the duration ({duration:g} s)", [], None
         if early_stop is not None and samples and stopped_early is None:
             stopped_early = early_stop(samples)

@@ -110,7 +110,7 @@ class PlainProgress:
     """Prints one line every `interval_s` seconds of run time, and when a rank's state
     changes (so the last line shows how every rank ended): no escape codes."""
 
-    def __init__(self, duration_s: float, interval_s: float = 2.0, write=print) -> None:  # noqa: ANN001
+    def __init__(self, duration_s: float | None, interval_s: float = 2.0, write=print) -> None:  # noqa: ANN001
         self.duration_s = duration_s
         self.interval_s = interval_s
         self.write = write
@@ -133,14 +133,14 @@ class PlainProgress:
         self.write(progress_line(latest, self.duration_s))
 
 
-def progress_line(latest: dict[int, Sample], duration_s: float) -> str:
+def progress_line(latest: dict[int, Sample], duration_s: float | None) -> str:
     run_t = max(s.t for s in latest.values())
     parts = [
         f"r{r} {format_bytes(s.rss_bytes)} {'depth' if s.works is None else 'live Works'} {s.depth} rounds {s.rounds}"
         + (f" [{s.state}]" if s.state != "running" else "")
         for r, s in sorted(latest.items())
     ]
-    total = f" / {format_duration(duration_s)}" if duration_s > 0 else ""  # 0: a trace, until the program ends
+    total = f" / {format_duration(duration_s)}" if duration_s is not None else ""  # None: until the program ends
     return f"[{format_duration(run_t):>6}{total}] " + " | ".join(parts)
 
 

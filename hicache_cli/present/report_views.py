@@ -23,15 +23,15 @@ def run_line(report: Report) -> str:
 
 
 def report_summary(report: Report, width: int = 160) -> RenderableType:
-    cfg, env = report.config, report.environment
+    cfg, env, ranked = report.config, report.environment, report.config.ranked
     # what the ranks ran on (env.devices) and the PP-sync groups' backend, as the dashboard says it
     where = f"{device_word(env.device, env.devices or ())}/{env.pp_backend or env.backend}"
     warmup = "auto" if cfg.warmup_s is None else f"{cfg.warmup_s:g}s"
     head = [
         Text(f"hicache report (schema {report.schema_version}): {run_line(report)}"),
         Text(
-            f"workload {cfg.workload}, seed {cfg.seed}, warm-up {warmup}, "
-            f"threshold {cfg.leak_threshold_mb_per_h:g} MB/h"
+            (f"workload {ranked.workload}, seed {ranked.seed}, " if ranked else "")
+            + f"warm-up {warmup}, threshold {cfg.leak_threshold_mb_per_h:g} MB/h"
         ),
         Text(
             (f"hicache {env.hicache_version}, " if env.hicache_version else "")

@@ -238,7 +238,7 @@ class FakeExecute:
         self.calls.append(
             {"config": config, "run_dir": run_dir, "report_copy": report_copy, "early_stop": early_stop, "nodes": nodes}
         )
-        leaking = config.policy == "reap"
+        leaking = config.label == "reap"
         n, stopped = round(config.duration_s * 10), None
         if early_stop is not None:
             whole = build_pp2_run(leaking=leaking, n=n)

@@ -17,6 +17,7 @@ from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.records import replace
+from hicache_cli.targets import SGLangTarget, TracedCommand
 from tests.cli.conftest import FakeExecute, assert_refused, build_series
 
 DRAIN = StressConfig(pp=2, policy="drain", duration_s=60.0)
@@ -71,18 +72,22 @@ def test_bad_tolerances(specs: list[str], start: str) -> None:
 
 def test_the_policy_the_target_and_faults_may_differ() -> None:
     base = DRAIN
-    assert workload_difference(base, replace(base, policy="reap")) is None
-    assert workload_difference(base, replace(base, target="sglang", policy="sglang-0.5.14")) is None
-    assert workload_difference(base, replace(base, faults=("lag:1:5",), duration_s=30.0, probe_hz=20.0)) is None
+    model = base.target
+    assert workload_difference(base, replace(base, target=replace(model, policy="reap"))) is None
+    assert (
+        workload_difference(base, replace(base, target=SGLangTarget(pp=2, workload="mixed", version="0.5.14"))) is None
+    )
+    changed = replace(base, target=replace(model, faults=("lag:1:5",)), duration_s=30.0, probe_hz=20.0)
+    assert workload_difference(base, changed) is None
 
 
 def test_another_workload_is_named() -> None:
     base = DRAIN
-    assert workload_difference(base, replace(base, pp=4)) == "pp 2 there, 4 here"
-    assert workload_difference(base, replace(base, seed=1, request_rate=0.5)) == (
+    assert workload_difference(base, replace(base, target=replace(base.target, pp=4))) == "pp 2 there, 4 here"
+    assert workload_difference(base, replace(base, target=replace(base.target, seed=1, request_rate=0.5))) == (
         "request_rate the preset's there, 0.5 here; seed 0 there, 1 here"
     )
-    assert workload_difference(base, replace(base, target="trace")) == (
+    assert workload_difference(base, replace(base, target=TracedCommand(command=("python",)))) == (
         "the baseline is hicache's workload, this run a trace"
     )
 

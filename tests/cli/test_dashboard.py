@@ -374,5 +374,7 @@ def test_the_header_says_what_the_ranks_run_on(make_pp2_run: MakePP2Run, make_se
     run = {r: [dataclasses.replace(s, device_name="cpu") for s in series] for r, series in make_pp2_run().items()}
     assert "reap  pp=2 x tp=1  cpu/gloo  verdict so far" in render_text(dashboard.model(run, 61.0), 100)
     gpu = {r: [dataclasses.replace(s, device_name="NVIDIA H200") for s in series] for r, series in run.items()}
-    nccl = Dashboard(dataclasses.replace(CONFIG, pp_backend="nccl"), "runs/x")
+    nccl = Dashboard(
+        dataclasses.replace(CONFIG, target=dataclasses.replace(CONFIG.target, pp_backend="nccl")), "runs/x"
+    )
     assert "cuda/nccl" in render_text(nccl.model(gpu, 61.0), 100)

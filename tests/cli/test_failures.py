@@ -11,10 +11,11 @@ import pytest
 from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.analysis.torchrun_log import WorkerExit
 from hicache_cli.analysis.watchdog import Stall
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunSeries
+from hicache_cli.targets import SGLangTarget
 from tests.cli.conftest import report_json
 
 MakeSeries = Callable[..., list[Sample]]
@@ -350,7 +351,7 @@ def test_the_report_carries_pp_consistency(make_series: MakeSeries, make_sample:
 
 # -- SGLang's own code: the stall's peer from its stack --------------------------------
 
-SGLANG_PP2 = StressConfig(pp=2, duration_s=10.0, target="sglang")
+SGLANG_PP2 = RunConfig(target=SGLangTarget(pp=2, version="0.5.15", class_name="HiRadixCache"), duration_s=10.0)
 SGLANG_ROUND_STALL = Stall(0, 1000, "stall", "rank 0 blocked in its event round for 6.0 s", 2.0)
 SGLANG_DRAIN_DUMP = """Current thread 0x00007f (most recent call first):
   File "/cache/sglang/0.5.15/sglang/srt/mem_cache/hiradix_cache.py", line 242 in _drain_async_work

@@ -85,8 +85,8 @@ def test_properties_include_policy_and_verdict(leaking: tuple[list[Assertion], R
     assert props["verdict"] == "LEAK"
     assert props["pp"] == "2"
     assert props["tp"] == "1"
-    assert props["workload"] == report.config.workload
-    assert props["seed"] == str(report.config.seed)
+    assert props["workload"] == report.config.target.workload
+    assert props["seed"] == str(report.config.target.seed)
 
 
 def test_a_failed_run_is_an_error_on_the_run(make_pp2_report: MakeReport) -> None:

@@ -40,7 +40,7 @@ NODE1 = dataclasses.replace(NODE0, node_rank=1)
 
 
 def launch_config(tmp_path: Path, nodes: NodeSpec | None = None) -> LaunchConfig:
-    return LaunchConfig(run_dir=tmp_path, stress=PP4, nodes=nodes)
+    return LaunchConfig(run_dir=tmp_path, config=PP4, nodes=nodes)
 
 
 def on(node: int, series: list[Sample], host: str | None = None) -> list[Sample]:

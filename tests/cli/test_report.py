@@ -53,7 +53,7 @@ def test_report_of_a_leaking_and_a_bounded_rank(leaking_and_bounded: dict[int, l
     assert report["verdict"] == "LEAK"
     assert report["wall_s"] == 61.23
     assert report["config"]["warmup_s"] is None  # as the user gave it: auto
-    assert report["config"]["pp"] == 2
+    assert report["config"]["target"]["pp"] == 2
     assert report["environment"]["backend"] == "gloo"
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
 

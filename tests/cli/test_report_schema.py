@@ -90,8 +90,11 @@ BROKEN = {
     "series short": (_set("ranks.0.series.depth", [0]), "ranks[0].series: t, rss_bytes and depth differ in length"),
     "series t a string": (_set("ranks.0.series.t", "x"), "ranks[0].series.t: a string, expected a list"),
     "config null": (_set("config", None), "config: null, expected an object"),
-    "pp a string": (_set("config.pp", "2"), "config.pp: a string, expected an integer"),
-    "no threshold": (_drop("config.leak_threshold_mb_per_h"), "config.leak_threshold_mb_per_h: missing"),
+    "pp a string": (_set("config.target.pp", "2"), "config.target.pp: a string, expected an integer"),
+    "an unknown target": (
+        _set("config.target.kind", "x"),
+        "config.target.kind: 'x'; expected one of model, sglang, trace",
+    ),
     "environment a list": (_set("environment", []), "environment: a list, expected an object"),
     "failures an object": (_set("failures", {}), "failures: an object, expected a list"),
     "a failure without a kind": (_set("failures", [{"rank": 0, "message": "x"}]), "failures[0].kind: missing"),

@@ -54,7 +54,7 @@ def test_node_options_reach_execute_as_a_node_spec(
         rdzv_id="hicache",
         sample_port=29501,
     )
-    assert call["config"].world_size == 4
+    assert call["config"].target.world_size == 4
     out = capsys.readouterr().out
     assert "node 0 of 2, 2 ranks here, rendezvous 127.0.0.1:29500, samples to node 0 on port 29501" in out
 

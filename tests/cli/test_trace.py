@@ -24,6 +24,7 @@ from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.sample import Sample
 from hicache_cli.series import Totals
+from hicache_cli.targets import TracedCommand
 from tests.cli.conftest import report_json
 
 PY = sys.executable
@@ -156,12 +157,11 @@ def test_bad_trace_options_are_refused(command: list[str], options: dict[str, An
 
 def test_a_trace_config_records_the_command_and_where_it_ran() -> None:
     config = trace_config([PY, "-m", "pytest"], loop="app.server:Scheduler.step", duration="30s")
-    assert config.trace == {
-        "command": [PY, "-m", "pytest"],
-        "loop": "app.server:Scheduler.step",
-        "cwd": str(Path.cwd()),
-    }
-    assert (config.target, config.traced, config.duration_s, config.world_size) == ("trace", True, 30.0, 0)
+    assert config.target == TracedCommand(
+        command=(PY, "-m", "pytest"), loop="app.server:Scheduler.step", cwd=str(Path.cwd())
+    )
+    assert (config.duration_s, config.expected_ranks) == (30.0, None)  # ranks: found as the program starts them
+    assert trace_config([PY]).duration_s is None  # no --duration: until the program ends
 
 
 def _result(report: dict[str, Any], **launch: Any) -> RunResult:
@@ -204,6 +204,6 @@ def test_the_dashboard_of_a_trace_shows_the_command_and_live_works(leak_and_drai
     out = io.StringIO()
     Console(file=out, width=120, force_terminal=True, color_system=None).print(render(model, 120))
     text = out.getvalue()
-    assert f"hicache trace {PY} train.py" in text
+    assert f"hicache trace: {PY} train.py" in text
     assert "until the program ends" in text
     assert " live " in text.splitlines()[3] and "depth" not in text

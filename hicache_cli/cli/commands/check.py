@@ -26,7 +26,7 @@ from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands import trace as trace_command
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
-from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
+from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.present.github import check_summary, github_annotations
@@ -153,7 +153,7 @@ def check(
             common.say,
         )
     base = _load_baseline(baseline, config) if baseline is not None else None
-    directory = create_run_dir(run_dir, config.policy)
+    directory = create_run_dir(run_dir, config.label)
     settler = Settler(config) if max_duration else None
     if command:
         result, console = trace_command.run_traced(
@@ -164,7 +164,7 @@ def check(
         live = common.wants_live(no_live, json_output)
         console = make_console(live, json_output)
         mode = f"until settled, at most {max_duration}" if max_duration else format_duration(config.duration_s)
-        what = f"{config.policy}, pp={config.pp} tp={config.tp}"
+        what = config.title(", ", duration=False)
         console.print(f"hicache check: {what}, {mode}; run directory {directory}")
         result = common.run_with_progress(
             config, directory, console, live, port=port, report_copy=report, early_stop=settler
@@ -191,13 +191,13 @@ def check(
         write_atomically(junit, junit_xml(results, rep, rep.wall_s or 0.0))
         console.print(f"junit: {junit}")
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        for line in github_annotations(results, config.policy):
+        for line in github_annotations(results, config.label):
             print(line, file=sys.stderr if json_output else sys.stdout)  # the runner reads both
     common.append_step_summary(check_summary(rep, results, verdict, what, str(result.report_path)))
     raise typer.Exit(code)
 
 
-def _load_baseline(path: Path, config: StressConfig) -> Report:
+def _load_baseline(path: Path, config: RunConfig) -> Report:
     """The report to compare with: a completed run of the same workload, or one line why not."""
     base = load_report(path)
     if base.status != Status.COMPLETED:

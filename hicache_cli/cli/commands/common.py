@@ -19,7 +19,7 @@ from cache.policies import POLICIES
 from cache.workload import PRESETS
 from hicache_cli.analysis.results import Report
 from hicache_cli.api import with_sglang
-from hicache_cli.config import DEFAULT_POLICY, DEFAULT_PROBE_HZ, StressConfig
+from hicache_cli.config import DEFAULT_POLICY, DEFAULT_PROBE_HZ, RunConfig, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import LOOPBACK, EarlyStop, pick_port
 from hicache_cli.launch.nodes import NodeSpec
@@ -67,7 +67,7 @@ class StressOptions:
         return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params} | decided)
 
 
-def config_from_options(opts: StressOptions, progress: Callable[[str], None] | None = None) -> StressConfig:
+def config_from_options(opts: StressOptions, progress: Callable[[str], None] | None = None) -> RunConfig:
     """Check every option and build the run's config; bad input raises UsageError.
 
     With `--target sglang...` the SGLang source is located (a release is fetched into the
@@ -210,9 +210,7 @@ def append_step_summary(markdown: str) -> None:
         say(f"warning: cannot add to the step summary {path}: {exc.strerror or exc}")
 
 
-def serve_metrics(
-    ctx: typer.Context, port: int | None, host: str | None, config: StressConfig
-) -> MetricsExporter | None:
+def serve_metrics(ctx: typer.Context, port: int | None, host: str | None, config: RunConfig) -> MetricsExporter | None:
     """With --metrics-port: the endpoint, bound now (a busy port fails before a run directory
     exists) and closed when the command ends, however it ends."""
     if port is None:
@@ -223,7 +221,7 @@ def serve_metrics(
 
 
 def run_with_progress(
-    config: StressConfig,
+    config: RunConfig,
     directory: Path,
     console: Console,
     live: bool,

@@ -20,6 +20,7 @@ from hicache_cli.present.progress import make_console
 from hicache_cli.present.tables import policy_table, to_markdown, to_rich
 from hicache_cli.rundir import create_run_dir, write_atomically
 from hicache_cli.sglang_target.locate import parse_target
+from hicache_cli.targets import ModelTarget
 
 
 def parse_policies(text: str | None) -> list[str]:
@@ -71,39 +72,38 @@ def compare_policies(
     common.check_output_paths(output=output, markdown=markdown, plot=None if plot is None else output_path(plot))
     options = StressOptions.given(ctx, policy=names[0], target="model")  # --target adds SGLangs, below
     base = config_from_options(options)
-    configs = [replace(base, policy=name) for name in names]  # checked once; only the policy differs
+    configs = [replace(base, target=replace(base.target, policy=name)) for name in names]  # checked once
     for spec in target:
         if parse_target(spec) is None:
             raise UsageError("--target: compare-policies runs hicache's model through --policies; name an SGLang")
         configs.append(config_from_options(replace(options, policy=None, target=spec), common.say))
-    if len({c.policy for c in configs}) != len(configs):
+    if len({c.label for c in configs}) != len(configs):
         raise UsageError("--target: the same SGLang is named twice")
     parent = create_run_dir(run_dir, "compare")
     live = common.wants_live(no_live, json_output)
     console = make_console(live, json_output)
-    first = configs[0]
+    first, shape = configs[0], base.target
     console.print(
-        f"hicache compare-policies: {', '.join(c.policy for c in configs)}; pp={first.pp} tp={first.tp}, "
-        f"{first.duration_s:g}s each, workload {first.workload}, seed {first.seed} -> {parent}"
+        f"hicache compare-policies: {', '.join(c.label for c in configs)}; pp={shape.pp} tp={shape.tp}, "
+        f"{first.duration_s:g}s each, workload {shape.workload}, seed {shape.seed} -> {parent}"
     )
     reports, rows = [], []
     for i, config in enumerate(configs, 1):
-        reason = not_applicable(config.policy, config.pp_backend) if config.target == "model" else None
+        name, backend = config.label, shape.pp_backend
+        reason = not_applicable(name, backend) if isinstance(config.target, ModelTarget) else None
         if reason is not None:  # it would fail by design: say so instead of listing a failure
-            rows.append(not_applicable_row(config.policy, config.pp_backend, reason))
-            console.print(f"[{i}/{len(configs)}] {config.policy}: not applicable on {config.pp_backend}: {reason}")
+            rows.append(not_applicable_row(name, backend, reason))
+            console.print(f"[{i}/{len(configs)}] {name}: not applicable on {backend}: {reason}")
             continue
-        console.print(f"[{i}/{len(configs)}] {config.policy} ...")
-        result = common.run_with_progress(config, create_run_dir(parent / config.policy, config.policy), console, live)
+        console.print(f"[{i}/{len(configs)}] {name} ...")
+        result = common.run_with_progress(config, create_run_dir(parent / name, name), console, live)
         reports.append(result.report)
         rows.append(row := summarize(result.report))
-        console.print(
-            f"[{i}/{len(configs)}] {config.policy}: {row.verdict} ({row.status}), peak depth {row.peak_depth}"
-        )
+        console.print(f"[{i}/{len(configs)}] {name}: {row.verdict} ({row.status}), peak depth {row.peak_depth}")
         if result.report.interrupted or STOPS.signal is not None:
             break
-    dicts = [c.to_dict() for c in configs]
-    common_config = {k: v for k, v in dicts[0].items() if all(d[k] == v for d in dicts)}
+    dicts = [{**c.to_dict(), **c.target.to_dict()} for c in configs]  # the target's settings beside the run's
+    common_config = {k: v for k, v in dicts[0].items() if k != "target" and all(d.get(k) == v for d in dicts)}
     data = bundle(reports, common_config, rows)
     text = json.dumps(data, indent=2) + "\n"
     write_atomically(parent / "compare.json", text)
@@ -113,7 +113,7 @@ def compare_policies(
     for row in rows:
         if row.note:
             console.print(row.note)
-    title = f"hicache compare-policies: pp={first.pp} tp={first.tp}, {first.duration_s:g}s, workload {first.workload}"
+    title = f"hicache compare-policies: pp={shape.pp} tp={shape.tp}, {first.duration_s:g}s, workload {shape.workload}"
     if markdown is not None:
         write_atomically(markdown, to_markdown(policy_table(rows), title))
     common.append_step_summary(compare_summary(rows, reports, title))

@@ -24,6 +24,7 @@ from hicache_cli.sglang_target.scan import (
     row_from_report,
     scan_bundle,
 )
+from hicache_cli.targets import SGLangTarget
 
 
 def sglang_scan(
@@ -63,8 +64,10 @@ def sglang_scan(
             rows.append(not_applicable(version, str(exc)))
             console.print(f"[{i}/{len(chosen)}] {version}: not applicable (no PP-sync path)")
             continue
-        console.print(f"[{i}/{len(chosen)}] {version} ({config.sglang['class']}.{config.sglang['drain_method']}) ...")
-        result = common.run_with_progress(config, create_run_dir(parent / version, config.policy), console, live)
+        target = config.target
+        assert isinstance(target, SGLangTarget)
+        console.print(f"[{i}/{len(chosen)}] {version} ({target.class_name}.{target.drain_method}) ...")
+        result = common.run_with_progress(config, create_run_dir(parent / version, config.label), console, live)
         reports[version] = result.report
         rows.append(row_from_report(version, result.report))
         console.print(f"[{i}/{len(chosen)}] {version}: {rows[-1].verdict}")

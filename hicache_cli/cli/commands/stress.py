@@ -75,7 +75,7 @@ def stress(
         common.say,
     )
     nodes = node_spec(
-        config.world_size, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port, run_secret
+        config.expected_ranks or 0, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port, run_secret
     )
     if nodes is not None and port is not None:
         raise UsageError("--port is for one machine; across nodes the rendezvous is --rdzv-endpoint")
@@ -84,10 +84,10 @@ def stress(
     if nodes is not None and not nodes.is_head and json_output:
         raise UsageError("--json: node 0 writes the report; give it there")
     metrics = common.serve_metrics(ctx, metrics_port, metrics_host, config)
-    directory = create_run_dir(run_dir, config.policy)
+    directory = create_run_dir(run_dir, config.label)
     live = common.wants_live(no_live, json_output) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
     console = make_console(live, json_output)
-    console.print(f"hicache stress: {config.policy}, pp={config.pp} tp={config.tp}, {config.duration_s:g}s")
+    console.print(f"hicache stress: {config.title(', ')}")
     if nodes is not None:
         console.print(
             f"node {nodes.node_rank} of {nodes.nnodes}, {nodes.nproc_per_node} ranks here, "

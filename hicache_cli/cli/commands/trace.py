@@ -9,7 +9,7 @@ from rich.console import Console
 
 from hicache_cli.analysis.torchrun_log import signal_name
 from hicache_cli.cli.commands import common
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import EXIT_RUN_FAILED
 from hicache_cli.launch.launcher import EarlyStop
 from hicache_cli.launch.run import RunResult, execute
@@ -90,7 +90,7 @@ def trace(
 
 
 def run_traced(
-    config: StressConfig,
+    config: RunConfig,
     directory: Path,
     no_live: bool,
     refresh: float,
@@ -105,7 +105,7 @@ def run_traced(
     output goes to."""
     live = common.wants_live(no_live, json_output)
     console = make_console(live, to_stderr=json_output or not live)  # not live: stdout is the program's
-    console.print(f"hicache trace: {' '.join(config.trace['command'])}")
+    console.print(f"hicache {config.title()}")
     console.print(f"run directory: {directory}")
     if metrics is not None:
         metrics.run_dir = str(directory)

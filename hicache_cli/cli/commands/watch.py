@@ -9,7 +9,7 @@ import typer
 
 from hicache_cli.analysis.report import load_report
 from hicache_cli.cli.commands import common
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.metrics_exporter import check_metrics_options
@@ -30,7 +30,7 @@ STALE_S = 15.0  # no new sample for this long and no report: the run is gone
 CATCH_UP_BYTES = 32 << 20  # of rank files read between two refreshes while catching up (~100k lines, a few s)
 
 
-def follow(run_dir: Path, config: StressConfig, view, refresh_s: float, note=print) -> str:  # noqa: ANN001
+def follow(run_dir: Path, config: RunConfig, view, refresh_s: float, note=print) -> str:  # noqa: ANN001
     """Feed `view` until the run ends; returns why following stopped. What was written
     before watch started is read CATCH_UP_BYTES at a time, refreshing the view between
     reads (a day-long run's files take minutes to read) and saying so with `note`."""
@@ -52,17 +52,17 @@ def follow(run_dir: Path, config: StressConfig, view, refresh_s: float, note=pri
             last_growth, last_count = now, count
         if (run_dir / REPORT_FILE).exists():
             return "finished"
-        if _all_final(samples, config.world_size):
+        if _all_final(samples, config.expected_ranks):
             return "all ranks stopped"
         if now - last_growth > STALE_S:
             return f"no new samples for {STALE_S:.0f} s and no report: the run seems to have stopped"
         time.sleep(refresh_s)
 
 
-def _all_final(samples: dict[int, list[Sample]], world_size: int) -> bool:
-    """Every rank wrote its final line; a trace (world size 0: ranks come as the program
-    starts them) needs at least one."""
-    enough = len(samples) >= max(1, world_size)
+def _all_final(samples: dict[int, list[Sample]], expected: int | None) -> bool:
+    """Every rank wrote its final line; a trace (None: ranks come as the program starts
+    them) needs at least one."""
+    enough = len(samples) >= (expected or 1)
     return enough and all(s and s[-1].kind == "final" for s in samples.values())
 
 
@@ -80,7 +80,7 @@ def watch(
     if not 0.2 <= refresh <= 20:
         raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
     check_metrics_options(metrics_port, metrics_host)
-    config = StressConfig.load(run_dir)
+    config = RunConfig.load(run_dir)
     metrics = common.serve_metrics(ctx, metrics_port, metrics_host, config)
     live = not no_live and stdout_is_terminal()
     console = make_console(live)
