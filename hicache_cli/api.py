@@ -5,7 +5,7 @@ with no terminal output (docs/api.md).
     report = hc.run(hc.StressConfig(pp=2, policy="reap", duration_s=8.0))
     assert report.verdict == hc.Verdict.LEAK
 
-The commands run the same `launch.run.execute`; this module adds no behaviour of its own
+The commands run the same `execution.execute`; this module adds no behaviour of its own
 beyond checking the config first and typing the result.
 """
 
@@ -20,8 +20,8 @@ from hicache_cli.analysis import report as report_file
 from hicache_cli.analysis.results import Report
 from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.launch.launcher import EarlyStop
-from hicache_cli.launch.run import execute
+from hicache_cli.execution import execute
+from hicache_cli.launch.supervisor import EarlyStop
 from hicache_cli.launch.trace_launcher import traced_config
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import Sample

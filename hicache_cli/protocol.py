@@ -54,3 +54,6 @@ ORPHANED_EXIT = 128 + signal.SIGHUP  # a rank left behind ends as if its termina
 OWNER_ENV = "HICACHE_OWNER"  # "PID:START" of the hicache that started the run
 NODE_ENV = "HICACHE_NODE_RANK"  # each rank: the --node-rank of the hicache that started it
 SECRET_ENV = "HICACHE_RUN_SECRET"  # the nodes' link secret: hicache's, removed from every rank's
+# Every process hicache starts (and everything below it, by inheritance) carries its run's
+# process-tree token: how an orphan reparented away from its parent is still known as the run's.
+TREE_ENV = "HICACHE_TREE"

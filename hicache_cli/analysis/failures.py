@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from hicache_cli.analysis.kinds import FailureKind
 from hicache_cli.analysis.results import Failure, Interruption
-from hicache_cli.analysis.torchrun_log import WorkerExit, signal_name
-from hicache_cli.analysis.watchdog import Stall
+from hicache_cli.outcome import WorkerExit, signal_name
 from hicache_cli.records import replace
 from hicache_cli.sample import Sample
+from hicache_cli.watchdog import Stall
 
 
 @dataclass(frozen=True)

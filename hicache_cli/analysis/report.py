@@ -12,7 +12,6 @@ import os
 import platform
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -40,11 +39,10 @@ from hicache_cli.analysis.results import (
     TraceSection,
     WorkList,
 )
-from hicache_cli.analysis.torchrun_log import WorkerExit
 from hicache_cli.analysis.trace_report import top_site_line, works_summary
-from hicache_cli.analysis.watchdog import Stall, blocked_frame
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import REPORT_FILE, stacks_file
 from hicache_cli.records import ShapeError, replace
 from hicache_cli.rundir import write_atomically
@@ -52,29 +50,11 @@ from hicache_cli.sample import Sample
 from hicache_cli.series import RankSeries, RunSeries, Totals
 from hicache_cli.targets import ModelTarget, RankedTarget, SGLangTarget, TracedCommand, waits_on_next_stage
 from hicache_cli.version import hicache_version
+from hicache_cli.watchdog import blocked_frame
 
 SCHEMA_VERSION = 1
 REQUIRED_KEYS = ("status", "config", "environment", "verdict", "failures", "ranks")
 SERIES_POINTS = 200
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """How the run ended, as the launcher saw it."""
-
-    interrupted: bool = False  # hicache itself was asked to stop
-    interrupted_by: str | None = None  # the signal it got (SIGINT, SIGTERM, SIGHUP)
-    killed_reason: str | None = None  # the launcher stopped the ranks itself, and why
-    torchrun_exit_code: int | None = 0
-    program_exit_code: int | None = None  # hicache trace: the traced command's exit status
-    program_stopped: str | None = None  # hicache trace: why hicache stopped the program, if it did
-    wall_s: float = 0.0
-    launcher_cpu_s: float | None = None  # CPU the launching process used (follower, views)
-    stalls: tuple[Stall, ...] = ()  # what the watchdog found
-    stopped_early: str | None = None  # why the launcher ended the run before its duration
-    launched_wall: float | None = None  # time.time() when torchrun was started
-    worker_exits: dict[int, WorkerExit] = field(default_factory=dict)  # from torchrun's log(s)
-    lost_nodes: dict[int, str] = field(default_factory=dict)  # across nodes: node -> how it was lost
 
 
 def environment(config: RunConfig, devices: list[str]) -> Environment:
@@ -110,17 +90,20 @@ def build_report(
     ranks = [
         summarize_rank(rank, run.ranks.get(rank) or RankSeries(), samples, config) for rank in slots(config, samples)
     ]
+    traced = isinstance(config.target, TracedCommand)
     ending = Ending(
         interrupted=outcome.interrupted,
-        killed_reason=outcome.killed_reason,
+        # a traced program stopped at its duration is not a failure; only the watchdog's stop is
+        killed_reason=None if outcome.stalls or traced else outcome.stopped,
         stalls=outcome.stalls,
         worker_exits=outcome.worker_exits,
         lost_nodes=outcome.lost_nodes,
-        own_ends=isinstance(config.target, TracedCommand),
+        own_ends=traced,
     )
     failures = find_failures(slots(config, samples), samples, ending, _stack_reader(run_dir), _waits_on(config), tp)
     signal = (outcome.interrupted_by or "SIGINT") if outcome.interrupted else None
-    stopped = interruption(signal, outcome.torchrun_exit_code, finals, failures)
+    torchrun_exit_code = None if traced else outcome.exit_code
+    stopped = interruption(signal, torchrun_exit_code, finals, failures)
     status = Status.INTERRUPTED if stopped else Status.FAILED if failures else Status.COMPLETED
     devices = sorted({s[-1].device_name for s in samples.values() if s and s[-1].device_name})
     return Report(
@@ -138,9 +121,9 @@ def build_report(
         pp_consistency=PPConsistency.from_dict(run.digests.summary()),
         wall_s=round(outcome.wall_s, 2),
         startup_s=_startup_s(samples, outcome.launched_wall),
-        torchrun_exit_code=outcome.torchrun_exit_code,
-        program_exit_code=outcome.program_exit_code,
-        program_stopped=outcome.program_stopped,
+        torchrun_exit_code=torchrun_exit_code,
+        program_exit_code=outcome.exit_code if traced else None,
+        program_stopped=outcome.stopped if traced else None,
         launcher_cpu_s=None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
         ranks=ranks,
     )

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from hicache_cli.analysis.baseline import Tolerance, compare, parse_tolerance, workload_difference
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import build_report
 from hicache_cli.analysis.results import RankReport, Report
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.records import replace
 from hicache_cli.targets import SGLangTarget, TracedCommand
 from tests.cli.conftest import FakeExecute, assert_refused, build_series

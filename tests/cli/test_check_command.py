@@ -1,5 +1,5 @@
 """`hicache check` through main(), on synthetic runs (conftest's FakeExecute: no ranks start);
-and what keeps a run going when its output goes away (launcher.GuardedView, progress.RunConsole)."""
+and what keeps a run going when its output goes away (supervisor.GuardedView, progress.RunConsole)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli.main import main
-from hicache_cli.launch.launcher import GuardedView
+from hicache_cli.launch.supervisor import GuardedView
 from hicache_cli.present.progress import RunConsole
 from tests.cli.conftest import FakeExecute, assert_refused
 

@@ -22,12 +22,13 @@ from hicache_cli.analysis.compare import (
     not_applicable_row,
     summarize,
 )
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import build_report
 from hicache_cli.analysis.results import Report
-from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.tables import policy_table, to_markdown, to_rich
 from hicache_cli.sample import Sample
+from hicache_cli.watchdog import Stall
 
 
 def compare_table(rows: list[PolicyRow]) -> Any:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import typer
 
-from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.analysis.results import Report
 from hicache_cli.cli.conventions import plain_help
 from hicache_cli.cli.main import app, main
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.report_views import report_summary
 from tests.cli.conftest import build_pp2_run, report_json
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome
-from hicache_cli.analysis.torchrun_log import WorkerExit
-from hicache_cli.analysis.watchdog import Stall
 from hicache_cli.config import RunConfig, StressConfig
+from hicache_cli.launch.torchrun_log import WorkerExit
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunSeries
 from hicache_cli.targets import SGLangTarget
+from hicache_cli.watchdog import Stall
 from tests.cli.conftest import report_json
 
 MakeSeries = Callable[..., list[Sample]]
@@ -42,7 +42,7 @@ def failures_of(report: dict[str, Any]) -> list[tuple[int, str, int | None]]:
 def test_a_sigkilled_rank_is_a_crash_with_its_signal(make_series: MakeSeries) -> None:
     samples = {0: make_series(0, n=100), 1: running(make_series, 1, 4.0)}
     outcome = RunOutcome(
-        torchrun_exit_code=1,
+        exit_code=1,
         worker_exits={0: WorkerExit(0, -15, "SIGTERM"), 1: WorkerExit(1, -9, "SIGKILL")},
     )
     report = report_json(PP2, samples, outcome)
@@ -77,7 +77,7 @@ def test_a_stall_with_its_stack_dump_names_the_file_and_the_blocked_frame(
 ) -> None:
     stack_file(tmp_path, 0).write_text(stack_dump)
     samples = {0: running(make_series, 0, 8.0), 1: make_series(1, n=100)}
-    report = report_json(PP2, samples, RunOutcome(torchrun_exit_code=None, stalls=(DRAIN_STALL,)), tmp_path)
+    report = report_json(PP2, samples, RunOutcome(exit_code=None, stalls=(DRAIN_STALL,)), tmp_path)
     assert report["status"] == "failed"
     (failure,) = report["failures"]
     assert failure == {
@@ -260,7 +260,7 @@ def adaptive_pair_closure(make_series: MakeSeries, pp: int = 2) -> dict[int, lis
 
 def test_a_timeout_that_closed_the_pair_is_the_root_cause_of_its_peers_reset(make_series: MakeSeries) -> None:
     exits = {r: WorkerExit(r, 1, None) for r in (0, 1)}
-    report = report_json(PP2, adaptive_pair_closure(make_series), RunOutcome(torchrun_exit_code=1, worker_exits=exits))
+    report = report_json(PP2, adaptive_pair_closure(make_series), RunOutcome(exit_code=1, worker_exits=exits))
     assert failures_of(report) == [(0, "error", None), (1, "error", 0)]
     assert [f["at_s"] for f in report["failures"]] == [0.119, 0.117]  # the times as measured
     assert report["root_cause"] == 0
@@ -268,7 +268,7 @@ def test_a_timeout_that_closed_the_pair_is_the_root_cause_of_its_peers_reset(mak
 
 def test_a_closed_pair_explains_every_connection_error_after_the_peers(make_series: MakeSeries) -> None:
     config = StressConfig(pp=3, duration_s=10.0)
-    report = report_json(config, adaptive_pair_closure(make_series, pp=3), RunOutcome(torchrun_exit_code=1))
+    report = report_json(config, adaptive_pair_closure(make_series, pp=3), RunOutcome(exit_code=1))
     assert failures_of(report) == [(0, "error", None), (1, "error", 0), (2, "error", 0)]
 
 

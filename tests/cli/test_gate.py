@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from hicache_cli.analysis.gate import Assertion, Thresholds, evaluate, exit_code
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import build_report
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import EXIT_FINDING, EXIT_OK, EXIT_RUN_FAILED
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.sample import Sample
 
 MakeReport = Callable[..., dict[str, Any]]

@@ -17,10 +17,11 @@ import psutil
 import pytest
 
 from hicache_cli import lifecycle
-from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.config import StressConfig
 from hicache_cli.launch import launcher
+from hicache_cli.launch.supervisor import ProcessTree
 from hicache_cli.lifecycle import Lifeline, StopRequests, exit_code_for, owner_alive, owner_token
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import ORPHANED_EXIT
 from hicache_cli.rank import probe as probe_module
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
@@ -176,7 +177,7 @@ def test_ranks_stopped_from_outside_make_an_interrupted_run_not_a_completed_one(
     samples = _two_ranks(make_series, final_state="interrupted", message="stopped by SIGTERM before the deadline")
     samples[1][-1] = Sample.from_dict({**samples[1][-1].as_dict(), "signal": "SIGTERM"})
     samples[0][-1] = Sample.from_dict({**samples[0][-1].as_dict(), "signal": "SIGTERM"})
-    report = report_json(PP2, samples, RunOutcome(torchrun_exit_code=1))
+    report = report_json(PP2, samples, RunOutcome(exit_code=1))
     assert report["status"] == "interrupted"
     assert report["interruption"]["to"] == "ranks"
     assert report["interruption"]["signal"] == "SIGTERM"
@@ -189,7 +190,7 @@ def test_torchrun_killed_is_an_interruption_even_with_the_broken_pairs_it_left(
         0: make_series(0, n=30, final_state="error", message="RuntimeError: Connection closed by peer"),
         1: make_series(1, n=30, final_state="interrupted", message="stopped before the deadline: its parent is gone"),
     }
-    report = report_json(PP2, samples, RunOutcome(torchrun_exit_code=-9))
+    report = report_json(PP2, samples, RunOutcome(exit_code=-9))
     assert report["status"] == "interrupted"
     assert report["interruption"]["signal"] == "SIGKILL"
     assert [f["rank"] for f in report["failures"]] == [0]  # what happened is still listed
@@ -200,7 +201,7 @@ def test_ranks_stopped_after_a_real_failure_are_not_an_interruption(make_series:
         0: make_series(0, n=30, final_state="interrupted", message="stopped by SIGTERM before the deadline"),
         1: make_series(1, n=30, final_state="error", message="RuntimeError: boom"),
     }
-    report = report_json(PP2, samples, RunOutcome(torchrun_exit_code=1))
+    report = report_json(PP2, samples, RunOutcome(exit_code=1))
     assert report["status"] == "failed"
     assert report["interruption"] is None
 
@@ -208,20 +209,17 @@ def test_ranks_stopped_after_a_real_failure_are_not_an_interruption(make_series:
 # the launcher ends ranks that torchrun left behind
 
 
-def test_rank_processes_left_behind_are_ended() -> None:
+def test_processes_left_behind_are_ended_up_the_ladder() -> None:
     stubborn = subprocess.Popen(
         [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"]
     )
     polite = _sleeper()
-    ranks = launcher.RankProcesses(0)
-    ranks.known = {p.pid: psutil.Process(p.pid) for p in (stubborn, polite)}
+    tree = ProcessTree()
+    for proc in (stubborn, polite):
+        tree.add_root(proc.pid)  # started here: their exit status is their Popen's to collect
     time.sleep(0.3)  # let the stubborn one ignore SIGTERM
-    started = time.monotonic()
-    ranks.end(grace_s=0.2, term_grace_s=0.5)
-    assert time.monotonic() - started < 5
-    # psutil reaped them (they are this process's children) and kept how each ended
-    assert ranks.known[polite.pid].returncode == -signal.SIGTERM
-    assert ranks.known[stubborn.pid].returncode == -signal.SIGKILL
+    assert tree.end([(None, 0.2), (signal.SIGTERM, 0.5), (signal.SIGKILL, 2.0)], groups=False)
+    assert (polite.wait(5), stubborn.wait(5)) == (-signal.SIGTERM, -signal.SIGKILL)
     assert not any(os.path.exists(f"/proc/{p.pid}") for p in (polite, stubborn))
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
-from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.analysis.results import Report
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.report_views import memory_lines, report_summary
 from hicache_cli.rank.loop_stats import MemoryKinds, memory_kinds
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings

@@ -14,16 +14,24 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome
-from hicache_cli.analysis.watchdog import Stall
+from hicache_cli import execution
 from hicache_cli.config import StressConfig
-from hicache_cli.launch import launcher, run
-from hicache_cli.launch.launcher import LOOPBACK, LaunchConfig, LaunchResult, rank_environment, torchrun_command
+from hicache_cli.launch import launcher, supervisor
+from hicache_cli.launch.launcher import (
+    LOOPBACK,
+    LaunchConfig,
+    TorchrunRanks,
+    on_node,
+    rank_environment,
+    torchrun_command,
+)
 from hicache_cli.launch.nodes import NodeSpec
+from hicache_cli.outcome import RunOutcome, WorkerExit
 from hicache_cli.protocol import NODE_ENV, REPORT_FILE, TORCHRUN_LOG
 from hicache_cli.protocol import samples_file as rank_file
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
+from hicache_cli.watchdog import Stall
 from tests.cli.conftest import build_sample, build_series, report_json
 
 PP4 = StressConfig(pp=4)
@@ -149,6 +157,7 @@ def kills(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
             raise ProcessLookupError(pid)
 
     monkeypatch.setattr(launcher.os, "kill", kill)
+    monkeypatch.setattr(supervisor.os, "kill", kill)
     return calls
 
 
@@ -159,69 +168,82 @@ def two_node_samples() -> dict[int, list[Sample]]:
     return samples
 
 
-@pytest.mark.parametrize(("node", "pids"), [(0, [1000, 1001]), (1, [1002, 1003])])
-def test_signal_ranks_signals_only_this_nodes_ranks(kills: list[tuple[int, int]], node: int, pids: list[int]) -> None:
-    launcher._signal_ranks(two_node_samples(), signal.SIGUSR2, node)
+def ranks_on(tmp_path: Path, nodes: NodeSpec | None) -> TorchrunRanks:
+    return TorchrunRanks(launch_config(tmp_path, nodes))
+
+
+@pytest.mark.parametrize(("nodes", "pids"), [(NODE0, [1000, 1001]), (NODE1, [1002, 1003])])
+def test_an_early_stop_signals_only_this_nodes_ranks(
+    tmp_path: Path, kills: list[tuple[int, int]], nodes: NodeSpec, pids: list[int]
+) -> None:
+    ranks = ranks_on(tmp_path, nodes)
+    assert ranks.stop_early(two_node_samples(), "LEAK settled", 0.0) is None  # the ranks end the run
     assert kills == [(pid, signal.SIGUSR2) for pid in pids]
 
 
-def test_signal_ranks_defaults_to_node_0(kills: list[tuple[int, int]]) -> None:
-    launcher._signal_ranks(two_node_samples(), signal.SIGUSR2)
+def test_on_one_machine_an_early_stop_signals_node_0s_ranks(tmp_path: Path, kills: list[tuple[int, int]]) -> None:
+    ranks_on(tmp_path, None).stop_early(two_node_samples(), "LEAK settled", 0.0)
     assert [pid for pid, _ in kills] == [1000, 1001]
 
 
-def test_signal_ranks_goes_by_the_last_sample_and_survives_a_gone_rank(kills: list[tuple[int, int]]) -> None:
+def test_an_early_stop_goes_by_the_first_sample_and_survives_a_gone_rank(
+    tmp_path: Path, kills: list[tuple[int, int]]
+) -> None:
     samples = {
         0: [build_sample(0, 0.1, pid=9999), build_sample(0, 0.2, pid=9999)],  # already gone
         1: [build_sample(1, 0.1, node=1), build_sample(1, 0.2, node=0)],
     }
-    launcher._signal_ranks(samples, signal.SIGUSR2, 0)
+    ranks_on(tmp_path, None).stop_early(samples, "LEAK settled", 0.0)
     assert kills == [(9999, signal.SIGUSR2), (1001, signal.SIGUSR2)]
 
 
 def test_on_node() -> None:
     samples = two_node_samples()
-    assert launcher._on_node(samples, 0, 0)
-    assert not launcher._on_node(samples, 2, 0)
-    assert launcher._on_node(samples, 2, 1)
-    assert not launcher._on_node(samples, 4, 0)  # no samples: not known to be here
-    assert not launcher._on_node(samples, 7, 0)  # no such rank
+    assert on_node(samples, 0, 0)
+    assert not on_node(samples, 2, 0)
+    assert on_node(samples, 2, 1)
+    assert not on_node(samples, 4, 0)  # no samples: not known to be here
+    assert not on_node(samples, 7, 0)  # no such rank
 
 
 def test_stacks_are_requested_only_from_this_nodes_ranks(
-    kills: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, kills: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What _supervise does with the watchdog's stalls: SIGUSR1 only to the ranks here."""
-    monkeypatch.setattr(launcher.time, "sleep", lambda s: None)
+    """The watchdog's stalls: SIGUSR1 only to the ranks here, and the run stopped for all."""
+    monkeypatch.setattr(supervisor.time, "sleep", lambda s: None)
     samples = two_node_samples()
     stalls = [Stall(rank=r, pid=1000 + r, kind="hang", since_t=0.2, message=f"rank {r} hung") for r in (1, 2)]
-    launcher.request_stacks([s for s in stalls if launcher._on_node(samples, s.rank, 1)])
+    monkeypatch.setattr(supervisor, "find_stalls", lambda *args: stalls)
+    watchdog = ranks_on(tmp_path, NODE1).watchdog
+    assert watchdog is not None
+    stop = watchdog.check(samples)
     assert kills == [(1002, signal.SIGUSR1)]
+    assert stop is not None and stop.stalls == tuple(stalls) and stop.reason.startswith("watchdog: rank 1 hung")
 
 
 # --- execute on each node ----------------------------------------------------------------
 
 
-def fake_launch(result: LaunchResult, samples: dict[int, list[Sample]], seen: list[LaunchConfig]) -> Any:
-    """Stands in for launcher.launch: the ranks' lines are written, and `result` returned."""
+def fake_follow(outcome: RunOutcome, samples: dict[int, list[Sample]], seen: list[LaunchConfig]) -> Any:
+    """Stands in for the supervisor's follow: the ranks' lines are written, and `outcome` returned."""
 
-    def launch(config: LaunchConfig, on_tick: Any, early_stop: Any = None) -> LaunchResult:
-        seen.append(config)
+    def follow(strategy: Any, view: Any = None, early_stop: Any = None, poll_s: float = 0.5) -> RunOutcome:
+        seen.append(strategy.config)
         for rank, series in samples.items():
-            rank_file(config.run_dir, rank).write_text("".join(s.to_json() + "\n" for s in series))
-        return result
+            rank_file(strategy.config.run_dir, rank).write_text("".join(s.to_json() + "\n" for s in series))
+        return outcome
 
-    return launch
+    return follow
 
 
 def test_another_node_writes_no_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[LaunchConfig] = []
-    result = LaunchResult(0, False, False, None, 12.0, link_error="lost the link to node 0: Broken pipe")
+    outcome = RunOutcome(exit_code=0, wall_s=12.0, link_error="lost the link to node 0: Broken pipe")
     samples = {r: on(1, build_series(r, n=20)) for r in (2, 3)}
-    monkeypatch.setattr(run, "launch", fake_launch(result, samples, seen))
+    monkeypatch.setattr(execution, "follow", fake_follow(outcome, samples, seen))
 
-    got = run.execute(PP4, tmp_path, lambda s, t: None, nodes=NODE1)
-    assert got == run.RunResult(tmp_path, None, None, result)
+    got = execution.execute(PP4, tmp_path, lambda s, t: None, nodes=NODE1)
+    assert got == execution.RunResult(tmp_path, None, None, outcome)
     assert not (tmp_path / REPORT_FILE).exists()
     assert seen[0].nodes == NODE1
 
@@ -233,27 +255,41 @@ def test_node_0_reports_with_the_other_nodes_exits_and_losses(tmp_path: Path, mo
         2: on(1, build_series(2, n=20, final=False)),  # node 1 was lost
         3: on(1, build_series(3, n=20, final=False)),
     }
-    result = LaunchResult(
-        0,
-        False,
-        False,
-        None,
-        12.0,
+    outcome = RunOutcome(
+        exit_code=0,
+        wall_s=12.0,
         lost_nodes={1: "node 1 (node1) lost: no word from its hicache for 5.5 s"},
-        remote_exits={3: (-9, "SIGKILL")},
+        worker_exits={3: WorkerExit(3, -9, "SIGKILL")},
     )
-    monkeypatch.setattr(run, "launch", fake_launch(result, samples, []))
-    (tmp_path / TORCHRUN_LOG).write_text("")
+    monkeypatch.setattr(execution, "follow", fake_follow(outcome, samples, []))
 
-    got = run.execute(PP4, tmp_path, lambda s, t: None, nodes=NODE0)
+    got = execution.execute(PP4, tmp_path, lambda s, t: None, nodes=NODE0)
     assert got.report is not None
     assert got.report_path == tmp_path / REPORT_FILE
-    assert got.launch == result
+    assert got.outcome is not None and got.outcome.lost_nodes == outcome.lost_nodes
     failures = {f["rank"]: f for f in got.report.to_dict()["failures"]}
     assert sorted(failures) == [2, 3]
     assert failures[2]["message"] == "node 1 (node1) lost: no word from its hicache for 5.5 s; last sample at 2.0 s"
     assert (failures[3]["exit_code"], failures[3]["signal"]) == (-9, "SIGKILL")  # node 1's torchrun said so
     assert json.loads((tmp_path / REPORT_FILE).read_text())["failures"] == got.report.to_dict()["failures"]
+
+
+TORCHRUN_FAILURE = """\
+Failures:
+[1]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 1797)
+"""
+
+
+def test_node_0s_outcome_takes_the_other_nodes_exits_beside_its_own_torchruns(tmp_path: Path) -> None:
+    """Node 0's torchrun names its own failed ranks; the others' come over the link."""
+    (tmp_path / TORCHRUN_LOG).write_text(TORCHRUN_FAILURE)
+    ranks = ranks_on(tmp_path, NODE0)
+    ranks.link_result = {"lost_nodes": {1: "node 1 lost"}, "remote_exits": {3: (-9, "SIGKILL"), 1: (7, None)}}
+    outcome = ranks.outcome(None)
+    assert outcome.worker_exits == {1: WorkerExit(1, -15, "SIGTERM"), 3: WorkerExit(3, -9, "SIGKILL")}
+    assert outcome.lost_nodes == {1: "node 1 lost"}
 
 
 # --- the report of a run that lost a node ----------------------------------------------------

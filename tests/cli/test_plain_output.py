@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import build_report
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.progress import PlainProgress, make_console, summary_table, verdict_lines
 from hicache_cli.records import replace
 from hicache_cli.sample import Sample

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import build_report
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.progress import PlainProgress, progress_line, summary_table, verdict_lines
 from hicache_cli.sample import Sample
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hicache_cli.analysis.report import SCHEMA_VERSION, SERIES_POINTS, RunOutcome, build_report, write_report
+from hicache_cli.analysis.report import SCHEMA_VERSION, SERIES_POINTS, build_report, write_report
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import REPORT_FILE
 from hicache_cli.sample import Sample
 from tests.cli.conftest import report_json
@@ -209,7 +210,7 @@ def test_an_interrupted_run_is_interrupted_not_failed(make_series: MakeSeries) -
 
 def test_ranks_the_launcher_stopped_timed_out(make_series: MakeSeries) -> None:
     samples = {0: make_series(0), 1: make_series(1, final=False)}
-    report = report_json(CONFIG, samples, RunOutcome(killed_reason="ranks still running 30 s after the deadline"))
+    report = report_json(CONFIG, samples, RunOutcome(stopped="ranks still running 30 s after the deadline"))
     assert report["status"] == "failed"
     assert [(f["rank"], f["kind"]) for f in report["failures"]] == [(1, "timeout")]
     assert "ranks still running 30 s after the deadline" in report["failures"][0]["message"]

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.analysis.report import build_report, write_report
 from hicache_cli.analysis.results import Environment, RankReport, Report
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.progress import summary_table
 from hicache_cli.present.report_views import diff_ranks, report_diff, report_summary, run_line
 from hicache_cli.records import replace

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 import hicache_cli as hc
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import build_report
 from hicache_cli.analysis.results import LoopLatency, Report, Rss, WorkList
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from tests.cli.conftest import build_pp2_run
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import resolve_warmup
-from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import samples_file
 from hicache_cli.sample import EVENT_FIELDS, KEYFRAME_S, LineEncoder, LineTail, Sample, decode_lines
 from hicache_cli.series import DigestCheck, RankSeries, RunFollower, RunSeries, Totals

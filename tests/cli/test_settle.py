@@ -9,6 +9,7 @@ import sys
 import time
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,6 +180,7 @@ def test_early_stop_signals_every_rank_that_sampled(monkeypatch: pytest.MonkeyPa
             raise PermissionError(pid)
 
     monkeypatch.setattr(launcher.os, "kill", kill)
+    ranks = launcher.TorchrunRanks(launcher.LaunchConfig(Path("."), StressConfig(pp=5)))
     samples = {
         0: [make_sample(0, t=1.0), make_sample(0, t=1.1)],
         1: [],  # never sampled: no pid to signal
@@ -186,7 +188,7 @@ def test_early_stop_signals_every_rank_that_sampled(monkeypatch: pytest.MonkeyPa
         3: [make_sample(3, t=1.0)],
         4: [make_sample(4, t=1.0)],
     }
-    launcher._signal_ranks(samples, EARLY_STOP)
+    assert ranks.stop_early(samples, "LEAK settled", 0.0) is None  # the ranks end the run, as at their deadline
     assert sent == [(1000, EARLY_STOP), (1002, EARLY_STOP), (1003, EARLY_STOP), (1004, EARLY_STOP)]
 
 

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome, build_report, target_summary
+from hicache_cli.analysis.report import build_report, target_summary
 from hicache_cli.analysis.results import Messages, ModelSection, RankReport, Report, SGLangSection
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.progress import target_line, verdict_lines
 from hicache_cli.sglang_target.extract import NotApplicable, file_sha256
 from hicache_cli.sglang_target.locate import TargetError

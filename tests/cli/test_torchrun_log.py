@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hicache_cli.analysis.torchrun_log import WorkerExit, signal_name, worker_exits
+from hicache_cli.launch.torchrun_log import WorkerExit, signal_name, worker_exits
 
 # torchrun's output when rank 0 raised and torchrun then SIGTERMed rank 1 (ChildFailedError).
 TWO_FAILURES = """\

@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from hicache_cli.analysis.report import RunOutcome
 from hicache_cli.analysis.results import Report, Site, Works
 from hicache_cli.analysis.trace_report import site_text, top_site_line, works_summary
 from hicache_cli.cli.commands.trace import trace_exit_code
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.launch.launcher import LaunchResult
-from hicache_cli.launch.run import RunResult
+from hicache_cli.execution import RunResult
 from hicache_cli.launch.trace_launcher import trace_config
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.sample import Sample
 from hicache_cli.series import Totals
@@ -59,11 +58,11 @@ def leak_and_drain(make_series: Callable[..., list[Sample]]) -> dict[int, list[S
 
 def _report(samples: dict[int, list[Sample]], **outcome: Any) -> dict[str, Any]:
     config = trace_config([PY, "train.py"])
-    return report_json(config, samples, RunOutcome(torchrun_exit_code=None, **outcome))
+    return report_json(config, samples, RunOutcome(**{"exit_code": None, **outcome}))
 
 
 def test_the_report_names_the_leaking_line(leak_and_drain: dict[int, list[Sample]]) -> None:
-    report = _report(leak_and_drain, program_exit_code=0)
+    report = _report(leak_and_drain, exit_code=0)
     rank0, rank1 = report["ranks"]
     assert report["verdict"] == "LEAK"
     assert rank0["verdict"] == "LEAK"
@@ -102,7 +101,7 @@ def test_ranks_are_torch_ranks_and_slots_their_files(make_series: Callable[..., 
 
 
 def test_nothing_traced_reads_as_such() -> None:
-    report = Report.from_dict(_report({}, program_exit_code=3))
+    report = Report.from_dict(_report({}, exit_code=3))
     assert report.ranks == []
     assert verdict_lines(report) == [
         "no process of the program started a torch.distributed process group: nothing to trace"
@@ -110,7 +109,7 @@ def test_nothing_traced_reads_as_such() -> None:
 
 
 def test_the_table_and_lines_show_works_and_sites(leak_and_drain: dict[int, list[Sample]]) -> None:
-    report = Report.from_dict(_report(leak_and_drain, program_exit_code=0))
+    report = Report.from_dict(_report(leak_and_drain, exit_code=0))
     out = io.StringIO()
     console = Console(file=out, width=160, force_terminal=True, color_system=None)
     console.print(summary_table(report, 160))
@@ -165,9 +164,8 @@ def test_a_trace_config_records_the_command_and_where_it_ran() -> None:
 
 
 def _result(report: dict[str, Any], **launch: Any) -> RunResult:
-    fields: dict[str, Any] = {"exit_code": 0, "interrupted": False, "killed": False, "reason": None, "wall_s": 1.0}
     typed = Report.from_dict({**report_json(StressConfig(), {}, RunOutcome()), **report})
-    return RunResult(Path("."), None, typed, LaunchResult(**{**fields, **launch}))
+    return RunResult(Path("."), None, typed, RunOutcome(**{"exit_code": 0, "wall_s": 1.0, **launch}))
 
 
 @pytest.mark.parametrize(
@@ -176,9 +174,9 @@ def _result(report: dict[str, Any], **launch: Any) -> RunResult:
         ({"status": "completed", "program_exit_code": 0}, {}, 0),
         ({"status": "completed", "program_exit_code": 5}, {}, 5),
         ({"status": "completed", "program_exit_code": -15}, {}, 143),
-        ({"status": "completed", "program_exit_code": -2}, {"killed": True, "reason": "reached the duration"}, 0),
+        ({"status": "completed", "program_exit_code": -2}, {"stopped": "reached the duration"}, 0),
         ({"status": "interrupted", "interruption": {"signal": "SIGTERM"}}, {"interrupted": True}, 143),
-        ({"status": "failed", "program_exit_code": None}, {"killed": True, "stalls": ("x",)}, 3),
+        ({"status": "failed", "program_exit_code": None}, {"stopped": "watchdog: ...", "stalls": ("x",)}, 3),
     ],
 )
 def test_the_exit_code_is_the_programs_unless_hicache_ended_it(

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.analysis.report import build_report, write_report
 from hicache_cli.cli.commands import watch as watch_command
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.progress import UNWRAPPED_WIDTH, PlainProgress, make_console, summary_table
 from hicache_cli.protocol import samples_file as rank_file
 from hicache_cli.sample import LineTail, Sample

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hicache_cli.analysis.watchdog import Stall, blocked_frame, find_stalls
 from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.sample import Sample
+from hicache_cli.watchdog import Stall, blocked_frame, find_stalls
 
 MakeSample = Callable[..., Sample]
 TIMEOUT_S = 5.0

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import build_report
 from hicache_cli.analysis.results import (
     LoopLatency,
     Messages,
@@ -23,6 +23,7 @@ from hicache_cli.analysis.results import (
 )
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.tables import release_table, to_markdown, to_rich
 from hicache_cli.sglang_target.scan import (
     HEADERS,

@@ -21,9 +21,10 @@ from hicache_cli.analysis.results import Report
 from hicache_cli.api import with_sglang
 from hicache_cli.config import DEFAULT_POLICY, DEFAULT_PROBE_HZ, RunConfig, StressConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.launch.launcher import LOOPBACK, EarlyStop, pick_port
+from hicache_cli.execution import RunResult, execute
+from hicache_cli.launch.launcher import LOOPBACK, pick_port
 from hicache_cli.launch.nodes import NodeSpec
-from hicache_cli.launch.run import RunResult, execute
+from hicache_cli.launch.supervisor import EarlyStop
 from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.github import STEP_SUMMARY_ENV

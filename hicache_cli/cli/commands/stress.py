@@ -11,8 +11,8 @@ from hicache_cli.analysis.kinds import Status
 from hicache_cli.cli.commands import common
 from hicache_cli.cli.commands.common import StressOptions, config_from_options
 from hicache_cli.errors import EXIT_RUN_FAILED, UsageError
+from hicache_cli.execution import RunResult
 from hicache_cli.launch.nodes import NodeSpec, link_summary, node_spec
-from hicache_cli.launch.run import RunResult
 from hicache_cli.lifecycle import exit_code_for
 from hicache_cli.present.progress import make_console, summary_table, verdict_lines
 from hicache_cli.protocol import SECRET_ENV, sample_files
@@ -115,7 +115,7 @@ def stress(
 
 def _node_summary(console: Console, result: RunResult, nodes: NodeSpec) -> None:
     """What a node other than node 0 says at the end: its ranks, where their samples are."""
-    launched = result.launch
+    launched = result.outcome
     assert launched is not None
     ranks = sorted(sample_files(result.run_dir))
     console.print(
@@ -129,5 +129,5 @@ def _node_summary(console: Console, result: RunResult, nodes: NodeSpec) -> None:
     if launched.interrupted:
         raise typer.Exit(exit_code_for(launched.interrupted_by))
     if launched.killed or launched.exit_code != 0:
-        console.print(f"node {nodes.node_rank}: {launched.reason or f'torchrun exited with {launched.exit_code}'}")
+        console.print(f"node {nodes.node_rank}: {launched.stopped or f'torchrun exited with {launched.exit_code}'}")
         raise typer.Exit(EXIT_RUN_FAILED)

@@ -7,14 +7,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from hicache_cli.analysis.torchrun_log import signal_name
 from hicache_cli.cli.commands import common
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import EXIT_RUN_FAILED
-from hicache_cli.launch.launcher import EarlyStop
-from hicache_cli.launch.run import RunResult, execute
+from hicache_cli.execution import RunResult, execute
+from hicache_cli.launch.supervisor import EarlyStop
 from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.lifecycle import exit_code_for
+from hicache_cli.outcome import signal_name
 from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.metrics_exporter import MetricsExporter
 from hicache_cli.present.progress import LiveView, PlainProgress, make_console, summary_table, verdict_lines
@@ -146,7 +146,7 @@ def trace_exit_code(result: RunResult) -> int:
     assert report is not None  # a trace runs on one machine: its report is written here
     if report.interrupted:
         return exit_code_for(report.stop_signal)
-    launched = result.launch
+    launched = result.outcome
     if launched is not None and launched.stalls:
         return EXIT_RUN_FAILED
     if launched is not None and launched.killed:

@@ -9,29 +9,12 @@ rank's fate: it is torchrun's child, not ours, and it wrote nothing itself.
 from __future__ import annotations
 
 import re
-import signal
-from dataclasses import dataclass
 from pathlib import Path
 
+from hicache_cli.outcome import WorkerExit, signal_name
 from hicache_cli.protocol import TORCHRUN_LOG
 
 _ENTRY = re.compile(r"rank\s*:\s*(?P<rank>\d+)\s*\(local_rank[^)]*\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
-
-
-@dataclass(frozen=True)
-class WorkerExit:
-    rank: int
-    exit_code: int
-    signal: str | None  # e.g. "SIGKILL" when the exit code was -9
-
-
-def signal_name(exit_code: int) -> str | None:
-    if exit_code >= 0:
-        return None
-    try:
-        return signal.Signals(-exit_code).name
-    except ValueError:
-        return f"signal {-exit_code}"
 
 
 def worker_exits(log_text: str) -> dict[int, WorkerExit]:
