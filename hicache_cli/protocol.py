@@ -50,6 +50,16 @@ STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, EARLY_ST
 LIFELINE_EVERY_S = 0.5  # how often a rank checks that hicache (and its parent) still run
 ORPHANED_EXIT = 128 + signal.SIGHUP  # a rank left behind ends as if its terminal hung up
 
+
+class ErrorKind:
+    """What a rank that raised says of its error in its final line (`error_kind`), decided
+    where the exception is known: the analysis orders failures by it, never by their text."""
+
+    CLOSED_AFTER_TIMEOUT = "closed-after-timeout"  # its own timed-out wait closed the pair to `error_peer`
+    CONNECTION = "connection"  # the connection broke under it (a peer gone, a pair reset)
+    RAISED = "raised"  # anything else
+
+
 # Environment variables set for the processes hicache starts.
 OWNER_ENV = "HICACHE_OWNER"  # "PID:START" of the hicache that started the run
 NODE_ENV = "HICACHE_NODE_RANK"  # each rank: the --node-rank of the hicache that started it

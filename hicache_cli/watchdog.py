@@ -47,13 +47,21 @@ def find_stalls(
 
 
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x(?P<ident>[0-9a-fA-F]+)")
 
 
-def blocked_frame(dump: str) -> str | None:
-    """The innermost frame of the thread running the event loop, from a faulthandler dump."""
+def blocked_frame(dump: str, loop_thread: int | None) -> str | None:
+    """The innermost frame of the thread running the event loop, from a faulthandler dump:
+    the block of the thread the rank's samples name (`loop_thread`, the ident faulthandler
+    prints), whatever its functions are called."""
+    if loop_thread is None:
+        return None
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
+        head = _THREAD.match(block.lstrip())
+        if head is None or int(head["ident"], 16) != loop_thread:
+            continue
         frames = [m for m in (_FRAME.match(line) for line in block.splitlines()) if m]
-        if any(m["func"] == "run_loop" for m in frames):
+        if frames:
             top = frames[0]
             return f"{top['func']} ({Path(top['file']).name}:{top['line']})"
     return None

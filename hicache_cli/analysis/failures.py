@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from hicache_cli.analysis.kinds import FailureKind
 from hicache_cli.analysis.results import Failure, Interruption
 from hicache_cli.outcome import WorkerExit, signal_name
+from hicache_cli.protocol import ErrorKind
 from hicache_cli.records import replace
 from hicache_cli.sample import Sample
 from hicache_cli.watchdog import Stall
@@ -68,7 +69,8 @@ def find_failures(
             stage = stall.waiting_on_pp if stall.waiting_on_pp is not None else waits_on(rank, frame)
             found.append(Found(failure, stage))
         elif final is not None and final.state == "error":
-            found.append(Found(_failure(rank, FailureKind.ERROR, final.message or "", final.t, code, sig)))
+            failure = _failure(rank, FailureKind.ERROR, final.message or "", final.t, code, sig)
+            found.append(Found(replace(failure, error_kind=final.error_kind, peer=final.error_peer)))
         elif final is None and not ending.interrupted and not ending.own_ends:
             node = series[-1].node if series else None
             if node in lost:
@@ -95,9 +97,10 @@ def root_cause_first(found: list[Found], tp: int) -> list[Failure]:
     their cause: a rank blocked on a stage that itself failed, or a rank whose connection
     broke after another rank had already failed for a reason of its own.
 
-    A rank whose own timed-out wait closed a gloo pair (ClosedAfterTimeout, "isend to rank
-    P failed: an earlier timed-out wait ...") reports it only at its next isend, often after
-    P has already seen the pair reset: it began no later than P's connection error."""
+    A rank whose own timed-out wait closed a gloo pair (its final line says
+    closed-after-timeout, peer P) reports it only at its next isend, often after P has already
+    seen the pair reset: it began no later than P's connection error. What each error was is
+    its final line's `error_kind`, decided in the rank, never read back from its text."""
     failures = {f.failure.rank: f.failure for f in found}
     cause_of: dict[int | None, int] = {}
     failed_stages = {f.failure.rank // tp: f.failure.rank for f in found if f.failure.rank is not None}
@@ -105,13 +108,11 @@ def root_cause_first(found: list[Found], tp: int) -> list[Failure]:
         stage, rank = f.waiting_on_pp, f.failure.rank
         if stage is not None and stage in failed_stages and failed_stages[stage] != rank:
             cause_of[rank] = failed_stages[stage]
-    broken = {r: f.at_s for r, f in failures.items() if _is_connection_error(f.message)}
+    broken = {r: f.at_s for r, f in failures.items() if f.error_kind == ErrorKind.CONNECTION}
     began = {r: f.at_s or 0.0 for r, f in failures.items()}
     for r, f in failures.items():
-        head, marker, rest = (f.message or "").partition(" isend to rank ")
-        if head.startswith("ClosedAfterTimeout:") and marker and rest.split(" ")[0].isdigit():
-            peer = int(rest.split(" ")[0])
-            began[r] = min(began[r], broken.get(peer, began[r]) or 0.0)
+        if f.error_kind == ErrorKind.CLOSED_AFTER_TIMEOUT and f.peer is not None:
+            began[r] = min(began[r], broken.get(f.peer, began[r]) or 0.0)
     causes = sorted((r for r in failures if r not in cause_of and r not in broken), key=lambda r: began[r])
     for r, f in failures.items():
         if r in cause_of or not causes or causes[0] == r:
@@ -124,14 +125,6 @@ def root_cause_first(found: list[Found], tp: int) -> list[Failure]:
 
 def _with_cause(failure: Failure, cause: int | None) -> Failure:
     return failure if cause is None else replace(failure, consequence_of=cause)
-
-
-def _is_connection_error(message: str | None) -> bool:
-    """A connection that broke under the rank; not a rank whose own timeout closed it."""
-    text = (message or "").lower()
-    if text.startswith("closedaftertimeout:"):  # cache.pp_sync: this rank's timed-out wait closed the pair
-        return False
-    return any(word in text for word in ("connection", "closed by peer", "pair closure", "reset by peer"))
 
 
 def _failure(
@@ -166,7 +159,7 @@ def interruption(
             signal=signal_name(code), to="torchrun", message=f"torchrun was killed by {signal_name(code)}"
         )
     stopped = [f for _, f in sorted(finals.items()) if f.state == "interrupted"]
-    if stopped and all(_is_connection_error(f.message) for f in failures):
+    if stopped and all(f.error_kind == ErrorKind.CONNECTION for f in failures):
         return Interruption(
             signal=stopped[0].signal, to="ranks", message=f"rank {stopped[0].rank}: {stopped[0].message}"
         )

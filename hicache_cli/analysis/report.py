@@ -100,7 +100,9 @@ def build_report(
         lost_nodes=outcome.lost_nodes,
         own_ends=traced,
     )
-    failures = find_failures(slots(config, samples), samples, ending, _stack_reader(run_dir), _waits_on(config), tp)
+    failures = find_failures(
+        slots(config, samples), samples, ending, _stack_reader(run_dir, samples), _waits_on(config), tp
+    )
     signal = (outcome.interrupted_by or "SIGINT") if outcome.interrupted else None
     torchrun_exit_code = None if traced else outcome.exit_code
     stopped = interruption(signal, torchrun_exit_code, finals, failures)
@@ -129,13 +131,18 @@ def build_report(
     )
 
 
-def _stack_reader(run_dir: Path | None) -> Callable[[int], tuple[str | None, str | None]]:
-    """A stuck rank's stack file (when it wrote one) and the frame its loop is blocked in."""
+def _stack_reader(
+    run_dir: Path | None, samples: Mapping[int, list[Sample]]
+) -> Callable[[int], tuple[str | None, str | None]]:
+    """A stuck rank's stack file (when it wrote one) and the frame its loop is blocked in (the
+    thread its samples name as the loop's)."""
 
     def read(rank: int) -> tuple[str | None, str | None]:
         stack = stacks_file(run_dir, rank) if run_dir is not None else None
         dump = stack.read_text(encoding="utf-8", errors="replace") if stack and stack.is_file() else ""
-        return (stack.name if dump and stack else None), blocked_frame(dump)
+        series = samples.get(rank)
+        thread = series[-1].loop_thread if series else None
+        return (stack.name if dump and stack else None), blocked_frame(dump, thread)
 
     return read
 

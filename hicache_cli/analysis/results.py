@@ -65,9 +65,12 @@ class Failure(Record):
     stack_file: str | None = None
     at_s: float | None = None
     consequence_of: int | None = None  # the rank whose failure this one follows from (absent: a cause)
+    # a rank that raised: what kind of error its final line said (protocol.ErrorKind), the peer it concerns
+    error_kind: str | None = None
+    peer: int | None = None
 
     def omit(self) -> frozenset[str]:
-        return frozenset() if self.consequence_of is not None else frozenset({"consequence_of"})
+        return frozenset(k for k in ("consequence_of", "error_kind", "peer") if getattr(self, k) is None)
 
     def line(self) -> str:
         return f"rank {self.rank} {self.kind}: {self.message}"

@@ -27,6 +27,7 @@ from hicache_cli.protocol import (
     ORPHANED_EXIT,
     STACKS,
     STOP_SIGNALS,
+    ErrorKind,
     log_file,
     stacks_file,
 )
@@ -131,7 +132,7 @@ def main(argv: list[str]) -> int:
         if stats.stop_requested or time.monotonic() >= probe.deadline - END_SKEW_S:
             probe.finish("done", f"stopped at the deadline; last round ended with: {_one_line(exc)}")
         else:
-            probe.finish("error", _one_line(exc))
+            probe.finish("error", _one_line(exc), error=error_kind(exc))
             exit_code = 1
     sys.stdout.flush()
     sys.stderr.flush()
@@ -239,6 +240,7 @@ def run_loop(loop, stats, deadline: float, injector=None, origin: float = 0.0) -
 
     The hot path of the measurement: kept to what each round must do.
     """
+    stats.thread = threading.get_ident()
     clock = time.perf_counter
     run_round = loop.run_round
     ring = stats.latency_ring
@@ -304,6 +306,23 @@ class FaultInjector:
         while not self.stats.stop_requested and (until is None or time.monotonic() < until):
             time.sleep(0.05)
         self.work_list.blocked_on = None
+
+
+# gloo raises a plain RuntimeError when a pair breaks; these say so (gloo's own words)
+CONNECTION_WORDS = ("connection", "closed by peer", "pair closure", "reset by peer")
+
+
+def error_kind(exc: BaseException) -> tuple[str, int | None]:
+    """What kind of error ended the rank, and the peer it concerns (ErrorKind): decided here,
+    where the exception's type is known, and written as fields of the final line."""
+    from cache.pp_sync import ClosedAfterTimeout
+
+    if isinstance(exc, ClosedAfterTimeout):
+        return ErrorKind.CLOSED_AFTER_TIMEOUT, exc.peer
+    text = str(exc).lower()
+    if isinstance(exc, ConnectionError) or any(word in text for word in CONNECTION_WORDS):
+        return ErrorKind.CONNECTION, None
+    return ErrorKind.RAISED, None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -70,6 +70,7 @@ def build_series(
     final: bool = True,
     final_state: str = "done",
     message: str = "reached the deadline",
+    error: tuple[str, int | None] | None = None,
 ) -> list[Sample]:
     """A rank's samples at `hz` for n samples: linear RSS (plus bounded noise), depth and counters.
 
@@ -106,6 +107,8 @@ def build_series(
                 lat_hist=hist.to_json(),
                 kind="final" if last else "sample",
                 message=message if last else None,
+                error_kind=error[0] if last and error else None,
+                error_peer=error[1] if last and error else None,
             )
         )
     return out

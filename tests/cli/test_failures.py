@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ import pytest
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.launch.torchrun_log import WorkerExit
 from hicache_cli.outcome import RunOutcome
+from hicache_cli.protocol import ErrorKind
 from hicache_cli.protocol import stacks_file as stack_file
+from hicache_cli.rank.entry import error_kind
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunSeries
 from hicache_cli.targets import SGLangTarget
@@ -25,11 +28,18 @@ PP2 = StressConfig(pp=2, duration_s=10.0)
 DRAIN_STALL = Stall(0, 1000, "stall", "rank 0 blocked in drain, waiting on isend to pp rank 1 for 6.0 s", 2.0, 1)
 HUNG_BY_FAULT = Stall(1, 1001, "stall", "rank 1 blocked in injected fault hang:1:2s for 7.5 s", 2.5)
 CONNECTION_CLOSED = "RuntimeError: Connection closed by peer [127.0.0.1]:41234"
+# what the rank's final line says of such errors (rank.entry.error_kind decides it where the exception is known)
+CONNECTION = (ErrorKind.CONNECTION, None)
+CLOSED_TO_1 = (ErrorKind.CLOSED_AFTER_TIMEOUT, 1)
+
+
+LOOP_THREAD = 0x00007F3AB1E4B740  # the thread conftest's stack dump runs the rounds on, as samples name it
 
 
 def running(make_series: MakeSeries, rank: int, until_s: float, tp: int = 1) -> list[Sample]:
     """A rank's samples at 10 Hz up to `until_s`, without a final line (still running, or gone)."""
-    return make_series(rank, n=round(until_s * 10), tp=tp, final=False)
+    series = make_series(rank, n=round(until_s * 10), tp=tp, final=False)
+    return [dataclasses.replace(s, loop_thread=LOOP_THREAD) for s in series]
 
 
 def failures_of(report: dict[str, Any]) -> list[tuple[int, str, int | None]]:
@@ -191,7 +201,7 @@ def test_with_tp_the_stage_waited_on_maps_to_the_rank_that_failed_in_it(make_ser
 )
 def test_a_connection_error_after_another_failure_is_its_consequence(make_series: MakeSeries, message: str) -> None:
     samples = {
-        0: make_series(0, n=42, final_state="error", message=message),
+        0: make_series(0, n=42, final_state="error", message=message, error=CONNECTION),
         1: running(make_series, 1, 4.0),
     }
     report = report_json(PP2, samples, RunOutcome(worker_exits={1: WorkerExit(1, -9, "SIGKILL")}))
@@ -202,7 +212,7 @@ def test_a_connection_error_after_another_failure_is_its_consequence(make_series
 
 def test_a_connection_error_before_any_other_failure_is_the_root_cause(make_series: MakeSeries) -> None:
     samples = {
-        0: make_series(0, n=20, final_state="error", message=CONNECTION_CLOSED),
+        0: make_series(0, n=20, final_state="error", message=CONNECTION_CLOSED, error=CONNECTION),
         1: running(make_series, 1, 4.0),
     }
     report = report_json(PP2, samples, RunOutcome())
@@ -211,7 +221,10 @@ def test_a_connection_error_before_any_other_failure_is_the_root_cause(make_seri
 
 
 def test_a_lone_connection_error_is_the_root_cause(make_series: MakeSeries) -> None:
-    samples = {0: make_series(0, n=42, final_state="error", message=CONNECTION_CLOSED), 1: make_series(1, n=100)}
+    samples = {
+        0: make_series(0, n=42, final_state="error", message=CONNECTION_CLOSED, error=CONNECTION),
+        1: make_series(1, n=100),
+    }
     report = report_json(PP2, samples, RunOutcome())
     assert failures_of(report) == [(0, "error", None)]
     assert report["root_cause"] == 0
@@ -230,7 +243,7 @@ def test_the_root_cause_is_never_itself_a_consequence(make_series: MakeSeries) -
     # rank 0 waits on rank 1, which is not receiving; once rank 0 is gone rank 1's pair closes
     samples = {
         0: running(make_series, 0, 8.0),
-        1: make_series(1, n=45, final_state="error", message=CONNECTION_CLOSED),
+        1: make_series(1, n=45, final_state="error", message=CONNECTION_CLOSED, error=CONNECTION),
     }
     report = report_json(PP2, samples, RunOutcome(stalls=(DRAIN_STALL,)))
     assert "consequence_of" not in report["failures"][0]
@@ -250,11 +263,13 @@ RESET_BY_PEER = "RuntimeError: Read error [127.0.0.1]:64152: Connection reset by
 
 def adaptive_pair_closure(make_series: MakeSeries, pp: int = 2) -> dict[int, list[Sample]]:
     samples = {
-        0: make_series(0, n=119, hz=1000.0, final_state="error", message=PAIR_CLOSED_BY_TIMEOUT),
-        1: make_series(1, n=117, hz=1000.0, final_state="error", message=RESET_BY_PEER),
+        0: make_series(0, n=119, hz=1000.0, final_state="error", message=PAIR_CLOSED_BY_TIMEOUT, error=CLOSED_TO_1),
+        1: make_series(1, n=117, hz=1000.0, final_state="error", message=RESET_BY_PEER, error=CONNECTION),
     }
     for rank in range(2, pp):  # further stages lose their upstream a little later
-        samples[rank] = make_series(rank, n=118, hz=1000.0, final_state="error", message=CONNECTION_CLOSED)
+        samples[rank] = make_series(
+            rank, n=118, hz=1000.0, final_state="error", message=CONNECTION_CLOSED, error=CONNECTION
+        )
     return samples
 
 
@@ -274,7 +289,7 @@ def test_a_closed_pair_explains_every_connection_error_after_the_peers(make_seri
 
 def test_a_pair_closing_timeout_is_not_a_consequence_of_a_later_failure(make_series: MakeSeries) -> None:
     samples = {
-        0: make_series(0, n=20, final_state="error", message=PAIR_CLOSED_BY_TIMEOUT),
+        0: make_series(0, n=20, final_state="error", message=PAIR_CLOSED_BY_TIMEOUT, error=CLOSED_TO_1),
         1: running(make_series, 1, 4.0),
     }
     report = report_json(PP2, samples, RunOutcome(worker_exits={1: WorkerExit(1, -9, "SIGKILL")}))
@@ -353,7 +368,7 @@ def test_the_report_carries_pp_consistency(make_series: MakeSeries, make_sample:
 
 SGLANG_PP2 = RunConfig(target=SGLangTarget(pp=2, version="0.5.15", class_name="HiRadixCache"), duration_s=10.0)
 SGLANG_ROUND_STALL = Stall(0, 1000, "stall", "rank 0 blocked in its event round for 6.0 s", 2.0)
-SGLANG_DRAIN_DUMP = """Current thread 0x00007f (most recent call first):
+SGLANG_DRAIN_DUMP = """Current thread 0x00007f3ab1e4b740 (most recent call first):
   File "/cache/sglang/0.5.15/sglang/srt/mem_cache/hiradix_cache.py", line 242 in _drain_async_work
   File "/cache/sglang/0.5.15/sglang/srt/mem_cache/hiradix_cache.py", line 1396 in check_hicache_events
   File "/repo/hicache_cli/sglang_target/bind.py", line 160 in run_round
@@ -379,3 +394,34 @@ def test_an_sglang_rank_stalled_in_its_drain_is_a_consequence_of_the_next_stage(
     by_rank = {f["rank"]: f for f in report["failures"]}
     assert by_rank[0].get("consequence_of") == consequence
     assert report["root_cause"] == (1 if consequence == 1 else 0)
+
+
+# -- what kind of error: decided in the rank, where the exception is known -------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (RuntimeError("Connection closed by peer [127.0.0.1]:41234"), CONNECTION),
+        (RuntimeError("Read error [127.0.0.1]:64152: Connection reset by peer"), CONNECTION),
+        (RuntimeError("Application timeout caused pair closure"), CONNECTION),
+        (ConnectionResetError("reset"), CONNECTION),
+        (RuntimeError("told to apply 3 write acks, only 1"), (ErrorKind.RAISED, None)),
+    ],
+)
+def test_the_rank_names_its_errors_kind(error: BaseException, kind: tuple[str, int | None]) -> None:
+    assert error_kind(error) == kind
+
+
+def test_a_closed_pair_names_its_peer_by_the_exceptions_type_not_its_text() -> None:
+    from cache.pp_sync import ClosedAfterTimeout
+
+    assert error_kind(ClosedAfterTimeout(3)) == (ErrorKind.CLOSED_AFTER_TIMEOUT, 3)
+    assert error_kind(RuntimeError(PAIR_CLOSED_BY_TIMEOUT))[0] != ErrorKind.CLOSED_AFTER_TIMEOUT  # the words alone: no
+
+
+def test_the_report_keeps_an_errors_kind_and_peer(make_series: MakeSeries) -> None:
+    report = report_json(PP2, adaptive_pair_closure(make_series), RunOutcome(exit_code=1))
+    first, second = report["failures"]
+    assert (first["error_kind"], first["peer"]) == ("closed-after-timeout", 1)
+    assert (second["error_kind"], "peer" in second) == ("connection", False)

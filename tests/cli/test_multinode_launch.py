@@ -27,7 +27,7 @@ from hicache_cli.launch.launcher import (
 )
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.outcome import RunOutcome, WorkerExit
-from hicache_cli.protocol import NODE_ENV, REPORT_FILE, TORCHRUN_LOG
+from hicache_cli.protocol import NODE_ENV, REPORT_FILE, TORCHRUN_LOG, ErrorKind
 from hicache_cli.protocol import samples_file as rank_file
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
@@ -301,7 +301,11 @@ LOST = "node 1 (h) lost: no word from its hicache for 6.0 s"
 def lost_node_run() -> dict[int, list[Sample]]:
     """pp=4 over two nodes: node 1 (ranks 2, 3, host h) went silent at 5.0 / 5.2 s; node 0's
     ranks then lost their connection to it at 6 s and ended with an error line."""
-    broken = {"final_state": "error", "message": "Connection closed by peer [10.0.0.2]:41234"}
+    broken = {
+        "final_state": "error",
+        "message": "Connection closed by peer [10.0.0.2]:41234",
+        "error": (ErrorKind.CONNECTION, None),
+    }
     return {
         0: on(0, build_series(0, n=60, **broken)),
         1: on(0, build_series(1, n=61, **broken)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faulthandler
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,28 +109,34 @@ def test_only_stuck_ranks_are_reported_in_rank_order(make_sample: MakeSample) ->
 # -- blocked_frame ---------------------------------------------------------------------
 
 
+LOOP_THREAD = 0x00007F3AB1E4B740  # the main thread of conftest's dump: where the rank runs its rounds
+PROBE_THREAD = 0x00007F3A9BFFF640
+
+
 def test_blocked_frame_is_the_innermost_frame_of_the_loop_thread(stack_dump: str) -> None:
-    assert blocked_frame(stack_dump) == "wait (work_list.py:100)"
+    assert blocked_frame(stack_dump, LOOP_THREAD) == "wait (work_list.py:100)"
+
+
+def test_blocked_frame_is_the_thread_the_samples_name_whatever_its_functions_are(stack_dump: str) -> None:
+    """No function name is looked for: another thread named as the loop's is the one read."""
+    assert blocked_frame(stack_dump, PROBE_THREAD) == "_sample_until_stopped (probe.py:199)"
+    renamed = stack_dump.replace(" in run_loop", " in serve_forever")
+    assert blocked_frame(renamed, LOOP_THREAD) == "wait (work_list.py:100)"
 
 
 def test_blocked_frame_finds_the_loop_thread_wherever_it_is_listed(stack_dump: str) -> None:
     probe, copier, main = stack_dump.split("\n\n")
     as_other_thread = main.replace("Current thread", "Thread")  # the probe thread took the signal
     as_current = probe.replace("Thread", "Current thread")
-    assert blocked_frame("\n".join((as_current + "\n", as_other_thread + "\n", copier))) == "wait (work_list.py:100)"
+    dump = "\n".join((as_current + "\n", as_other_thread + "\n", copier))
+    assert blocked_frame(dump, LOOP_THREAD) == "wait (work_list.py:100)"
 
 
-def test_blocked_frame_is_none_when_no_thread_runs_the_loop(stack_dump: str) -> None:
+def test_blocked_frame_is_none_without_the_loop_thread(stack_dump: str) -> None:
     probe, copier, _ = stack_dump.split("\n\n")
-    starting = (
-        "Current thread 0x00007f3ab1e4b740 (most recent call first):\n"
-        '  File "/work/main/.venv/lib/python3.11/site-packages/torch/distributed/rendezvous.py", '
-        "line 210 in _create_c10d_store\n"
-        '  File "/work/main/hicache_cli/rank/entry.py", line 64 in main\n'
-        '  File "<frozen runpy>", line 88 in _run_code\n'
-    )
-    assert blocked_frame("\n".join((probe + "\n", copier + "\n", starting))) is None
-    assert blocked_frame("") is None
+    assert blocked_frame("\n".join((probe + "\n", copier)), LOOP_THREAD) is None  # not in the dump
+    assert blocked_frame(stack_dump, None) is None  # the rank never said (it never started its loop)
+    assert blocked_frame("", LOOP_THREAD) is None
 
 
 def _dump_stacks_here(path: Path) -> int:
@@ -139,12 +146,9 @@ def _dump_stacks_here(path: Path) -> int:
     return line
 
 
-def run_loop(path: Path) -> int:  # named as the rank's event loop is
-    return _dump_stacks_here(path)
-
-
 def test_blocked_frame_reads_a_real_faulthandler_dump(tmp_path: Path) -> None:
+    """faulthandler names each thread by threading.get_ident(), which a loop's samples carry."""
     path = stack_file(tmp_path, 3)
-    line = run_loop(path)
+    line = _dump_stacks_here(path)
     assert path.name == "rank-3.stacks.txt"
-    assert blocked_frame(path.read_text()) == f"_dump_stacks_here (test_watchdog.py:{line})"
+    assert blocked_frame(path.read_text(), threading.get_ident()) == f"_dump_stacks_here (test_watchdog.py:{line})"
