@@ -16,9 +16,9 @@ import typer
 
 from cache.faults import SHAPES
 from hicache_cli.analysis.report import environment
-from hicache_cli.cli.commands.common import FAULT
 from hicache_cli.cli.conventions import plain_help
 from hicache_cli.cli.main import app, main
+from hicache_cli.cli.options import FAULT
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.sample import Sample
 from hicache_cli.targets import ModelTarget, SGLangTarget, TracedCommand

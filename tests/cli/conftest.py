@@ -12,7 +12,7 @@ import pytest
 from hicache_cli.analysis.histogram import LatencyHistogram
 from hicache_cli.analysis.report import build_report, write_report
 from hicache_cli.analysis.results import Report
-from hicache_cli.cli.commands import common as run_commands
+from hicache_cli.cli import running as run_commands
 from hicache_cli.config import StressConfig
 from hicache_cli.execution import RunResult
 from hicache_cli.launch.nodes import NodeSpec

@@ -307,3 +307,22 @@ def test_guarded_view_lets_other_errors_through() -> None:
     assert view.error is None
     with pytest.raises(KeyError):  # still called: only lost output stops it
         view({}, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("given", "option"),
+    [
+        (["--pp", "2"], "--pp"),  # the default's own value, given: still refused
+        (["--seed", "0"], "--seed"),
+        (["--policy", "drain"], "--policy"),
+        (["--target", "model"], "--target"),
+        (["--fault", "lag:1:5"], "--fault"),
+        (["--pp-backend", "gloo"], "--pp-backend"),
+    ],
+)
+def test_a_model_option_given_with_a_program_is_refused_whatever_its_value(
+    given: list[str], option: str, capsys: pytest.CaptureFixture[str], fake_execute: Any, tmp_path: Path
+) -> None:
+    """Whether an option was given is click's parameter source, not a comparison with its default."""
+    argv = ["check", *given, "--", sys.executable, "-c", "pass"]
+    assert_refused(argv, f"{option} shapes hicache's own workload", capsys, fake_execute, tmp_path)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.cli.configure import StressOptions, config_from_options
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.protocol import CONFIG_FILE

@@ -141,7 +141,7 @@ class ScrapingExecute(FakeExecute):
 def test_stress_serves_metrics_during_the_run_and_stops_after(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hicache_cli.cli.commands import common
+    from hicache_cli.cli import running as common
 
     port = free_port()
     fake = ScrapingExecute(f"http://127.0.0.1:{port}/metrics")

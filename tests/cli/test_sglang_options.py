@@ -14,7 +14,7 @@ import pytest
 
 from hicache_cli.analysis.report import build_report, target_summary
 from hicache_cli.analysis.results import Messages, ModelSection, RankReport, Report, SGLangSection
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.cli.configure import StressOptions, config_from_options
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.outcome import RunOutcome

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.cli.commands import common as run_commands
+from hicache_cli.cli import running as run_commands
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.execution import RunResult

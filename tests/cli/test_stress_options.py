@@ -9,7 +9,7 @@ import pytest
 
 from cache.policies import POLICIES
 from cache.workload import PRESETS
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.cli.configure import StressOptions, config_from_options
 from hicache_cli.config import MAX_WORLD_SIZE, StressConfig
 from hicache_cli.errors import UsageError
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from hicache_cli.analysis.report import load_report
-from hicache_cli.cli.commands.common import check_output_paths
+from hicache_cli.cli.configure import check_output_paths
 from hicache_cli.present.plot import output_path, plot_reports
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.report_views import report_diff, report_summary

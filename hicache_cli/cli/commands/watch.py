@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from hicache_cli.analysis.report import load_report
-from hicache_cli.cli.commands import common
+from hicache_cli.cli import options, running
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.present.dashboard import Dashboard
@@ -71,8 +71,8 @@ def watch(
     run_dir: Path = typer.Argument(..., help="The run directory (hicache-runs/<time>-<policy>/)."),
     no_live: bool = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard."),
     refresh: float = typer.Option(4.0, "--refresh", help="Refreshes per second."),
-    metrics_port: int = common.METRICS_PORT,
-    metrics_host: str = common.METRICS_HOST,
+    metrics_port: int = options.METRICS_PORT,
+    metrics_host: str = options.METRICS_HOST,
 ) -> None:
     """Attach the dashboard to a run directory: a run in progress, or one that has finished."""
     if not (run_dir / CONFIG_FILE).is_file():
@@ -81,7 +81,7 @@ def watch(
         raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
     check_metrics_options(metrics_port, metrics_host)
     config = RunConfig.load(run_dir)
-    metrics = common.serve_metrics(ctx, metrics_port, metrics_host, config)
+    metrics = running.serve_metrics(ctx, metrics_port, metrics_host, config)
     live = not no_live and stdout_is_terminal()
     console = make_console(live)
     if metrics is not None:
