@@ -48,7 +48,7 @@ class Sample:
     loop_thread: int | None = None  # threading.get_ident() of the loop's thread: its block in a stack dump
     counters: dict[str, float] = field(default_factory=dict)
     # Cumulative loop-latency histogram since the start: {bucket: rounds}, sparse;
-    # see hicache_cli.analysis.histogram for the bucket scale.
+    # see hicache_cli.histogram for the bucket scale.
     lat_hist: dict[str, int] = field(default_factory=dict)
     # PP consistency: {event round: digest of the counts applied up to it}, new ones only
     digests: dict[str, int] = field(default_factory=dict)

@@ -19,7 +19,6 @@ from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
 from hicache_cli.analysis.failures import Ending, find_failures, interruption
 from hicache_cli.analysis.figures import rounds_per_s
-from hicache_cli.analysis.histogram import LatencyHistogram
 from hicache_cli.analysis.kinds import Status, Verdict
 from hicache_cli.analysis.results import (
     Backlog,
@@ -42,6 +41,7 @@ from hicache_cli.analysis.results import (
 from hicache_cli.analysis.trace_report import top_site_line, works_summary
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import REPORT_FILE, stacks_file
 from hicache_cli.records import ShapeError, replace

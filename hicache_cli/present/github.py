@@ -11,7 +11,7 @@ from hicache_cli.analysis.gate import Assertion
 from hicache_cli.analysis.kinds import Verdict
 from hicache_cli.analysis.results import RankReport, Report
 from hicache_cli.present.tables import policy_table, to_markdown
-from hicache_cli.present.workflow_commands import escape_data, escape_property
+from hicache_cli.workflow_commands import escape_data, escape_property
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 

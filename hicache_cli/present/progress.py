@@ -19,7 +19,7 @@ from hicache_cli.analysis.results import Report, SGLangSection
 from hicache_cli.present.dashboard import Dashboard, render
 from hicache_cli.present.trace_views import trace_lines, trace_table
 from hicache_cli.sample import Sample
-from hicache_cli.sglang_target.extract import how_it_frees
+from hicache_cli.targets import how_it_frees
 from hicache_cli.units import format_bytes, format_duration
 
 

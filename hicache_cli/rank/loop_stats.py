@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache_cli.analysis.histogram import LatencyHistogram
+from hicache_cli.histogram import LatencyHistogram
 
 RING = 1 << 14  # round latencies kept between samples: all of them below 160k rounds/s at 10 Hz
 RING_MASK = RING - 1

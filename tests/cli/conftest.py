@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.analysis.histogram import LatencyHistogram
 from hicache_cli.analysis.report import build_report, write_report
 from hicache_cli.analysis.results import Report
 from hicache_cli.cli import running as run_commands
 from hicache_cli.config import StressConfig
 from hicache_cli.execution import RunResult
+from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.sample import Sample

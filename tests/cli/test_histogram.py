@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from hicache_cli.analysis.histogram import BUCKETS_PER_DECADE, LatencyHistogram, bucket_of, bucket_upper_ms
+from hicache_cli.histogram import BUCKETS_PER_DECADE, LatencyHistogram, bucket_of, bucket_upper_ms
 
 BUCKET_RATIO = 10 ** (1 / BUCKETS_PER_DECADE)  # about 1.122: the histogram's resolution
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hicache_cli.analysis.histogram import LatencyHistogram
 from hicache_cli.analysis.metrics import latency_buckets, rank_metrics
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
+from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.present.metrics_exporter import MetricsExporter
 from hicache_cli.sample import Sample
 from tests.cli.conftest import FakeExecute, assert_refused

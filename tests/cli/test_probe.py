@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from hicache_cli.analysis.histogram import LatencyHistogram, bucket_of
+from hicache_cli.histogram import LatencyHistogram, bucket_of
 from hicache_cli.rank import loop_stats
 from hicache_cli.rank.probe import RING, LoopStats, Probe, RankIdentity, Readings, latency_summary
 from hicache_cli.sample import Sample

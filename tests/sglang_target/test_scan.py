@@ -21,11 +21,7 @@ from hicache_cli.analysis.results import (
     Verdict,
     WorkList,
 )
-from hicache_cli.config import RunConfig, StressConfig
-from hicache_cli.errors import UsageError
-from hicache_cli.outcome import RunOutcome
-from hicache_cli.present.tables import release_table, to_markdown, to_rich
-from hicache_cli.sglang_target.scan import (
+from hicache_cli.analysis.scan import (
     HEADERS,
     NOT_APPLICABLE,
     SCAN_SCHEMA_VERSION,
@@ -33,10 +29,14 @@ from hicache_cli.sglang_target.scan import (
     cells,
     first_change,
     not_applicable,
-    pick_versions,
     row_from_report,
     scan_bundle,
 )
+from hicache_cli.config import RunConfig, StressConfig
+from hicache_cli.errors import UsageError
+from hicache_cli.outcome import RunOutcome
+from hicache_cli.present.tables import release_table, to_markdown, to_rich
+from hicache_cli.sglang_target.locate import pick_versions
 from hicache_cli.targets import SGLangTarget
 from tests.cli.conftest import build_pp2_run
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from hicache_cli.analysis.scan import first_change, not_applicable, row_from_report, scan_bundle
 from hicache_cli.cli import options, running
 from hicache_cli.cli.configure import StressOptions, check_output_paths, config_from_options
 from hicache_cli.cli.output import print_json, say
@@ -17,14 +18,7 @@ from hicache_cli.present.progress import make_console
 from hicache_cli.present.tables import release_table, to_markdown, to_rich
 from hicache_cli.rundir import create_run_dir, write_atomically
 from hicache_cli.sglang_target.extract import NotApplicable
-from hicache_cli.sglang_target.locate import release_versions
-from hicache_cli.sglang_target.scan import (
-    first_change,
-    not_applicable,
-    pick_versions,
-    row_from_report,
-    scan_bundle,
-)
+from hicache_cli.sglang_target.locate import pick_versions, release_versions
 from hicache_cli.targets import SGLangTarget
 
 

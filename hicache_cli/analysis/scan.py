@@ -1,5 +1,6 @@
-"""`hicache sglang-scan`: one row per SGLang release, a bisection of the leak. Pure: version
-ranges, rows from reports, their cells and the JSON bundle (present/tables.py renders them)."""
+"""`hicache sglang-scan`: one row per SGLang release, a bisection of the leak. Pure: rows
+from reports, their cells and the JSON bundle (present/tables.py renders them); which
+releases a range names is sglang_target.locate's."""
 
 from __future__ import annotations
 
@@ -10,35 +11,9 @@ from typing import Any
 from hicache_cli.analysis.compare import summarize
 from hicache_cli.analysis.kinds import Status, Verdict
 from hicache_cli.analysis.results import Report, SGLangSection
-from hicache_cli.errors import UsageError
-from hicache_cli.sglang_target.locate import version_key
 
 SCAN_SCHEMA_VERSION = 1
 NOT_APPLICABLE = "not applicable"
-
-
-def pick_versions(spec: str, available: list[str]) -> list[str]:
-    """`A..B` (inclusive; either end may be left open) or `A,B,C`, from the releases available."""
-    if ".." in spec:
-        low, _, high = spec.partition("..")
-        lo_key = version_key(low) if low else None
-        hi_key = version_key(high) if high else None
-        chosen = [
-            v
-            for v in sorted(available, key=version_key)
-            if (lo_key is None or version_key(v) >= lo_key) and (hi_key is None or version_key(v) <= hi_key)
-        ]
-        for end in (low, high):
-            if end and end not in available:
-                raise UsageError(f"--versions: {end} is not an sglang release on the package index")
-        if not chosen:
-            raise UsageError(f"--versions {spec}: no release in that range")
-        return chosen
-    chosen = [v.strip() for v in spec.split(",") if v.strip()]
-    unknown = [v for v in chosen if v not in available]
-    if unknown or not chosen:
-        raise UsageError(f"--versions: {', '.join(unknown) or 'empty list'}: not sglang releases on the package index")
-    return sorted(dict.fromkeys(chosen), key=version_key)
 
 
 @dataclass(frozen=True)
