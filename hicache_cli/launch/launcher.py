@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hicache_cli.config import RunConfig
@@ -157,7 +157,7 @@ class TorchrunRanks:
         self.link: Head | Feeder | None = None
         self.all_started = False
         self.deadline = 0.0
-        self.link_result: dict[str, object] = {}
+        self.link_end = LinkEnd()
 
     def pids_of(self, samples: dict[int, list[Sample]]) -> list[int]:
         """The ranks of this node, by the pid in their samples (a pid means nothing elsewhere)."""
@@ -221,19 +221,19 @@ class TorchrunRanks:
             # torchrun is gone; its ranks must be too (killed under them, it leaves them running)
             grace = self.config.target.stop_grace_s + SELF_END_EXTRA_S
             self.tree.end([(None, grace), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)], groups=False)
-        self.link_result = finish_link(self.link, self.config) if self.link is not None else {}
+        self.link_end = finish_link(self.link, self.config)
 
     def outcome(self, stop: Stop | None) -> RunOutcome:
         exits = worker_exits_in(self.config.run_dir)
-        for rank, (code, sig) in self.link_result.get("remote_exits", {}).items():  # type: ignore[union-attr]
+        for rank, (code, sig) in self.link_end.remote_exits.items():
             exits.setdefault(rank, WorkerExit(rank, code, sig))
         return RunOutcome(
             exit_code=self.proc.returncode if self.proc is not None and stop is None else None,
             stopped=stop.reason if stop is not None else None,
             stalls=stop.stalls if stop is not None else (),
             worker_exits=exits,
-            lost_nodes=self.link_result.get("lost_nodes", {}),  # type: ignore[arg-type]
-            link_error=self.link_result.get("link_error"),  # type: ignore[arg-type]
+            lost_nodes=self.link_end.lost_nodes,
+            link_error=self.link_end.link_error,
         )
 
 
@@ -265,13 +265,23 @@ def open_link(config: LaunchConfig) -> Head | Feeder | None:
     return Feeder(config.nodes, text, config.run_dir, config.startup_timeout_s)
 
 
-def finish_link(link: Head | Feeder | None, config: LaunchConfig) -> dict[str, object]:
+@dataclass(frozen=True)
+class LinkEnd:
+    """What the link between nodes says at the end: node 0 hears of lost nodes and the other
+    nodes' ranks' exits; another node, why its samples stopped reaching node 0."""
+
+    lost_nodes: dict[int, str] = field(default_factory=dict)
+    remote_exits: dict[int, tuple[int | None, str | None]] = field(default_factory=dict)  # rank -> code, signal
+    link_error: str | None = None
+
+
+def finish_link(link: Head | Feeder | None, config: LaunchConfig) -> LinkEnd:
     """The other nodes' last word (node 0), or this node's last lines to node 0."""
     if isinstance(link, Head):
         link.finish(config.stop_grace_s)
-        return {"lost_nodes": link.lost(), "remote_exits": link.exits()}
+        return LinkEnd(lost_nodes=link.lost(), remote_exits=link.exits())
     if isinstance(link, Feeder):
         exits = worker_exits_in(config.run_dir)
         link.finish({r: (e.exit_code, e.signal) for r, e in exits.items()})
-        return {"link_error": link.link_error}
-    return {}
+        return LinkEnd(link_error=link.link_error)
+    return LinkEnd()

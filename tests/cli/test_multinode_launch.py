@@ -20,6 +20,7 @@ from hicache_cli.launch import launcher, supervisor
 from hicache_cli.launch.launcher import (
     LOOPBACK,
     LaunchConfig,
+    LinkEnd,
     TorchrunRanks,
     on_node,
     rank_environment,
@@ -286,7 +287,7 @@ def test_node_0s_outcome_takes_the_other_nodes_exits_beside_its_own_torchruns(tm
     """Node 0's torchrun names its own failed ranks; the others' come over the link."""
     (tmp_path / TORCHRUN_LOG).write_text(TORCHRUN_FAILURE)
     ranks = ranks_on(tmp_path, NODE0)
-    ranks.link_result = {"lost_nodes": {1: "node 1 lost"}, "remote_exits": {3: (-9, "SIGKILL"), 1: (7, None)}}
+    ranks.link_end = LinkEnd(lost_nodes={1: "node 1 lost"}, remote_exits={3: (-9, "SIGKILL"), 1: (7, None)})
     outcome = ranks.outcome(None)
     assert outcome.worker_exits == {1: WorkerExit(1, -15, "SIGTERM"), 3: WorkerExit(3, -9, "SIGKILL")}
     assert outcome.lost_nodes == {1: "node 1 lost"}
