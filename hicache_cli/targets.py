@@ -11,7 +11,7 @@ command are looked up by its type. Stdlib only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from hicache_cli.errors import UsageError
@@ -49,6 +49,10 @@ class Target(Record):
 
     def validate(self) -> None:
         """Raise UsageError with the CLI's one line for a value it would refuse."""
+
+    def section(self, facts: RunFacts) -> TargetSection:
+        """What the report says of the target (its `target`)."""
+        raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **super().to_dict()}
@@ -140,6 +144,9 @@ class ModelTarget(RankedTarget):
     def label(self) -> str:
         return self.policy
 
+    def section(self, facts: RunFacts) -> TargetSection:
+        return ModelSection(policy=self.policy)
+
     def validate(self) -> None:
         from cache.policies import POLICIES
         from hicache_cli.units import MAX_TIMEOUT_S, format_limit
@@ -178,6 +185,22 @@ class SGLangTarget(RankedTarget):
     def how_it_frees(self) -> str:
         return how_it_frees(self.drain_method)
 
+    def section(self, facts: RunFacts) -> TargetSection:
+        """The code that ran, and how many PP-sync messages a round sent (rank 0)."""
+        per_round = round(facts.sent / facts.rounds, 3) if facts.rounds and facts.sent is not None else None
+        return SGLangSection(
+            version=self.version,
+            origin=self.origin,
+            location=self.location,
+            class_name=self.class_name,
+            file=self.file,
+            sha256=self.sha256,
+            tags_file=self.tags_file,
+            drain_method=self.drain_method,
+            unresolved=self.unresolved,
+            sends_per_round=per_round,
+        )
+
 
 @dataclass(frozen=True)
 class TracedCommand(Target):
@@ -191,6 +214,78 @@ class TracedCommand(Target):
 
     def title(self, duration_s: float | None, sep: str = "  ") -> str:
         return f"trace: {' '.join(self.command)}"
+
+    def section(self, facts: RunFacts) -> TargetSection:
+        return TraceSection(command=list(self.command), cwd=self.cwd, loop=self.loop, processes=facts.processes)
+
+
+# -- what the report says of each target (the report's `target`) ------------------------------
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a target's report section may need of the run: how many processes were measured,
+    and rank 0's rounds and PP-sync sends."""
+
+    processes: int = 0
+    rounds: int | None = None
+    sent: int | None = None
+
+
+@dataclass(frozen=True)
+class TargetSection(Record):
+    """What ran the PP sync (the report's `target`): one record per kind, read by its `kind`."""
+
+    kind: str = field_spec(required=True, default="")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "") -> TargetSection:
+        if cls is TargetSection and isinstance(data, dict):
+            section = _SECTIONS.get(data.get("kind"))  # type: ignore[arg-type]
+            if section is not None:
+                return section.from_dict(data, where)
+        return super().from_dict(data, where)
+
+
+@dataclass(frozen=True)
+class ModelSection(TargetSection):
+    kind: str = "model"
+    policy: str | None = None
+
+
+@dataclass(frozen=True)
+class SGLangSection(TargetSection):
+    """Which SGLang code ran the PP sync, and how many PP-sync messages a round sent (rank 0)."""
+
+    kind: str = "sglang"
+    version: str = field_spec(required=True, default="")
+    origin: str = field_spec(required=True, default="")
+    location: str = field_spec(required=True, default="")
+    class_name: str = field_spec("class", required=True, default="")
+    file: str | None = None
+    sha256: str = field_spec(required=True, default="")
+    tags_file: str | None = None
+    drain_method: str | None = None
+    unresolved: str | None = None
+    sends_per_round: float | None = None
+
+    def omit(self) -> frozenset[str]:
+        """What the config's entry did not have (older reports) stays out."""
+        return frozenset(k for k in ("file", "tags_file", "drain_method", "unresolved") if getattr(self, k) is None)
+
+
+@dataclass(frozen=True)
+class TraceSection(TargetSection):
+    """A traced program: the command, its --loop function, the processes observed."""
+
+    kind: str = "trace"
+    command: list[str] = field(default_factory=list)
+    cwd: str | None = None
+    loop: str | None = None
+    processes: int | None = None
+
+
+_SECTIONS: dict[str, type[TargetSection]] = {s.kind: s for s in (ModelSection, SGLangSection, TraceSection)}
 
 
 KINDS: dict[str, type[Target]] = {t.kind: t for t in (ModelTarget, SGLangTarget, TracedCommand)}

@@ -27,15 +27,12 @@ from hicache_cli.analysis.results import (
     LoopLatency,
     MemoryKinds,
     Messages,
-    ModelSection,
     PPConsistency,
     RankReport,
     Report,
     Rss,
     Series,
-    SGLangSection,
     TargetSection,
-    TraceSection,
     WorkList,
 )
 from hicache_cli.analysis.trace_report import top_site_line, works_summary
@@ -48,7 +45,7 @@ from hicache_cli.records import ShapeError, replace
 from hicache_cli.rundir import write_atomically
 from hicache_cli.sample import Sample
 from hicache_cli.series import RankSeries, RunSeries, Totals
-from hicache_cli.targets import ModelTarget, RankedTarget, SGLangTarget, TracedCommand, waits_on_next_stage
+from hicache_cli.targets import RankedTarget, RunFacts, SGLangTarget, TracedCommand, waits_on_next_stage
 from hicache_cli.version import hicache_version
 from hicache_cli.watchdog import blocked_frame
 
@@ -160,31 +157,16 @@ def _waits_on(config: RunConfig) -> Callable[[int, str | None], int | None]:
 
 
 def target_summary(config: RunConfig, ranks: list[RankReport]) -> TargetSection:
-    """What ran the PP sync. For SGLang: which code (version, file, hash, drain method) and
-    how many PP-sync messages a round sends, measured on rank 0. For a traced program: the
-    command, the --loop function, and how many processes were observed."""
-    target = config.target
-    if isinstance(target, TracedCommand):
-        processes = sum(1 for r in ranks if r.measured)
-        return TraceSection(command=list(target.command), cwd=target.cwd, loop=target.loop, processes=processes)
-    if isinstance(target, SGLangTarget):
-        first = ranks[0] if ranks else None
-        rounds = first.rounds if first else None
-        sent = first.messages.sent if first and first.messages else None
-        return SGLangSection(
-            version=target.version,
-            origin=target.origin,
-            location=target.location,
-            class_name=target.class_name,
-            file=target.file,
-            sha256=target.sha256,
-            tags_file=target.tags_file,
-            drain_method=target.drain_method,
-            unresolved=target.unresolved,
-            sends_per_round=round(sent / rounds, 3) if rounds and sent is not None else None,
-        )
-    assert isinstance(target, ModelTarget)
-    return ModelSection(policy=target.policy)
+    """What ran the PP sync, as its target says it (targets.Target.section): for SGLang, which
+    code and how many PP-sync messages rank 0 sent a round; for a traced program, the command
+    and how many processes were observed."""
+    first = ranks[0] if ranks else None
+    facts = RunFacts(
+        processes=sum(1 for r in ranks if r.measured),
+        rounds=first.rounds if first else None,
+        sent=first.messages.sent if first and first.messages else None,
+    )
+    return config.target.section(facts)
 
 
 def slots(config: RunConfig, samples: Mapping[int, list[Sample]]) -> list[int]:

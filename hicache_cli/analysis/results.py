@@ -17,6 +17,7 @@ from typing import Any
 from hicache_cli.analysis.kinds import FailureKind, Status, Verdict
 from hicache_cli.config import RunConfig
 from hicache_cli.records import Record, ShapeError, field_spec, join, record_fields, replace
+from hicache_cli.targets import ModelSection, SGLangSection, TargetSection, TraceSection
 
 __all__ = [
     "Backlog",
@@ -74,62 +75,6 @@ class Failure(Record):
 
     def line(self) -> str:
         return f"rank {self.rank} {self.kind}: {self.message}"
-
-
-@dataclass(frozen=True)
-class TargetSection(Record):
-    """What ran the PP sync (`target`): one record per kind, read by its `kind`."""
-
-    kind: str = field_spec(required=True, default="")
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "") -> TargetSection:
-        if cls is TargetSection and isinstance(data, dict):
-            section = _SECTIONS.get(data.get("kind"))  # type: ignore[arg-type]
-            if section is not None:
-                return section.from_dict(data, where)
-        return super().from_dict(data, where)
-
-
-@dataclass(frozen=True)
-class ModelSection(TargetSection):
-    kind: str = "model"
-    policy: str | None = None
-
-
-@dataclass(frozen=True)
-class SGLangSection(TargetSection):
-    """Which SGLang code ran the PP sync, and how many PP-sync messages a round sent (rank 0)."""
-
-    kind: str = "sglang"
-    version: str = field_spec(required=True, default="")
-    origin: str = field_spec(required=True, default="")
-    location: str = field_spec(required=True, default="")
-    class_name: str = field_spec("class", required=True, default="")
-    file: str | None = None
-    sha256: str = field_spec(required=True, default="")
-    tags_file: str | None = None
-    drain_method: str | None = None
-    unresolved: str | None = None
-    sends_per_round: float | None = None
-
-    def omit(self) -> frozenset[str]:
-        """What the config's entry did not have (older reports) stays out."""
-        return frozenset(k for k in ("file", "tags_file", "drain_method", "unresolved") if getattr(self, k) is None)
-
-
-@dataclass(frozen=True)
-class TraceSection(TargetSection):
-    """A traced program: the command, its --loop function, the processes observed."""
-
-    kind: str = "trace"
-    command: list[str] = field(default_factory=list)
-    cwd: str | None = None
-    loop: str | None = None
-    processes: int | None = None
-
-
-_SECTIONS: dict[str, type[TargetSection]] = {s.kind: s for s in (ModelSection, SGLangSection, TraceSection)}
 
 
 @dataclass(frozen=True)
