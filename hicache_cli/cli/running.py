@@ -4,7 +4,8 @@ or plain lines, served as metrics too), a traced program, a series of runs side 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from hicache_cli.analysis.results import Report
 from hicache_cli.config import RunConfig
 from hicache_cli.execution import RunResult, execute
 from hicache_cli.launch.nodes import NodeSpec
-from hicache_cli.launch.supervisor import EarlyStop
+from hicache_cli.launch.supervisor import EarlyStop, View
 from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.metrics_exporter import MetricsExporter
@@ -63,16 +64,26 @@ def run_with_progress(
 ) -> RunResult:
     """One workload, shown live on a terminal or as plain lines otherwise (and served as
     metrics, with `metrics`)."""
+    with progress_view(config, directory, console, live, metrics) as view:
+        refresh_s = 1.0 / refresh if live else 0.5
+        return execute(config, directory, view, port, report_copy, refresh_s, early_stop=early_stop, nodes=nodes)
+
+
+@contextlib.contextmanager
+def progress_view(
+    config: RunConfig, directory: Path, console: Console, live: bool, metrics: MetricsExporter | None
+) -> Iterator[View]:
+    """What a run feeds while it goes: the live dashboard on a terminal, plain lines
+    otherwise; the metrics endpoint too, with `metrics` (its URL said first)."""
     if metrics is not None:
         metrics.run_dir = str(directory)
         console.print(f"metrics: {metrics.url}")
     if live:
         with LiveView(Dashboard(config, str(directory)), console) as live_view:
-            view = live_view if metrics is None else metrics.feeding(live_view)
-            return execute(config, directory, view, port, report_copy, 1.0 / refresh, early_stop, nodes)
+            yield live_view if metrics is None else metrics.feeding(live_view)
+        return
     plain = PlainProgress(config.duration_s, write=console.print)
-    view = plain if metrics is None else metrics.feeding(plain)
-    return execute(config, directory, view, port, report_copy, early_stop=early_stop, nodes=nodes)
+    yield plain if metrics is None else metrics.feeding(plain)
 
 
 def run_traced(
@@ -93,32 +104,17 @@ def run_traced(
     console = make_console(live, to_stderr=json_output or not live)  # not live: stdout is the program's
     console.print(f"hicache {config.title()}")
     console.print(f"run directory: {directory}")
-    if metrics is not None:
-        metrics.run_dir = str(directory)
-        console.print(f"metrics: {metrics.url}")
     if live:
         console.print(f"the program's output: {directory / PROGRAM_LOG}")
-        with LiveView(Dashboard(config, str(directory)), console) as live_view:
-            view = live_view if metrics is None else metrics.feeding(live_view)
-            result = execute(
-                config,
-                directory,
-                view,
-                report_copy=report,
-                refresh_s=1.0 / refresh,
-                early_stop=early_stop,
-                passthrough=False,
-            )
-    else:
-        plain = PlainProgress(config.duration_s, write=console.print)
-        view = plain if metrics is None else metrics.feeding(plain)
+    with progress_view(config, directory, console, live, metrics) as view:
         result = execute(
             config,
             directory,
             view,
             report_copy=report,
+            refresh_s=1.0 / refresh if live else 0.5,
             early_stop=early_stop,
-            passthrough=True,
+            passthrough=not live,  # on a terminal the dashboard has it: the program's output goes to its log
             passthrough_to_stderr=json_output,
         )
     return result, console

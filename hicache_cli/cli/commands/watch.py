@@ -11,11 +11,8 @@ from hicache_cli.analysis.report import load_report
 from hicache_cli.cli import options, running
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.metrics_exporter import check_metrics_options
 from hicache_cli.present.progress import (
-    LiveView,
-    PlainProgress,
     make_console,
     stdout_is_terminal,
     summary_table,
@@ -84,16 +81,7 @@ def watch(
     metrics = running.serve_metrics(ctx, metrics_port, metrics_host, config)
     live = not no_live and stdout_is_terminal()
     console = make_console(live)
-    if metrics is not None:
-        metrics.run_dir = str(run_dir)
-        console.print(f"metrics: {metrics.url}")
-    if live:
-        with LiveView(Dashboard(config, str(run_dir)), console) as live_view:
-            view = live_view if metrics is None else metrics.feeding(live_view)
-            why = follow(run_dir, config, view, 1.0 / refresh, console.print)
-    else:
-        plain = PlainProgress(config.duration_s, write=console.print)
-        view = plain if metrics is None else metrics.feeding(plain)
+    with running.progress_view(config, run_dir, console, live, metrics) as view:
         why = follow(run_dir, config, view, 1.0 / refresh, console.print)
     console.print(f"watch ended: {why}")
     if (run_dir / REPORT_FILE).exists():
