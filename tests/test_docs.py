@@ -22,7 +22,7 @@ from hicache_cli.cli.options import FAULT
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.sample import Sample
 from hicache_cli.targets import ModelTarget, SGLangTarget, TracedCommand
-from tests.cli.conftest import build_pp2_report
+from tests.conftest import build_pp2_report
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 OPTIONS_HEADER = "| option | default | meaning |"

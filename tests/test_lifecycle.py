@@ -26,7 +26,7 @@ from hicache_cli.protocol import ORPHANED_EXIT
 from hicache_cli.rank import probe as probe_module
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
-from tests.cli.conftest import report_json
+from tests.conftest import report_json
 
 PP2 = StressConfig(pp=2, duration_s=60.0)
 

@@ -17,7 +17,7 @@ from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import samples_file
 from hicache_cli.sample import EVENT_FIELDS, KEYFRAME_S, LineEncoder, LineTail, Sample, decode_lines
 from hicache_cli.series import DigestCheck, RankSeries, RunFollower, RunSeries, Totals
-from tests.cli.conftest import build_sample, build_series, report_json
+from tests.conftest import build_sample, build_series, report_json
 
 
 def noisy_series(n: int, seed: int = 3) -> list[Sample]:

@@ -19,7 +19,7 @@ from hicache_cli.errors import UsageError
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.records import replace
 from hicache_cli.targets import SGLangTarget, TracedCommand
-from tests.cli.conftest import FakeExecute, assert_refused, build_series
+from tests.conftest import FakeExecute, assert_refused, build_series
 
 DRAIN = StressConfig(pp=2, policy="drain", duration_s=60.0)
 

@@ -19,7 +19,7 @@ from hicache_cli.sample import Sample
 from hicache_cli.series import RunSeries
 from hicache_cli.targets import SGLangTarget
 from hicache_cli.watchdog import Stall
-from tests.cli.conftest import report_json
+from tests.conftest import report_json
 
 MakeSeries = Callable[..., list[Sample]]
 MakeSample = Callable[..., Sample]

@@ -20,7 +20,7 @@ from hicache_cli.present.report_views import memory_lines, report_summary
 from hicache_cli.rank.loop_stats import MemoryKinds, memory_kinds
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
-from tests.cli.conftest import report_json
+from tests.conftest import report_json
 
 ROLLUP = """\
 55d0c0000000-7ffd00000000 ---p 00000000 00:00 0                          [rollup]

@@ -13,7 +13,7 @@ from hicache_cli.config import StressConfig
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import REPORT_FILE
 from hicache_cli.sample import Sample
-from tests.cli.conftest import report_json
+from tests.conftest import report_json
 
 MakeSeries = Callable[..., list[Sample]]
 

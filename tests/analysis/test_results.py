@@ -13,7 +13,7 @@ from hicache_cli.analysis.report import build_report
 from hicache_cli.analysis.results import LoopLatency, Report, Rss, WorkList
 from hicache_cli.config import StressConfig
 from hicache_cli.outcome import RunOutcome
-from tests.cli.conftest import build_pp2_run
+from tests.conftest import build_pp2_run
 
 
 def written(report: Report) -> dict[str, Any]:

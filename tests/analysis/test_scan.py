@@ -38,7 +38,7 @@ from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.tables import release_table, to_markdown, to_rich
 from hicache_cli.sglang_target.locate import pick_versions
 from hicache_cli.targets import SGLangTarget
-from tests.cli.conftest import build_pp2_run
+from tests.conftest import build_pp2_run
 
 AVAILABLE = ["0.5.9", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.14", "0.5.15", "0.5.16", "0.5.20", "0.5.23"]
 
@@ -111,7 +111,7 @@ ENTRY = {
 
 
 def sglang_report(*, leaking: bool = True, final: bool = True, drain_method: str | None = None) -> Report:
-    """A pp=2 run of SGLang 9.9.9's code, from tests/cli/conftest.py's synthetic samples (one send a round)."""
+    """A pp=2 run of SGLang 9.9.9's code, from tests/conftest.py's synthetic samples (one send a round)."""
     entry = {**ENTRY, "drain_method": drain_method if drain_method is not None else ENTRY["drain_method"]}
     config = RunConfig(target=SGLangTarget.from_dict({"pp": 2, **entry}), duration_s=60.0)
     return build_report(config, build_pp2_run(leaking=leaking, final=final), RunOutcome(wall_s=61.0))

@@ -18,7 +18,7 @@ from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
 from hicache_cli.analysis.stats import Trend, VerdictInputs
 from hicache_cli.sample import Sample
-from tests.cli.conftest import build_sample
+from tests.conftest import build_sample
 
 MakeSeries = Callable[..., list[Sample]]
 

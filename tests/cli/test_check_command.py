@@ -17,7 +17,7 @@ from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli.main import main
 from hicache_cli.launch.supervisor import GuardedView
 from hicache_cli.present.progress import RunConsole
-from tests.cli.conftest import FakeExecute, assert_refused
+from tests.conftest import FakeExecute, assert_refused
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from cache.policies import POLICIES
 from hicache_cli.cli.commands.compare import parse_policies
 from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
-from tests.cli.conftest import FakeExecute, assert_refused
+from tests.conftest import FakeExecute, assert_refused
 
 
 @pytest.fixture(autouse=True)

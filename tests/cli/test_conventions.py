@@ -16,7 +16,7 @@ from hicache_cli.cli.main import app, main
 from hicache_cli.config import StressConfig
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.report_views import report_summary
-from tests.cli.conftest import build_pp2_run, report_json
+from tests.conftest import build_pp2_run, report_json
 
 # typer 0.29 writes each parameter's Python type: <bool>, <int>, <list[str]>, <path>, ...
 TYPE_MARKER = re.compile(r"<(bool|int|float|str|path|Path|list\[[^\]]*\])>")

@@ -22,7 +22,7 @@ from hicache_cli.present.progress import target_line, verdict_lines
 from hicache_cli.sglang_target.extract import NotApplicable, file_sha256
 from hicache_cli.sglang_target.locate import TargetError
 from hicache_cli.targets import ModelTarget, SGLangTarget
-from tests.cli.conftest import build_pp2_run, report_json
+from tests.conftest import build_pp2_run, report_json
 from tests.sglang_target.conftest import FakePip
 from tests.sglang_target.families import HIRADIX_REL, NO_PP_SYNC, TAGS_REL, make_checkout, make_wheel
 

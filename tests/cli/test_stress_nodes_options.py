@@ -16,7 +16,7 @@ from hicache_cli.execution import RunResult
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import samples_file as rank_file
-from tests.cli.conftest import FakeExecute, assert_refused, build_sample
+from tests.conftest import FakeExecute, assert_refused, build_sample
 
 NODE_OPTIONS = ["--pp", "4", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29500"]
 

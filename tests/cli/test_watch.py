@@ -230,7 +230,7 @@ def test_off_a_terminal_the_console_is_wide_and_plain(
 ) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     console = make_console(live=False)
-    assert console.width == UNWRAPPED_WIDTH and console.soft_wrap  # tests/cli/test_plain_output.py
+    assert console.width == UNWRAPPED_WIDTH and console.soft_wrap  # tests/present/test_plain_output.py
     assert console.color_system is None
 
 

@@ -33,7 +33,7 @@ from hicache_cli.protocol import samples_file as rank_file
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
 from hicache_cli.watchdog import Stall
-from tests.cli.conftest import build_sample, build_series, report_json
+from tests.conftest import build_sample, build_series, report_json
 
 PP4 = StressConfig(pp=4)
 NODE0 = NodeSpec(

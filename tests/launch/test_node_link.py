@@ -31,7 +31,7 @@ from hicache_cli.launch.nodes import HEARD_EVERY_S, LOST_AFTER_S, Feeder, Head, 
 from hicache_cli.protocol import LINK_FILE
 from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.series import read_run
-from tests.cli.conftest import build_sample
+from tests.conftest import build_sample
 from tests.outsider import forge, send_raw
 
 CONFIG = json.dumps(StressConfig(pp=4).to_dict(), sort_keys=True)  # as launcher.open_link writes it

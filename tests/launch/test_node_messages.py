@@ -21,7 +21,7 @@ from hicache_cli.launch.node_messages import (
     sample_problem,
 )
 from hicache_cli.launch.node_wire import Dropped
-from tests.cli.conftest import build_sample
+from tests.conftest import build_sample
 
 WORLD = 4
 

@@ -24,7 +24,7 @@ from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.sample import Sample
 from hicache_cli.series import Totals
 from hicache_cli.targets import TracedCommand
-from tests.cli.conftest import report_json
+from tests.conftest import report_json
 
 PY = sys.executable
 LEAKY_SITE = {"file": "/srv/app/sync.py", "line": 42, "function": "sync_counts", "op": "isend", "peer": 1}

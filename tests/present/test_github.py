@@ -18,7 +18,7 @@ from hicache_cli.present.github import (
     github_annotations,
     md,
 )
-from tests.cli.conftest import FakeExecute, build_pp2_report
+from tests.conftest import FakeExecute, build_pp2_report
 
 
 def test_messages_escape_percent_and_line_ends() -> None:

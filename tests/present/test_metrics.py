@@ -23,7 +23,7 @@ from hicache_cli.config import StressConfig
 from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.present.metrics_exporter import MetricsExporter
 from hicache_cli.sample import Sample
-from tests.cli.conftest import FakeExecute, assert_refused
+from tests.conftest import FakeExecute, assert_refused
 
 CONFIG = StressConfig(pp=2, policy="reap", duration_s=60.0)
 
