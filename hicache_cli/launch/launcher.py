@@ -261,7 +261,7 @@ def open_link(config: LaunchConfig) -> Head | Feeder | None:
         return None
     text = json.dumps(config.config.to_dict(), sort_keys=True)
     if config.nodes.is_head:
-        return Head(config.nodes, text, config.run_dir, config.target.world_size)
+        return Head(config.nodes, text, config.run_dir)
     return Feeder(config.nodes, text, config.run_dir, config.startup_timeout_s)
 
 

@@ -614,3 +614,16 @@ def test_a_link_without_drops_has_no_summary(head: Head, feeder: Feeder, head_di
     head.finish(1.0)
     assert json.loads((head_dir / LINK_FILE).read_text()) == {"dropped": {}, "refused": {}}
     assert link_summary(head_dir) is None
+
+
+def test_node_0s_launcher_hosts_the_link_for_its_run(spec: NodeSpec, head_dir: Path) -> None:
+    """What the torchrun strategy opens before its ranks start: the head, for the run's config."""
+    from hicache_cli.launch.launcher import LaunchConfig, open_link
+
+    link = open_link(LaunchConfig(run_dir=head_dir, config=StressConfig(pp=4), nodes=spec))
+    try:
+        assert isinstance(link, Head)
+        assert link.pump() is None  # nobody refused: the run goes on
+    finally:
+        del link
+        gc.collect()
