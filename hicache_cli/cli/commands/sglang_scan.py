@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from hicache_cli.analysis.kinds import Status
 from hicache_cli.analysis.scan import first_change, not_applicable, row_from_report, scan_bundle
 from hicache_cli.cli import options, running
 from hicache_cli.cli.configure import StressOptions, check_output_paths, config_from_options
@@ -92,5 +93,5 @@ def sglang_scan(
     if json_output:
         print_json(data)
     running.exit_if_interrupted(*reports.values())
-    if any(r.status == "failed" for r in rows):
+    if any(r.status == Status.FAILED for r in rows):
         raise typer.Exit(EXIT_RUN_FAILED)
