@@ -5,7 +5,7 @@ with no terminal output (docs/api.md).
     report = hc.run(hc.StressConfig(pp=2, policy="reap", duration_s=8.0))
     assert report.verdict == hc.Verdict.LEAK
 
-The commands run the same `launch.run.execute`; this module adds no behaviour of its own
+The commands run the same `execution.execute`; this module adds no behaviour of its own
 beyond checking the config first and typing the result.
 """
 
@@ -19,14 +19,14 @@ from pathlib import Path
 
 from hicache_cli.analysis import report as report_file
 from hicache_cli.analysis.results import Report
-from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
+from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.launch.launcher import EarlyStop
-from hicache_cli.launch.run import execute
+from hicache_cli.execution import execute
+from hicache_cli.launch.supervisor import EarlyStop
 from hicache_cli.launch.trace_launcher import traced_config
-from hicache_cli.protocol import REPORT_FILE
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import Sample
+from hicache_cli.targets import RankedTarget, TracedCommand
 
 # Called about twice a second while a run goes on: every rank's samples so far (by rank
 # file), and the seconds since launch. How the dashboard follows a run.
@@ -34,7 +34,7 @@ OnSamples = Callable[[dict[int, list[Sample]], float], None]
 
 
 def run(
-    config: StressConfig,
+    config: RunConfig,
     *,
     run_dir: str | os.PathLike[str] | None = None,
     on_samples: OnSamples | None = None,
@@ -49,14 +49,13 @@ def run(
     `hicache_cli.analysis.settle.Settler(config)`, as `check --max-duration` does.
     Bad values raise UsageError with the CLI's one-line message.
     """
-    config.validate()
-    if config.target == "sglang" and config.sglang is None:
-        raise UsageError("target 'sglang' needs SGLang's code: build the config with hicache_cli.with_sglang()")
-    if config.traced:
+    if isinstance(config.target, TracedCommand):
         raise UsageError("a traced program runs with hicache_cli.trace(command)")
-    directory = create_run_dir(_path(run_dir), config.policy)
+    config.validate()
+    directory = create_run_dir(_path(run_dir), config.label)
     result = execute(config, directory, on_samples or _ignore, report_copy=_path(report_copy), early_stop=early_stop)
-    return Report.read(result.report or {}, result.report_path)
+    assert result.report is not None  # one machine: the report is written here
+    return result.report
 
 
 def trace(
@@ -87,7 +86,7 @@ def trace(
     config = traced_config(
         command_argv(command),
         loop,
-        duration_s or 0.0,
+        duration_s,
         probe_hz,
         warmup_s,
         leak_threshold_mb_per_h,
@@ -95,7 +94,8 @@ def trace(
     )
     directory = create_run_dir(_path(run_dir), "trace")
     result = execute(config, directory, on_samples or _ignore, early_stop=early_stop, passthrough=not capture_output)
-    return Report.read(result.report or {}, result.report_path)
+    assert result.report is not None
+    return result.report
 
 
 def command_argv(command: str | Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -118,17 +118,15 @@ def command_argv(command: str | Sequence[str | os.PathLike[str]]) -> list[str]:
 def load_report(path: str | os.PathLike[str]) -> Report:
     """A report written by any hicache command (or its run directory), checked against the
     schema; anything else raises UsageError naming the problem."""
-    where = Path(path)
-    data = report_file.load_report(where)
-    return Report.read(data, where / REPORT_FILE if where.is_dir() else where)
+    return report_file.load_report(Path(path))
 
 
 def with_sglang(
-    config: StressConfig,
+    config: RunConfig,
     target: str = "sglang",
     sglang_class: str = "auto",
     progress: Callable[[str], None] | None = None,
-) -> StressConfig:
+) -> RunConfig:
     """The config with SGLang's own PP-sync methods in place of hicache's model: `target`
     is `sglang` (installed), `sglang==VERSION` (fetched once into the cache) or
     `sglang:PATH`. As `--target`; the workload becomes `idle`, the policy SGLang's.
@@ -139,8 +137,10 @@ def with_sglang(
     spec = parse_target(target)
     if spec is None:
         raise UsageError(f"--target {target!r}: name an SGLang (sglang, sglang==VERSION or sglang:PATH)")
+    if not isinstance(config.target, RankedTarget):
+        raise UsageError("with_sglang: SGLang's code runs on hicache's ranks; give a config of hicache's model")
     resolved = resolve(spec, sglang_class, progress)
-    return replace(config, target="sglang", sglang=resolved.config_entry(), policy=resolved.label, workload="idle")
+    return replace(config, target=resolved.target(config.target))
 
 
 def _path(value: str | os.PathLike[str] | None) -> Path | None:

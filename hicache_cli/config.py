@@ -1,128 +1,121 @@
-"""The run configuration: built from options by a command, read back by every rank."""
+"""The run configuration: what runs (a typed target, targets.py) and the measurement
+settings every target shares. Built from options by a command (or by the API), written to
+the run directory's config.json, read back by every rank and every reader."""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+import types
+import typing
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from hicache_cli.errors import UsageError
 from hicache_cli.files import read_bytes, run_file
 from hicache_cli.protocol import CONFIG_FILE
+from hicache_cli.records import Record, ShapeError, field_spec
+from hicache_cli.targets import (
+    DEFAULT_POLICY,
+    DEVICES,
+    MAX_WORLD_SIZE,
+    PP_BACKENDS,
+    ModelTarget,
+    RankedTarget,
+    Target,
+    TracedCommand,
+)
 
-DEFAULT_POLICY = "reap"  # the incident's: hicache's model leaks under it
+__all__ = [
+    "DEFAULT_POLICY",
+    "DEFAULT_PROBE_HZ",
+    "DEVICES",
+    "MAX_WORLD_SIZE",
+    "PP_BACKENDS",
+    "RunConfig",
+    "StressConfig",
+]
+
 DEFAULT_PROBE_HZ = 10.0
-MAX_WORLD_SIZE = 64
-DEVICES = ("auto", "cpu", "cuda")
-PP_BACKENDS = ("gloo", "nccl")
 CONFIG_LIMIT = 16 << 20  # config.json is a few kB; a larger one is not a config
+# A field's command-line option, where its name does not say it (the rest: --name-with-dashes).
+OPTIONS = {
+    "duration_s": "duration",
+    "warmup_s": "warmup",
+    "wait_timeout_s": "wait-timeout",
+    "stall_timeout_s": "stall-timeout",
+    "leak_threshold_mb_per_h": "leak-threshold",
+    "faults": "fault",
+}
 
 
 @dataclass(frozen=True)
-class StressConfig:
-    pp: int = 2
-    tp: int = 1
-    policy: str = DEFAULT_POLICY
-    duration_s: float = 15.0
-    workload: str = "mixed"
-    request_rate: float | None = None  # None: the workload preset's value
-    prefix_sharing: float | None = None
-    idle_fraction: float | None = None
-    seed: int = 0
-    probe_hz: float = DEFAULT_PROBE_HZ
-    wait_timeout_s: float = 5.0
-    device: str = "auto"  # auto | cpu | cuda (auto: cuda when the rank sees a GPU)
-    backend: str = "gloo"  # the default group's
-    pp_backend: str = "gloo"  # the TP and PP-sync groups': gloo (as SGLang) or nccl (CUDA tensors)
-    device_pool_tokens: int = 4096
-    host_pool_tokens: int = 16384
-    cache_warmup_rounds: int = 10000  # rounds run before the clock starts (Scheduler.warm_up)
+class RunConfig(Record):
+    """What runs, and how it is measured (the same for every kind of target)."""
+
+    target: Target = field_spec(required=True, default=ModelTarget())
+    duration_s: float | None = 15.0  # None: until the target ends by itself (a traced program)
+    probe_hz: float = DEFAULT_PROBE_HZ  # samples per second per rank
     warmup_s: float | None = None  # None: per rank, where its RSS transient ends (assess.resolve_warmup)
     leak_threshold_mb_per_h: float = 100.0
-    stop_grace_s: float = 1.5  # how long a rank blocked at the deadline gets to finish its round
     stall_timeout_s: float = 5.0  # a round older than this is a stall: stacks dumped, run ended
-    faults: tuple[str, ...] = ()  # --fault specs, see cache/faults.py
-    target: str = "model"  # model (hicache's cache model) | sglang (SGLang's own methods) | trace
-    # target sglang: what to run, from hicache_cli.sglang_target.resolve (version, origin,
-    # location, class, file, sha256, tags_file, drain_method)
-    sglang: dict[str, str] | None = None
-    # target trace (`hicache trace -- COMMAND`): {"command": [...], "loop": "MODULE:QUALNAME" or
-    # None, "cwd": where it ran}; duration_s 0 means until the program exits
-    trace: dict[str, Any] | None = None
 
     @property
-    def world_size(self) -> int:
-        return self.pp * self.tp
+    def label(self) -> str:
+        """The run's name where a policy's would go: the policy, sglang-0.5.14, trace."""
+        return self.target.label
+
+    def title(self, sep: str = "  ", duration: bool = True) -> str:
+        """The run in one line: `drain  pp=2 tp=1  15s`, `trace: python train.py`."""
+        return self.target.title(self.duration_s if duration else None, sep)
+
+    def properties(self) -> dict[str, Any]:
+        """What names the run in a CI system's records (JUnit's properties)."""
+        ranked = self.ranked
+        shape = {"pp": ranked.pp, "tp": ranked.tp} if ranked else {}
+        workload = {"workload": ranked.workload, "seed": ranked.seed} if ranked else {}
+        return {"policy": self.label, **shape, "duration_s": self.duration_s, **workload}
 
     @property
-    def traced(self) -> bool:
-        return self.target == "trace"
+    def ranked(self) -> RankedTarget | None:
+        """The target when hicache runs it on ranks of its own (the model or SGLang's code)."""
+        return self.target if isinstance(self.target, RankedTarget) else None
 
-    def validate(self) -> StressConfig:
-        """Check every value; raise UsageError with the one line the CLI prints for the
-        same mistake (named by its option). Returns the config, for chaining."""
-        from cache.faults import FaultSpecError, parse_fault  # the cache model's registries: no torch
-        from cache.policies import POLICIES
-        from cache.workload import PRESETS
+    @property
+    def expected_ranks(self) -> int | None:
+        return self.target.expected_ranks
+
+    def validate(self) -> RunConfig:
+        """Check every value (its type first, then its range); raise UsageError with the one
+        line the CLI prints for the same mistake (named by its option). Returns the config."""
         from hicache_cli.units import MAX_RUN_S, MAX_TIMEOUT_S, format_limit
 
-        if not self.traced:  # a traced program's ranks, policy and workload are its own
-            for name, value in (("pp", self.pp), ("tp", self.tp)):
-                if value < 1:
-                    raise UsageError(f"--{name} must be at least 1, got {value}")
-            if self.world_size > MAX_WORLD_SIZE:
-                raise UsageError(f"--pp x --tp = {self.world_size} ranks; at most {MAX_WORLD_SIZE} are supported")
-            if self.target == "model" and self.policy not in POLICIES:
-                raise UsageError(f"--policy: unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
-            if self.workload not in PRESETS:
-                raise UsageError(f"--workload: unknown workload {self.workload!r}; choose one of: {', '.join(PRESETS)}")
-        for name, value in (
-            ("request-rate", self.request_rate),
-            ("prefix-sharing", self.prefix_sharing),
-            ("idle-fraction", self.idle_fraction),
-        ):
-            if value is not None and not 0.0 <= value <= 1.0:
-                raise UsageError(f"--{name} must be between 0 and 1, got {value}")
+        check_types(self.target)
+        check_types(self)
+        self.target.validate()
         if not 0.1 <= self.probe_hz <= 100:
             raise UsageError(f"--probe-hz must be between 0.1 and 100, got {self.probe_hz}")
         if not (math.isfinite(self.leak_threshold_mb_per_h) and self.leak_threshold_mb_per_h > 0):
             raise UsageError(f"--leak-threshold must be more than zero, got {self.leak_threshold_mb_per_h}")
-        if self.device not in DEVICES:
-            raise UsageError(f"--device: {self.device!r}; choose one of: {', '.join(DEVICES)}")
-        if self.pp_backend not in PP_BACKENDS:
-            raise UsageError(f"--pp-backend: {self.pp_backend!r}; choose one of: {', '.join(PP_BACKENDS)}")
-        if self.pp_backend == "nccl" and self.device == "cpu":
-            raise UsageError("--pp-backend nccl sends CUDA tensors: it needs --device cuda (or auto on a GPU machine)")
         for name, value, most in (
             ("duration", self.duration_s, MAX_RUN_S),
-            ("wait-timeout", self.wait_timeout_s, MAX_TIMEOUT_S),
             ("stall-timeout", self.stall_timeout_s, MAX_TIMEOUT_S),
         ):
-            if name == "duration" and self.traced and value == 0:
+            if value is None and isinstance(self.target, TracedCommand):
                 continue  # a traced program runs until it exits
-            if not (math.isfinite(value) and 0 < value <= most):
-                raise UsageError(f"--{name}: must be more than zero and at most {format_limit(most)}, got {value:g}s")
-        for spec in self.faults:
-            try:
-                parse_fault(spec, self.world_size)
-            except FaultSpecError as exc:
-                raise UsageError(f"--fault: {exc}") from None
+            if value is None or not (math.isfinite(value) and 0 < value <= most):
+                got = "none" if value is None else f"{value:g}s"
+                raise UsageError(f"--{name}: must be more than zero and at most {format_limit(most)}, got {got}")
         if self.warmup_s is not None and self.duration_s and self.warmup_s >= self.duration_s:
             raise UsageError(f"--warmup ({self.warmup_s:g}s) must be shorter than --duration ({self.duration_s:g}s)")
         return self
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "faults": list(self.faults)}
-
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StressConfig:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        if "faults" in values:
-            values["faults"] = tuple(values["faults"])
-        return cls(**values)
+    def from_dict(cls, data: Any, where: str = "") -> RunConfig:
+        if isinstance(data, dict) and not isinstance(data.get("target"), dict):
+            data = legacy_config(data, where)  # written by hicache before targets were typed
+        return super().from_dict(data, where)
 
     def save(self, run_dir: Path) -> None:
         """config.json, created exclusively in the run directory (never through a symlink)."""
@@ -134,7 +127,7 @@ class StressConfig:
             raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
     @classmethod
-    def load(cls, run_dir: Path) -> StressConfig:
+    def load(cls, run_dir: Path) -> RunConfig:
         """config.json read back; anything that is not one is a UsageError in one line."""
         path = run_dir / CONFIG_FILE
         try:
@@ -151,3 +144,94 @@ class StressConfig:
 def _first_line(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:200]
+
+
+def StressConfig(  # noqa: N802 - the public name of the flat constructor since hicache's first API
+    *,
+    duration_s: float = 15.0,
+    probe_hz: float = DEFAULT_PROBE_HZ,
+    warmup_s: float | None = None,
+    leak_threshold_mb_per_h: float = 100.0,
+    stall_timeout_s: float = 5.0,
+    **model: Any,
+) -> RunConfig:
+    """A run of hicache's own model from flat settings (`pp`, `tp`, `policy`, `workload`,
+    `seed`, ... as ModelTarget names them), as `hicache stress` takes them:
+    `StressConfig(pp=2, policy="reap", duration_s=8.0)`."""
+    return RunConfig(
+        target=ModelTarget(**model),
+        duration_s=duration_s,
+        probe_hz=probe_hz,
+        warmup_s=warmup_s,
+        leak_threshold_mb_per_h=leak_threshold_mb_per_h,
+        stall_timeout_s=stall_timeout_s,
+    )
+
+
+MEASUREMENT = ("duration_s", "probe_hz", "warmup_s", "leak_threshold_mb_per_h", "stall_timeout_s")
+
+
+def legacy_config(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """A config.json (or a report's config) of the flat shape hicache wrote before targets
+    were typed: `target` "model", "sglang" (with its `sglang` entry) or "trace" (with `trace`)."""
+    kind = data.get("target", "model")
+    flat = {k: v for k, v in data.items() if k not in ("target", "sglang", "trace")}
+    measured = {k: flat.pop(k) for k in MEASUREMENT if k in flat}
+    if kind == "trace" and isinstance(data.get("trace"), dict):
+        trace = data["trace"]
+        target = {
+            "kind": "trace",
+            "command": trace.get("command"),
+            "loop": trace.get("loop"),
+            "cwd": trace.get("cwd", ""),
+        }
+        if measured.get("duration_s") == 0:
+            measured["duration_s"] = None  # 0 meant: until the program exits
+    elif kind == "sglang" and isinstance(data.get("sglang"), dict):
+        ranks = {k: v for k, v in flat.items() if k in _field_names(RankedTarget)}
+        target = {"kind": "sglang", **ranks, **data["sglang"]}
+    elif kind in ("model", None):
+        target = {"kind": "model", **{k: v for k, v in flat.items() if k in _field_names(ModelTarget)}}
+    else:
+        raise ShapeError(f"{where or 'config'}.target: {kind!r}, expected model, sglang or trace")
+    return {"target": target, **measured}
+
+
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def check_types(record: Any) -> None:
+    """Each field's value of the type its annotation names: a bool is no count, a float no
+    pp, a string no seed. One line, as the CLI says it."""
+    hints = typing.get_type_hints(type(record))
+    for f in fields(record):
+        value, hint = getattr(record, f.name), hints[f.name]
+        if not _fits(value, hint):
+            option = "--" + OPTIONS.get(f.name, f.name.replace("_", "-"))
+            raise UsageError(f"{option} must be {_words(hint)}, got {value!r}")
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for option in options:
+        origin = typing.get_origin(option) or option
+        if option is type(None) and value is None:
+            return True
+        if origin is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        if origin is str and isinstance(value, str):
+            return True
+        if origin is tuple and isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
+            return True
+        if isinstance(origin, type) and issubclass(origin, Target) and isinstance(value, Target):
+            return True
+    return False
+
+
+def _words(hint: Any) -> str:
+    names = {int: "a whole number", float: "a number", str: "text", tuple: "a list of text", type(None): "None"}
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return " or ".join(names.get(typing.get_origin(o) or o, "a target") for o in options)

@@ -28,6 +28,8 @@ from hicache_cli.protocol import OWNER_ENV
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 
 
 def exit_code_for(signal_name: str | None) -> int:
@@ -163,3 +165,37 @@ def parent_death_signal(signo: int = signal.SIGTERM) -> Callable[[], None] | Non
             os.kill(os.getpid(), signo)
 
     return arm
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux): a process below it whose parent ends is
+    reparented here, not to init, so it can still be found and stopped. True if it is one."""
+    prctl = _prctl()
+    return prctl is not None and prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+@contextlib.contextmanager
+def child_subreaper() -> Iterator[bool]:
+    """This process a child subreaper for the duration (what it was is restored after: the
+    library may run inside someone else's program). Yields whether it could be made one."""
+    prctl = _prctl()
+    if prctl is None:
+        yield False
+        return
+    was = ctypes.c_int(0)
+    prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+    made = prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    try:
+        yield made
+    finally:
+        if made and not was.value:
+            prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)

@@ -13,6 +13,8 @@ from pathlib import Path
 CONFIG_FILE = "config.json"  # the run's StressConfig; every rank reads it
 REPORT_FILE = "report.json"
 TORCHRUN_LOG = "torchrun.log"
+PROGRAM_LOG = "program.log"  # hicache trace: the program's stdout and stderr when the dashboard owns the terminal
+STOP_FILE = "trace-stop"  # hicache trace creates it: every traced process writes its final line and stops sampling
 # Created exclusively by the one run that gets the directory: of two runs started at once
 # on one --run-dir, exactly one creates it; the other is refused.
 CLAIM_FILE = ".hicache-run"
@@ -51,7 +53,20 @@ STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, EARLY_ST
 LIFELINE_EVERY_S = 0.5  # how often a rank checks that hicache (and its parent) still run
 ORPHANED_EXIT = 128 + signal.SIGHUP  # a rank left behind ends as if its terminal hung up
 
+
+class ErrorKind:
+    """What a rank that raised says of its error in its final line (`error_kind`), decided
+    where the exception is known: the analysis orders failures by it, never by their text."""
+
+    CLOSED_AFTER_TIMEOUT = "closed-after-timeout"  # its own timed-out wait closed the pair to `error_peer`
+    CONNECTION = "connection"  # the connection broke under it (a peer gone, a pair reset)
+    RAISED = "raised"  # anything else
+
+
 # Environment variables set for the processes hicache starts.
 OWNER_ENV = "HICACHE_OWNER"  # "PID:START" of the hicache that started the run
 NODE_ENV = "HICACHE_NODE_RANK"  # each rank: the --node-rank of the hicache that started it
 SECRET_ENV = "HICACHE_RUN_SECRET"  # the nodes' link secret: hicache's, removed from every rank's
+# Every process hicache starts (and everything below it, by inheritance) carries its run's
+# process-tree token: how an orphan reparented away from its parent is still known as the run's.
+TREE_ENV = "HICACHE_TREE"

@@ -11,6 +11,7 @@ import socket
 import stat
 import time
 from pathlib import Path
+from typing import IO
 
 from hicache_cli.errors import UsageError
 from hicache_cli.files import (
@@ -22,18 +23,20 @@ from hicache_cli.files import (
     read_bytes,
     replace_file,
     resolve_output,
+    run_file,
 )
 from hicache_cli.protocol import (
     CLAIM_FILE,
     CONFIG_FILE,
     LINK_FILE,
     LOGS_GLOB,
+    PROGRAM_LOG,
     REPORT_FILE,
     SAMPLES_GLOB,
     STACKS_GLOB,
+    STOP_FILE,
     TORCHRUN_LOG,
 )
-from hicache_cli.tracer.protocol import PROGRAM_LOG, STOP_FILE
 
 DEFAULT_ROOT = Path("hicache-runs")
 # What an earlier run (or compare-policies, sglang-scan) leaves: never written over. Each is
@@ -188,6 +191,15 @@ def write_run_file(path: Path, data: str | bytes) -> None:
     is replaced, never written through. Text goes as UTF-8."""
     try:
         replace_file(path, data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def open_run_log(path: Path) -> IO[bytes]:
+    """A run directory's log opened for appending (torchrun.log, program.log), never through
+    a symlink someone put there; one line (UsageError) when it cannot be."""
+    try:
+        return run_file(path, "append", binary=True)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 

@@ -47,9 +47,10 @@ class Sample:
     received: int  # PP-sync messages received from upstream
     blocked_on: str | None = None  # while blocked, e.g. "PP sync, waiting in recv from pp rank 0"
     blocked_peer: int | None = None  # the pp rank it is blocked on, when it knows
+    loop_thread: int | None = None  # threading.get_ident() of the loop's thread: its block in a stack dump
     counters: dict[str, float] = field(default_factory=dict)
     # Cumulative loop-latency histogram since the start: {bucket: rounds}, sparse;
-    # see hicache_cli.analysis.histogram for the bucket scale.
+    # see hicache_cli.histogram for the bucket scale.
     lat_hist: dict[str, int] = field(default_factory=dict)
     # PP consistency: {event round: digest of the counts applied up to it}, new ones only
     digests: dict[str, int] = field(default_factory=dict)
@@ -67,6 +68,9 @@ class Sample:
     kind: str = "sample"
     message: str | None = None  # final lines: how the rank stopped
     signal: str | None = None  # final lines: the signal that stopped it (e.g. "SIGTERM"), if one did
+    # final lines of a rank that raised: what kind of error (protocol.ErrorKind), and the peer it concerns
+    error_kind: str | None = None
+    error_peer: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         # not asdict: it deep-copies every nested dict, and this runs in every rank ten
@@ -99,6 +103,8 @@ EVENT_FIELDS: dict[str, Any] = {
     "kind": "sample",
     "message": None,
     "signal": None,
+    "error_kind": None,
+    "error_peer": None,
 }
 EVENT_KEYS = frozenset(EVENT_FIELDS)
 LINE_KEYS = frozenset(("t", "wall"))  # in every line; the rest may be left out (format 2)

@@ -27,8 +27,8 @@ from typing import Any
 import psutil
 
 from hicache_cli.analysis import stats
-from hicache_cli.analysis.histogram import LatencyHistogram
 from hicache_cli.config import StressConfig
+from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.protocol import CONFIG_FILE, SAMPLES_GLOB, samples_file
 from hicache_cli.sample import LineEncoder, Sample
 from hicache_cli.units import parse_duration

@@ -10,7 +10,7 @@ import socket
 
 from hicache_cli.launch.node_messages import hello, push
 from hicache_cli.launch.node_wire import client_handshake, receive_frame
-from tests.cli.conftest import build_sample
+from tests.conftest import build_sample
 
 WRONG_SECRET = "not-the-run-secret-at-all"
 

@@ -16,12 +16,13 @@ import typer
 
 from cache.faults import SHAPES
 from hicache_cli.analysis.report import environment
-from hicache_cli.cli.commands.common import FAULT
 from hicache_cli.cli.conventions import plain_help
 from hicache_cli.cli.main import app, main
-from hicache_cli.config import StressConfig
+from hicache_cli.cli.options import FAULT
+from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.sample import Sample
-from tests.cli.conftest import build_pp2_report
+from hicache_cli.targets import ModelTarget, SGLangTarget, TracedCommand
+from tests.conftest import build_pp2_report
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 OPTIONS_HEADER = "| option | default | meaning |"
@@ -145,7 +146,7 @@ def test_faults_md_bad_input_messages_are_the_real_ones(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # nothing may be made, but if it were, here
     if "r.json" in argv:  # the row's report exists: the error is about the other argument
-        (tmp_path / "r.json").write_text(json.dumps(build_pp2_report()))
+        (tmp_path / "r.json").write_text(json.dumps(build_pp2_report().to_dict()))
     if "notes.txt" in argv:  # the row's file exists and is not Python
         (tmp_path / "notes.txt").write_text("notes\n")
     if "/etc/hostname" in argv and not Path("/etc/hostname").is_file():
@@ -171,13 +172,20 @@ def report_md_row(key: str) -> str:
 
 def test_report_md_names_every_config_key() -> None:
     row = report_md_row("config")
-    missing = [f.name for f in fields(StressConfig) if f"`{f.name}`" not in row]
+    missing = [f.name for f in fields(RunConfig) if f"`{f.name}`" not in row]
+    assert missing == []
+
+
+@pytest.mark.parametrize("target", [ModelTarget, SGLangTarget, TracedCommand])
+def test_report_md_names_every_key_of_every_target(target: type) -> None:
+    row = report_md_row("config.target")
+    missing = [k for k in target().to_dict() if f"`{k}`" not in row]
     assert missing == []
 
 
 def test_report_md_names_every_environment_key() -> None:
     row = report_md_row("environment")
-    missing = [k for k in [*environment(StressConfig()), "devices"] if f"`{k}`" not in row]
+    missing = [k for k in environment(StressConfig(), []).to_dict() if f"`{k}`" not in row]
     assert missing == []
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,3 +96,112 @@ def test_the_pytest_plugin_imports_no_torch_in_pytest() -> None:
     # what a marked test loads in pytest: the launcher and the judging, still no torch
     parent = modules_loaded_by("import hicache_cli.pytest_ranks.parent", ["torch", "numpy", "rich", "typer"])
     assert parent == []
+
+
+# -- which of our own packages may import which -----------------------------------------------
+#
+# Bottom up: the core modules (hicache_cli/*.py: config, targets, records, sample, series,
+# protocol, ...) import only each other and the model's registries; sglang_target (SGLang's
+# source) sits on the core; the rank side and the tracer above it; the launcher above the
+# tracer; analysis on the core alone (pure), presentation on analysis; the library's entry
+# (api.py, execution.py) joins launch and analysis; the command line uses everything; the
+# process entry points (__main__, pytest_plugin) start the CLI and the pytest machinery. A
+# command never imports another command. docs/architecture.md states the same rule.
+LIBRARY = frozenset({"api", "execution"})
+ENTRY_POINTS = frozenset({"__main__", "pytest_plugin"})
+ALLOWED: dict[str, frozenset[str]] = {
+    "core": frozenset({"core", "cache"}),
+    "sglang_target": frozenset({"core"}),
+    "rank": frozenset({"core", "cache", "sglang_target"}),
+    "tracer": frozenset({"core", "rank"}),
+    "launch": frozenset({"core", "tracer"}),
+    "analysis": frozenset({"core"}),
+    "present": frozenset({"core", "analysis"}),
+    "lint": frozenset({"core", "sglang_target"}),
+    "pytest_ranks": frozenset({"core", "analysis", "launch", "tracer"}),
+    "library": frozenset({"core", "analysis", "launch", "sglang_target"}),
+    "cli": frozenset({"core", "cache", "library", "analysis", "launch", "present", "sglang_target", "lint", "tracer"}),
+    "entry": frozenset({"cli", "pytest_ranks"}),
+}
+
+
+def group(module: str) -> str | None:
+    """The layer a module of ours belongs to (None: not ours, or the cache model)."""
+    parts = module.split(".")
+    if parts[0] == "cache":
+        return "cache"
+    if parts[0] != "hicache_cli" or len(parts) == 1:
+        return "core" if parts == ["hicache_cli"] else None
+    name = parts[1]
+    if name in LIBRARY:
+        return "library"
+    if name in ENTRY_POINTS:
+        return "entry"
+    return name if name in ALLOWED else "core"
+
+
+def imports_of(path: Path, root: Path) -> set[str]:
+    """Every module a file imports, at any depth of its code (lazy imports included):
+    `from package import module` names the module, `from module import name` the module."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            where = root.joinpath(*node.module.split("."))
+            for alias in node.names:
+                is_module = (where / f"{alias.name}.py").exists() or (where / alias.name).is_dir()
+                names.add(f"{node.module}.{alias.name}" if is_module else node.module)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def upward_imports(root: Path) -> list[tuple[str, str]]:
+    """(module, what it imports) for each import between our packages that the layering does
+    not allow, or from one command into another, in the tree under `root`."""
+    found = []
+    for path in sorted((root / "hicache_cli").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        src = group(module)
+        assert src is not None
+        for name in sorted(imports_of(path, root)):
+            dst = group(name)
+            if dst is None:
+                continue
+            command = ".cli.commands."
+            if command in module and command in name and name.split(".")[3] != module.split(".")[3]:
+                found.append((module, name))
+            elif dst != src and dst not in ALLOWED[src]:
+                found.append((module, name))
+    return found
+
+
+def test_our_packages_import_only_downwards() -> None:
+    assert upward_imports(REPO) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "upward"),
+    [
+        ("analysis/verdicts.py", "from hicache_cli.present import progress\n", "hicache_cli.present"),
+        (
+            "launch/late.py",
+            "def f():\n    from hicache_cli.analysis.report import build_report\n",
+            "hicache_cli.analysis.report",
+        ),
+        ("rank/probe2.py", "import hicache_cli.launch.supervisor\n", "hicache_cli.launch.supervisor"),
+        ("targets2.py", "from hicache_cli.analysis import results\n", "hicache_cli.analysis"),
+        ("cli/commands/stress2.py", "from hicache_cli.cli.commands import trace\n", "hicache_cli.cli.commands.trace"),
+    ],
+)
+def test_an_upward_import_is_found(tmp_path: Path, module: str, source: str, upward: str) -> None:
+    """The test of the test: the same check on a tree with one upward import added."""
+    tree = tmp_path / "hicache_cli"
+    for path in (REPO / "hicache_cli").rglob("*.py"):
+        copy = tree / path.relative_to(REPO / "hicache_cli")
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    (tree / module).write_text(source, encoding="utf-8")
+    found = upward_imports(tmp_path)
+    assert [m for m, name in found if name == upward or name.startswith(upward + ".")] == [
+        "hicache_cli." + module.removesuffix(".py").replace("/", ".")
+    ]

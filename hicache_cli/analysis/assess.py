@@ -17,7 +17,7 @@ AUTO_WARMUP_MIN_S = 1.0
 
 @dataclass(frozen=True)
 class Assessment:
-    verdict: stats.Verdict
+    verdict: stats.Decision
     rss: stats.Trend | None  # bytes per second
     depth: stats.Trend | None  # Works per second
     anon: stats.Trend | None  # anonymous memory, bytes per second; None: too few readings

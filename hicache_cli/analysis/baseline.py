@@ -1,6 +1,6 @@
 """`check --baseline`: is this run worse than a stored report of the same workload?
 
-Pure: reports (dicts, as written) in, the gate's assertions out. Only the policy and the
+Pure: reports in, the gate's assertions out. Only the policy and the
 code under test (`--target`, a traced program, an injected `--fault`) may differ from the
 baseline, since they are what is compared; a run of another workload is refused before it
 starts. Each figure allows for the noise between two runs of one configuration:
@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hicache_cli.analysis.gate import Assertion
+from hicache_cli.analysis.results import Report, Rss
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.units import parse_rate_mb_per_h
 
-# What makes two runs the same workload (StressConfig's names). The policy, the target
-# code and injected faults may differ: they stand for the code under test.
+# What makes two runs of hicache's ranks the same workload (RankedTarget's names). The
+# policy, the target code and injected faults may differ: they stand for the code under test.
 WORKLOAD_KEYS = (
     "pp",
     "tp",
@@ -73,19 +75,19 @@ def parse_tolerance(specs: list[str]) -> Tolerance:
     )
 
 
-def workload_difference(baseline: dict[str, Any], config: dict[str, Any]) -> str | None:
+def workload_difference(baseline: RunConfig, config: RunConfig) -> str | None:
     """What makes the run's configuration another workload than the baseline's, in words;
     None when they are the same workload."""
-    base_traced = baseline.get("target") == "trace"
-    if base_traced != (config.get("target") == "trace"):
-        there, here = ("a traced program", "hicache's workload") if base_traced else ("hicache's workload", "a trace")
-        return f"the baseline is {there}, this run {here}"
-    if base_traced:
+    base, here = baseline.ranked, config.ranked
+    if (base is None) != (here is None):
+        there, now = ("a traced program", "hicache's workload") if base is None else ("hicache's workload", "a trace")
+        return f"the baseline is {there}, this run {now}"
+    if base is None or here is None:
         return None  # a traced program is its own workload: what runs is what is compared
     differences = [
-        f"{key} {_word(baseline.get(key))} there, {_word(config.get(key))} here"
+        f"{key} {_word(getattr(base, key))} there, {_word(getattr(here, key))} here"
         for key in WORKLOAD_KEYS
-        if baseline.get(key) != config.get(key)
+        if getattr(base, key) != getattr(here, key)
     ]
     return "; ".join(differences) or None
 
@@ -94,46 +96,38 @@ def _word(value: Any) -> str:
     return "the preset's" if value is None else str(value)
 
 
-def compare(report: dict[str, Any], baseline: dict[str, Any], name: str, tolerance: Tolerance) -> list[Assertion]:
+def compare(report: Report, baseline: Report, name: str, tolerance: Tolerance) -> list[Assertion]:
     """Per rank: RSS slope, peak depth and loop p99 against the baseline named `name`."""
     results = []
-    devices, base_devices = report["environment"].get("devices"), baseline["environment"].get("devices")
+    devices, base_devices = report.environment.devices, baseline.environment.devices
     if devices and base_devices and devices != base_devices:
         message = f"the ranks ran on {', '.join(devices)}, baseline {name}'s on {', '.join(base_devices)}"
         results.append(Assertion(None, "baseline", None, message))
-    theirs = {_slot(r): r for r in baseline["ranks"]}
-    for ours in report["ranks"]:
-        rank = ours["rank"]
-        base = theirs.get(_slot(ours))
-        if not ours.get("samples"):
+    theirs = {r.file_number: r for r in baseline.ranks}
+    for ours in report.ranks:
+        rank = ours.rank
+        base = theirs.get(ours.file_number)
+        if not ours.measured:
             continue  # the gate's own assertions already say it wrote nothing
-        if base is None or not base.get("samples"):
+        if base is None or not base.measured:
             results.append(Assertion(rank, "baseline", None, f"rank {rank}: baseline {name} has no samples of it"))
             continue
-        results.append(_slope(rank, ours["rss"], base["rss"], name, tolerance))
-        results.append(_depth(rank, ours["work_list"]["max"], base["work_list"]["max"], name, tolerance))
-        results.append(_p99(rank, ours["loop_latency_ms"]["p99"], base["loop_latency_ms"]["p99"], name, tolerance))
+        assert ours.rss and base.rss and ours.work_list and base.work_list  # measured ranks have them (from_dict)
+        assert ours.loop_latency and base.loop_latency
+        results.append(_slope(rank, ours.rss, base.rss, name, tolerance))
+        results.append(_depth(rank, ours.work_list.max, base.work_list.max, name, tolerance))
+        results.append(_p99(rank, ours.loop_latency.p99, base.loop_latency.p99, name, tolerance))
     return results
 
 
-def _slot(rank: dict[str, Any]) -> int:
-    """Ranks are matched by their rank file (a traced program's slot), else by rank."""
-    return rank.get("slot", rank["rank"])
-
-
-def _interval(rss: dict[str, Any]) -> str:
-    lo, hi = rss["slope_ci95_mb_per_h"]
-    return f"{rss['slope_mb_per_h']:+.0f} MB/h [95% {lo:+.0f}, {hi:+.0f}]"
-
-
-def _slope(rank: int, ours: dict[str, Any], base: dict[str, Any], name: str, tolerance: Tolerance) -> Assertion:
-    if ours.get("slope_ci95_mb_per_h") is None or base.get("slope_ci95_mb_per_h") is None:
-        which = "this run" if ours.get("slope_ci95_mb_per_h") is None else f"baseline {name}"
+def _slope(rank: int, ours: Rss, base: Rss, name: str, tolerance: Tolerance) -> Assertion:
+    if ours.slope_ci95_mb_per_h is None or base.slope_ci95_mb_per_h is None:
+        which = "this run" if ours.slope_ci95_mb_per_h is None else f"baseline {name}"
         return Assertion(rank, "baseline-slope", None, f"rank {rank}: {which} has too little data for an RSS trend")
-    limit = base["slope_ci95_mb_per_h"][1] + tolerance.slope_mb_per_h
-    text = f"rank {rank} RSS slope {_interval(ours)}"
-    against = f"baseline {name}'s {_interval(base)} (+{tolerance.slope_mb_per_h:g} MB/h allowed)"
-    lo = ours["slope_ci95_mb_per_h"][0]
+    limit = base.slope_ci95_mb_per_h[1] + tolerance.slope_mb_per_h
+    text = f"rank {rank} RSS slope {ours.interval_text()}"
+    against = f"baseline {name}'s {base.interval_text()} (+{tolerance.slope_mb_per_h:g} MB/h allowed)"
+    lo = ours.slope_ci95_mb_per_h[0]
     if lo > limit:
         return Assertion(rank, "baseline-slope", False, f"{text} is above {against} by {lo - limit:.0f} MB/h")
     return Assertion(rank, "baseline-slope", True, f"{text} is within {against}")

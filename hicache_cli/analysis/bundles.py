@@ -12,11 +12,11 @@ from typing import Any
 from hicache_cli import files
 from hicache_cli.analysis import report as report_file
 from hicache_cli.analysis.compare import BUNDLE_SCHEMA_VERSION, PolicyRow, summarize
-from hicache_cli.analysis.report_schema import ReportShapeError, check_report
 from hicache_cli.analysis.results import Report
+from hicache_cli.analysis.scan import SCAN_SCHEMA_VERSION, ScanRow, row_from_report
 from hicache_cli.errors import UsageError
 from hicache_cli.protocol import REPORT_FILE
-from hicache_cli.sglang_target.scan import SCAN_SCHEMA_VERSION, ScanRow, row_from_report
+from hicache_cli.records import ShapeError
 
 COMPARE = "compare-policies"
 SCAN = "sglang-scan"
@@ -51,16 +51,16 @@ class Bundle:
     @classmethod
     def read(cls, data: dict[str, Any], path: Path | None = None) -> Bundle:
         """A bundle from its JSON; its shape is checked (each report as `load_report` checks
-        one) and a problem raises ReportShapeError naming the field."""
+        one) and a problem raises ShapeError naming the field."""
         kind = data.get("kind")
         if kind not in KINDS:
-            raise ReportShapeError(f"kind: {kind!r}, expected one of {', '.join(KINDS)}")
+            raise ShapeError(f"kind: {kind!r}, expected one of {', '.join(KINDS)}")
         _, version, key, name_key = KINDS[kind]
         if data.get("schema_version") != version:
-            raise ReportShapeError(f"schema_version: {data.get('schema_version')!r}; this hicache reads {version}")
+            raise ShapeError(f"schema_version: {data.get('schema_version')!r}; this hicache reads {version}")
         items = data.get(key)
         if not isinstance(items, list):
-            raise ReportShapeError(f"{key}: missing or not a list")
+            raise ShapeError(f"{key}: missing or not a list")
         entries = [_entry(item, f"{key}[{i}]", name_key) for i, item in enumerate(items)]
         config = data.get("config")
         best = data.get("best")
@@ -77,16 +77,16 @@ class Bundle:
     def policy_rows(self) -> list[PolicyRow]:
         """compare-policies' table rows, as the command made them (analysis.compare.summarize)."""
         return [
-            summarize(e.report.to_dict())
+            summarize(e.report)
             if e.report is not None
             else PolicyRow(e.name, e.status or "", e.verdict, *(None,) * 8, 0, 0, 0, e.note)
             for e in self.entries
         ]
 
     def scan_rows(self) -> list[ScanRow]:
-        """sglang-scan's table rows, as the command made them (sglang_target.scan.row_from_report)."""
+        """sglang-scan's table rows, as the command made them (analysis.scan.row_from_report)."""
         return [
-            row_from_report(e.name, e.report.to_dict())
+            row_from_report(e.name, e.report)
             if e.report is not None
             else ScanRow(version=e.name, verdict=e.verdict, status=e.status, note=e.note)
             for e in self.entries
@@ -95,27 +95,23 @@ class Bundle:
 
 def _entry(item: Any, where: str, name_key: str) -> BundleEntry:
     if not isinstance(item, dict):
-        raise ReportShapeError(f"{where}: not an object")
+        raise ShapeError(f"{where}: not an object")
     for key in (name_key, "verdict"):
         if not isinstance(item.get(key), str):
-            raise ReportShapeError(f"{where}.{key}: missing or not a string")
+            raise ShapeError(f"{where}.{key}: missing or not a string")
     for key in ("status", "note"):
         if item.get(key) is not None and not isinstance(item[key], str):
-            raise ReportShapeError(f"{where}.{key}: not a string or null")
+            raise ShapeError(f"{where}.{key}: not a string or null")
     data = item.get("report")
     if data is not None:
         if not isinstance(data, dict):
-            raise ReportShapeError(f"{where}.report: not an object or null")
-        try:
-            check_report(data)
-        except ReportShapeError as exc:
-            raise ReportShapeError(f"{where}.report.{exc}") from None
+            raise ShapeError(f"{where}.report: not an object or null")
     return BundleEntry(
         name=item[name_key],
         verdict=item["verdict"],
         status=item.get("status"),
         note=item.get("note"),
-        report=Report.read(data) if data is not None else None,
+        report=Report.from_dict(data, f"{where}.report") if data is not None else None,
     )
 
 
@@ -135,6 +131,6 @@ def load_document(path: Path) -> Report | Bundle:
     if isinstance(data, dict) and data.get("kind") in KINDS:
         try:
             return Bundle.read(data, path)
-        except ReportShapeError as exc:
+        except ShapeError as exc:
             raise UsageError(f"{path}: not a valid hicache {data['kind']} bundle: {exc}") from None
-    return Report.read(report_file.load_report(path), path)
+    return report_file.load_report(path)

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hicache_cli.analysis.kinds import FailureKind, Status, Verdict
+from hicache_cli.analysis.results import Report
+
 BUNDLE_SCHEMA_VERSION = 1
 
 
@@ -52,27 +55,28 @@ def not_applicable_row(policy: str, backend: str, reason: str) -> PolicyRow:
     )
 
 
-def summarize(report: dict[str, Any]) -> PolicyRow:
-    ranks = [r for r in report["ranks"] if r.get("samples", 0) > 0]
-    sloped = [r for r in ranks if r["rss"]["slope_mb_per_h"] is not None]
-    steepest = max(sloped, key=lambda r: r["rss"]["slope_mb_per_h"], default=None)
-    pp0 = next((r for r in ranks if r["pp_rank"] == 0), None)
-    lat = pp0["loop_latency_ms"] if pp0 else {}
+def summarize(report: Report) -> PolicyRow:
+    ranks = report.measured_ranks
+    sloped = [r for r in ranks if r.rss is not None and r.rss.slope_mb_per_h is not None]
+    steepest = max(sloped, key=lambda r: r.rss.slope_mb_per_h, default=None)  # type: ignore[union-attr]
+    pp0 = next((r for r in ranks if r.pp_rank == 0), None)
+    lat = pp0.loop_latency if pp0 else None
+    slope = steepest.rss if steepest else None
     return PolicyRow(
-        policy=report["config"]["policy"],
-        status=report["status"],
-        verdict=report["verdict"],
-        slope_mb_per_h=steepest["rss"]["slope_mb_per_h"] if steepest else None,
-        slope_ci95=tuple(steepest["rss"]["slope_ci95_mb_per_h"]) if steepest else None,
-        peak_depth=max((r["work_list"]["max"] for r in ranks), default=None),
-        final_depth=max((r["work_list"]["final"] for r in ranks), default=None),
-        p50_ms=lat.get("p50"),
-        p99_ms=lat.get("p99"),
-        max_ms=lat.get("max"),
-        rounds_per_s=pp0["rounds_per_s"] if pp0 else None,
-        messages_sent=sum(r["messages"]["sent"] for r in ranks),
-        stalls=sum(f["kind"] in ("stall", "hang") for f in report["failures"]),
-        failures=len(report["failures"]),
+        policy=report.config.label,
+        status=report.status,
+        verdict=report.verdict,
+        slope_mb_per_h=slope.slope_mb_per_h if slope else None,
+        slope_ci95=tuple(slope.slope_ci95_mb_per_h) if slope and slope.slope_ci95_mb_per_h else None,
+        peak_depth=max((r.work_list.max for r in ranks if r.work_list), default=None),
+        final_depth=max((r.work_list.final for r in ranks if r.work_list), default=None),
+        p50_ms=lat.p50 if lat else None,
+        p99_ms=lat.p99 if lat else None,
+        max_ms=lat.max if lat else None,
+        rounds_per_s=pp0.rounds_per_s if pp0 else None,
+        messages_sent=sum(r.messages.sent for r in ranks if r.messages),
+        stalls=sum(isinstance(f.kind, FailureKind) and f.kind.stuck for f in report.failures),
+        failures=len(report.failures),
     )
 
 
@@ -93,8 +97,8 @@ BEST = {
 def best_of(rows: list[PolicyRow]) -> dict[str, str]:
     """Column -> the policy with the best value in it (ties: the first). Only policies that
     completed BOUNDED compete, when there are any: a leaking policy's speed is no prize."""
-    completed = [r for r in rows if r.status == "completed"]
-    contenders = [r for r in completed if r.verdict == "BOUNDED"] or completed
+    completed = [r for r in rows if r.status == Status.COMPLETED]
+    contenders = [r for r in completed if r.verdict == Verdict.BOUNDED] or completed
     best = {}
     for column, (attr, lower) in BEST.items():
         candidates = [r for r in contenders if getattr(r, attr) is not None]
@@ -115,7 +119,7 @@ def cells(row: PolicyRow) -> dict[str, str]:
     slope = "-" if row.slope_mb_per_h is None else f"{row.slope_mb_per_h:+.0f} [{ci[0]:+.0f},{ci[1]:+.0f}]"
     return {
         "policy": row.policy,
-        "verdict": row.verdict if row.status == "completed" else f"{row.verdict} ({row.status})",
+        "verdict": row.verdict if row.status == Status.COMPLETED else f"{row.verdict} ({row.status})",
         "slope": slope,
         "peak": _num(row.peak_depth, "d"),
         "final": _num(row.final_depth, "d"),
@@ -143,14 +147,12 @@ HEADERS = {
 }
 
 
-def bundle(
-    reports: list[dict[str, Any]], common: dict[str, Any], rows: list[PolicyRow] | None = None
-) -> dict[str, Any]:
+def bundle(reports: list[Report], common: dict[str, Any], rows: list[PolicyRow] | None = None) -> dict[str, Any]:
     """The JSON bundle: the shared settings and, per policy, its verdict, summary and full
     report. `rows`, when given, are every policy's in order, those not run included (their
     report is null, their `note` says why); otherwise one per report."""
     rows = rows if rows is not None else [summarize(r) for r in reports]
-    by_policy = {r["config"]["policy"]: r for r in reports}
+    by_policy = {r.config.label: r.to_dict() for r in reports}
     return {
         "schema_version": BUNDLE_SCHEMA_VERSION,
         "kind": "compare-policies",

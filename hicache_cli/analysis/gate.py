@@ -1,6 +1,6 @@
 """The CI gate's judgement: assertions per rank from a report and thresholds, and the exit code.
 
-Pure: a report dict in, results out. `hicache check` prints them and writes JUnit.
+Pure: a Report in, results out. `hicache check` prints them and writes JUnit.
 """
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hicache_cli.analysis.kinds import Status, Verdict
+from hicache_cli.analysis.results import RankReport, Report, Rss, TraceSection
 from hicache_cli.analysis.trace_report import nothing_traced
 from hicache_cli.errors import EXIT_FINDING, EXIT_OK, EXIT_RUN_FAILED
 
@@ -27,56 +29,56 @@ class Assertion:
     message: str
 
 
-def evaluate(report: dict[str, Any], limits: Thresholds) -> list[Assertion]:
+def evaluate(report: Report, limits: Thresholds) -> list[Assertion]:
     results = []
-    if report["status"] != "completed":
-        causes = "; ".join(f"rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"][:3])
-        results.append(Assertion(None, "run", None, f"the run {report['status']}" + (f": {causes}" if causes else "")))
-    traced = (report.get("target") or {}).get("kind") == "trace"
-    if traced:
+    if report.status != Status.COMPLETED:
+        causes = "; ".join(f.line() for f in report.failures[:3])
+        results.append(Assertion(None, "run", None, f"the run {report.status}" + (f": {causes}" if causes else "")))
+    if report.traced:
         results += _program(report)
-    for r in report["ranks"]:
-        rank = r["rank"]
-        decided = {"BOUNDED": True, "LEAK": False}.get(r["verdict"])
-        results.append(Assertion(rank, "bounded", decided, f"rank {rank} {r['verdict']}: {r['verdict_reason']}"))
-        if r.get("samples", 0) == 0:
+    for r in report.ranks:
+        rank = r.rank
+        decided = r.verdict.decided if isinstance(r.verdict, Verdict) else None
+        results.append(Assertion(rank, "bounded", decided, f"rank {rank} {r.verdict}: {r.verdict_reason}"))
+        if not r.measured:
             continue
-        results.append(_slope(rank, r["rss"], limits.max_rss_slope_mb_per_h))
-        if limits.max_depth is not None:
-            peak = r["work_list"]["max"]
+        results.append(_slope(rank, r.rss, limits.max_rss_slope_mb_per_h))
+        if limits.max_depth is not None and r.work_list is not None:
+            peak = r.work_list.max
             over = peak - limits.max_depth
-            held = "live Works reached" if traced else "work list reached"
+            held = "live Works reached" if report.traced else "work list reached"
             text = f"{held} {peak}" + (f", {over} over the limit {limits.max_depth}" if over > 0 else "")
             results.append(Assertion(rank, "max-depth", over <= 0, f"rank {rank} {text}"))
         if limits.max_p99_ms is not None:
-            p99 = r["loop_latency_ms"]["p99"]
-            if p99 is None:
-                results.append(Assertion(rank, "max-p99", None, f"rank {rank} finished no round after warm-up"))
-            else:
-                over = p99 - limits.max_p99_ms
-                text = f"loop p99 {p99:.2f} ms" + (
-                    f", {over:.2f} ms over the limit {limits.max_p99_ms:g}" if over > 0 else ""
-                )
-                results.append(Assertion(rank, "max-p99", over <= 0, f"rank {rank} {text}"))
+            results.append(_p99(r, limits.max_p99_ms))
     return results
 
 
-def _program(report: dict[str, Any]) -> list[Assertion]:
+def _p99(r: RankReport, limit: float) -> Assertion:
+    p99 = r.loop_latency.p99 if r.loop_latency is not None else None
+    if p99 is None:
+        return Assertion(r.rank, "max-p99", None, f"rank {r.rank} finished no round after warm-up")
+    over = p99 - limit
+    text = f"loop p99 {p99:.2f} ms" + (f", {over:.2f} ms over the limit {limit:g}" if over > 0 else "")
+    return Assertion(r.rank, "max-p99", over <= 0, f"rank {r.rank} {text}")
+
+
+def _program(report: Report) -> list[Assertion]:
     """A traced program must have been watched, and must have ended well, for a pass to mean anything."""
-    if not any(r.get("samples") for r in report["ranks"]):
-        return [Assertion(None, "traced", None, nothing_traced(report))]
-    code = report.get("program_exit_code")
-    if code not in (0, None) and not report.get("program_stopped"):  # its own end, not hicache's stop
+    if not report.measured_ranks:
+        command = report.target.command if isinstance(report.target, TraceSection) else None
+        return [Assertion(None, "traced", None, nothing_traced(command or []))]
+    code = report.program_exit_code
+    if code not in (0, None) and not report.program_stopped:  # its own end, not hicache's stop
         return [Assertion(None, "program", None, f"the program exited with code {code}")]
     return []
 
 
-def _slope(rank: int, rss: dict[str, Any], limit: float) -> Assertion:
-    ci = rss.get("slope_ci95_mb_per_h")
-    if ci is None:
+def _slope(rank: int, rss: Rss | None, limit: float) -> Assertion:
+    if rss is None or rss.slope_ci95_mb_per_h is None or rss.slope_mb_per_h is None:
         return Assertion(rank, "rss-slope", None, f"rank {rank}: too little data for an RSS trend")
-    slope, (lo, hi) = rss["slope_mb_per_h"], ci
-    text = f"rank {rank} RSS slope {slope:+.0f} MB/h [95% {lo:+.0f}, {hi:+.0f}]"
+    slope, (lo, hi) = rss.slope_mb_per_h, rss.slope_ci95_mb_per_h
+    text = f"rank {rank} RSS slope {rss.interval_text()}"
     if lo > limit:
         return Assertion(rank, "rss-slope", False, f"{text} exceeds {limit:g} MB/h by {slope - limit:.0f} MB/h")
     if hi <= limit:
@@ -96,10 +98,11 @@ def exit_code(results: list[Assertion]) -> int:
 
 CHECK_SCHEMA_VERSION = 1
 RESULT_WORDS = {EXIT_OK: "PASS", EXIT_FINDING: "FAIL", EXIT_RUN_FAILED: "UNDECIDED"}
+MARKS = {True: "PASS", False: "FAIL", None: "UNDECIDED"}  # an assertion's, by `passed`
 
 
 def gate_document(
-    report: dict[str, Any], results: list[Assertion], limits: Thresholds, baseline: dict[str, Any] | None = None
+    report: Report, results: list[Assertion], limits: Thresholds, baseline: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """What `check --json` prints: the gate's result, each assertion, the thresholds, the
     baseline compared with (`{report, tolerance}`, or None), and the run's full report."""
@@ -110,5 +113,5 @@ def gate_document(
         "thresholds": asdict(limits),
         "baseline": baseline,
         "assertions": [asdict(a) for a in results],
-        "report": report,
+        "report": report.to_dict(),
     }

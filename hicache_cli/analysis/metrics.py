@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hicache_cli.analysis.histogram import BUCKETS_PER_DECADE
+from hicache_cli.histogram import BUCKETS_PER_DECADE
 from hicache_cli.sample import Sample
 
 # Prometheus bucket edges, seconds: 10 us to 10 s, four a decade (10^(m/4)).

@@ -12,241 +12,251 @@ import math
 import os
 import platform
 import socket
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
-from hicache_cli.analysis.histogram import LatencyHistogram
-from hicache_cli.analysis.report_schema import ReportShapeError, check_report
-from hicache_cli.analysis.torchrun_log import WorkerExit, signal_name
+from hicache_cli.analysis.failures import Ending, find_failures, interruption
+from hicache_cli.analysis.figures import rounds_per_s
+from hicache_cli.analysis.kinds import Status, Verdict
+from hicache_cli.analysis.results import (
+    Backlog,
+    Environment,
+    GpuMemory,
+    LoopLatency,
+    MemoryKinds,
+    Messages,
+    PPConsistency,
+    RankReport,
+    Report,
+    Rss,
+    Series,
+    TargetSection,
+    WorkList,
+)
 from hicache_cli.analysis.trace_report import top_site_line, works_summary
-from hicache_cli.analysis.watchdog import Stall, blocked_frame
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.files import read_bytes
+from hicache_cli.histogram import LatencyHistogram
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import REPORT_FILE, stacks_file
+from hicache_cli.records import ShapeError, replace
 from hicache_cli.rundir import read_run_text, write_atomically, write_run_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RankSeries, RunSeries, Totals
-from hicache_cli.sglang_target.extract import waits_on_next_stage
+from hicache_cli.targets import RankedTarget, RunFacts, SGLangTarget, TracedCommand, waits_on_next_stage
 from hicache_cli.version import hicache_version
+from hicache_cli.watchdog import blocked_frame
 
 SCHEMA_VERSION = 1
 REQUIRED_KEYS = ("status", "config", "environment", "verdict", "failures", "ranks")
 SERIES_POINTS = 200
 
 
-@dataclass(frozen=True)
-class RunOutcome:
-    """How the run ended, as the launcher saw it."""
-
-    interrupted: bool = False  # hicache itself was asked to stop
-    interrupted_by: str | None = None  # the signal it got (SIGINT, SIGTERM, SIGHUP)
-    killed_reason: str | None = None  # the launcher stopped the ranks itself, and why
-    torchrun_exit_code: int | None = 0
-    program_exit_code: int | None = None  # hicache trace: the traced command's exit status
-    program_stopped: str | None = None  # hicache trace: why hicache stopped the program, if it did
-    wall_s: float = 0.0
-    launcher_cpu_s: float | None = None  # CPU the launching process used (follower, views)
-    stalls: tuple[Stall, ...] = ()  # what the watchdog found
-    stopped_early: str | None = None  # why the launcher ended the run before its duration
-    launched_wall: float | None = None  # time.time() when torchrun was started
-    worker_exits: dict[int, WorkerExit] = field(default_factory=dict)  # from torchrun's log(s)
-    lost_nodes: dict[int, str] = field(default_factory=dict)  # across nodes: node -> how it was lost
-
-
-def environment(config: StressConfig) -> dict[str, Any]:
+def environment(config: RunConfig, devices: list[str]) -> Environment:
     try:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = None
-    return {
-        "hicache_version": hicache_version(),
-        "torch_version": torch_version,
-        "backend": config.backend,
-        "pp_backend": config.pp_backend,
-        "device": config.device,
-        "host": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
+    return Environment(
+        hicache_version=hicache_version(),
+        torch_version=torch_version,
+        backend=ranked.backend if (ranked := config.ranked) else None,
+        pp_backend=ranked.pp_backend if ranked else None,
+        device=ranked.device if ranked else None,
+        host=socket.gethostname(),
+        cpu_count=os.cpu_count(),
+        python=platform.python_version(),
+        platform=platform.platform(),
+        devices=devices,
+    )
 
 
 def build_report(
-    config: StressConfig,
+    config: RunConfig,
     samples: RunSeries | Mapping[int, list[Sample]],
     outcome: RunOutcome,
     run_dir: Path | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """`samples`: as a follower kept them (RunSeries: bounded, with exact totals), or whole."""
     run = samples if isinstance(samples, RunSeries) else RunSeries.of(samples)
     samples = run.samples
     finals = {r: s[-1] for r, s in samples.items() if s and s[-1].kind == "final"}
+    tp = config.ranked.tp if config.ranked else 1
     ranks = [
-        rank_summary(
-            rank,
-            run.ranks.get(rank) or RankSeries(),
-            [] if config.traced else samples.get(rank - config.tp, []),
-            config,
-        )
-        for rank in slots(config, samples)
+        summarize_rank(rank, run.ranks.get(rank) or RankSeries(), samples, config) for rank in slots(config, samples)
     ]
-    failures = _failures(config, samples, finals, outcome, run_dir)
-    stopped = interruption(outcome, finals, failures)
-    status = "interrupted" if stopped else "failed" if failures else "completed"
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "status": status,
-        "interruption": stopped,
-        "config": config.to_dict(),
-        "target": target_summary(config, ranks),
-        "environment": {
-            **environment(config),
-            "devices": sorted({s[-1].device_name for s in samples.values() if s and s[-1].device_name}),
-        },
-        "verdict": stats.overall([r["verdict"] for r in ranks]),
-        "failures": failures,
-        "root_cause": failures[0]["rank"] if failures else None,
-        "stopped_early": outcome.stopped_early,
-        "run_s": round(max((s[-1].t for s in samples.values() if s), default=0.0), 3),
-        "pp_consistency": run.digests.summary(),
-        "wall_s": round(outcome.wall_s, 2),
-        "startup_s": _startup_s(samples, outcome.launched_wall),
-        "torchrun_exit_code": outcome.torchrun_exit_code,
-        "program_exit_code": outcome.program_exit_code,
-        "program_stopped": outcome.program_stopped,
-        "launcher_cpu_s": None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
-        "ranks": ranks,
-    }
+    traced = isinstance(config.target, TracedCommand)
+    ending = Ending(
+        interrupted=outcome.interrupted,
+        # a traced program stopped at its duration is not a failure; only the watchdog's stop is
+        killed_reason=None if outcome.stalls or traced else outcome.stopped,
+        stalls=outcome.stalls,
+        worker_exits=outcome.worker_exits,
+        lost_nodes=outcome.lost_nodes,
+        own_ends=traced,
+    )
+    failures = find_failures(
+        slots(config, samples), samples, ending, _stack_reader(run_dir, samples), _waits_on(config), tp
+    )
+    signal = (outcome.interrupted_by or "SIGINT") if outcome.interrupted else None
+    torchrun_exit_code = None if traced else outcome.exit_code
+    stopped = interruption(signal, torchrun_exit_code, finals, failures)
+    status = Status.INTERRUPTED if stopped else Status.FAILED if failures else Status.COMPLETED
+    devices = sorted({s[-1].device_name for s in samples.values() if s and s[-1].device_name})
+    return Report(
+        schema_version=SCHEMA_VERSION,
+        status=status,
+        interruption=stopped,
+        config=config,
+        target=target_summary(config, ranks),
+        environment=environment(config, devices),
+        verdict=Verdict.overall(r.verdict for r in ranks),
+        failures=failures,
+        root_cause=failures[0].rank if failures else None,
+        stopped_early=outcome.stopped_early,
+        run_s=round(max((s[-1].t for s in samples.values() if s), default=0.0), 3),
+        pp_consistency=PPConsistency.from_dict(run.digests.summary()),
+        wall_s=round(outcome.wall_s, 2),
+        startup_s=_startup_s(samples, outcome.launched_wall),
+        torchrun_exit_code=torchrun_exit_code,
+        program_exit_code=outcome.exit_code if traced else None,
+        program_stopped=outcome.stopped if traced else None,
+        launcher_cpu_s=None if outcome.launcher_cpu_s is None else round(outcome.launcher_cpu_s, 3),
+        ranks=ranks,
+    )
 
 
-def interruption(
-    outcome: RunOutcome, finals: dict[int, Sample], failures: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """Who stopped the run from outside, if anyone: a signal to hicache, to torchrun (which
-    nothing of ours ever signals), or to the ranks (their final lines say so). Ranks
-    stopped after another rank failed were not interrupted: torchrun stops the rest after
-    one fails; but a broken connection is what a rank sees when its peer was stopped."""
-    if outcome.interrupted:
-        return {"signal": outcome.interrupted_by or "SIGINT", "to": "hicache", "message": None}
-    code = outcome.torchrun_exit_code
-    if code is not None and code < 0:
-        return {"signal": signal_name(code), "to": "torchrun", "message": f"torchrun was killed by {signal_name(code)}"}
-    stopped = [f for _, f in sorted(finals.items()) if f.state == "interrupted"]
-    if stopped and all(_is_connection_error(f["message"]) for f in failures):
-        return {"signal": stopped[0].signal, "to": "ranks", "message": f"rank {stopped[0].rank}: {stopped[0].message}"}
-    return None
+def _stack_reader(
+    run_dir: Path | None, samples: Mapping[int, list[Sample]]
+) -> Callable[[int], tuple[str | None, str | None]]:
+    """A stuck rank's stack file (when it wrote one) and the frame its loop is blocked in (the
+    thread its samples name as the loop's)."""
+
+    def read(rank: int) -> tuple[str | None, str | None]:
+        stack = stacks_file(run_dir, rank) if run_dir is not None else None
+        dump = _stack_dump(stack) if stack else ""
+        series = samples.get(rank)
+        thread = series[-1].loop_thread if series else None
+        return (stack.name if dump and stack else None), blocked_frame(dump, thread)
+
+    return read
 
 
-def target_summary(config: StressConfig, ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """What ran the PP sync. For SGLang: which code (version, file, hash, drain method) and
-    how many PP-sync messages a round sends, measured on rank 0. For a traced program: the
-    command, the --loop function, and how many processes were observed."""
-    if config.traced and config.trace is not None:
-        return {
-            "kind": "trace",
-            "command": config.trace["command"],
-            "cwd": config.trace.get("cwd"),
-            "loop": config.trace.get("loop"),
-            "processes": sum(1 for r in ranks if r.get("samples")),
-        }
-    if config.target != "sglang" or config.sglang is None:
-        return {"kind": "model", "policy": config.policy}
-    first = ranks[0] if ranks else {}
-    rounds, sent = first.get("rounds"), first.get("messages", {}).get("sent")
-    return {
-        "kind": "sglang",
-        **config.sglang,
-        "sends_per_round": round(sent / rounds, 3) if rounds and sent is not None else None,
-    }
+def _waits_on(config: RunConfig) -> Callable[[int, str | None], int | None]:
+    """SGLang's drain blocked in wait() on a Work waits on the next stage."""
+    target = config.target
+
+    def stage(rank: int, frame: str | None) -> int | None:
+        if isinstance(target, SGLangTarget) and waits_on_next_stage(frame):
+            return rank // target.tp + 1
+        return None
+
+    return stage
 
 
-def slots(config: StressConfig, samples: dict[int, list[Sample]]) -> list[int]:
+def target_summary(config: RunConfig, ranks: list[RankReport]) -> TargetSection:
+    """What ran the PP sync, as its target says it (targets.Target.section): for SGLang, which
+    code and how many PP-sync messages rank 0 sent a round; for a traced program, the command
+    and how many processes were observed."""
+    first = ranks[0] if ranks else None
+    facts = RunFacts(
+        processes=sum(1 for r in ranks if r.measured),
+        rounds=first.rounds if first else None,
+        sent=first.messages.sent if first and first.messages else None,
+    )
+    return config.target.section(facts)
+
+
+def slots(config: RunConfig, samples: Mapping[int, list[Sample]]) -> list[int]:
     """The rank files a report covers: every rank of the run, and (`hicache trace`, where
     processes are discovered) every file the run directory holds."""
-    return sorted(set(range(config.world_size)) | set(samples))
+    return sorted(set(range(config.expected_ranks or 0)) | set(samples))
 
 
-def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config: StressConfig) -> dict[str, Any]:
+def summarize_rank(
+    slot: int, followed: RankSeries, samples: Mapping[int, list[Sample]], config: RunConfig
+) -> RankReport:
+    """A rank of hicache's own (its upstream stage's samples say what it left unreceived), or a
+    traced process."""
+    target = config.target
+    if isinstance(target, RankedTarget):
+        return rank_summary(slot, followed, samples.get(slot - target.tp, []), config, target.tp)
+    return _traced_summary(slot, followed, config)
+
+
+def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config: RunConfig, tp: int = 1) -> RankReport:
     """One rank's entry, from its bounded history and exact totals."""
-    pp_rank, tp_rank = divmod(rank, config.tp)
+    pp_rank, tp_rank = divmod(rank, tp)
     series, totals = followed.kept, followed.totals
-    if config.traced and series:
-        return _traced_summary(rank, followed, config)
     if not series:
-        return {
-            "rank": rank,
-            "pp_rank": pp_rank,
-            "tp_rank": tp_rank,
-            "verdict": "INCONCLUSIVE",
-            "verdict_reason": "the rank wrote no samples",
-            "samples": 0,
-        }
+        return RankReport(
+            rank=rank,
+            pp_rank=pp_rank,
+            tp_rank=tp_rank,
+            verdict=Verdict.INCONCLUSIVE,
+            verdict_reason="the rank wrote no samples",
+            samples=0,
+        )
     last = series[-1]
     assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h)
     verdict, rss_trend, depth_trend, cut = assessment.verdict, assessment.rss, assessment.depth, assessment.cut
-    latency = _latency(followed, cut)
-    upstream = upstream if config.tp <= rank else []
+    upstream = upstream if tp <= rank else []
     unreceived = _unreceived(upstream[-1], last) if upstream else 0
     reason = verdict.reason
-    if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict == "LEAK":
+    if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict is Verdict.LEAK:
         reason += f"; {top}"
     if unreceived:
         # gloo keeps state per pending message on the receiving side too
-        reason += f"; {unreceived} messages from rank {rank - config.tp} unreceived at the stop"
-    return {
-        "rank": rank,
-        "pp_rank": pp_rank,
-        "tp_rank": tp_rank,
-        "pid": last.pid,
-        "host": last.host,
-        "node": last.node,
-        "verdict": verdict.verdict,
-        "verdict_reason": reason,
-        "state": last.state,
-        "stop": last.message if last.kind == "final" else "no final line: the rank ended abruptly",
-        "warmup_s": round(assessment.warmup_s, 2),
-        "rss": {
-            "start_bytes": totals.rss_first,
-            "end_bytes": totals.rss_last,
-            "peak_bytes": totals.rss_peak,
-            "slope_mb_per_h": _mb_h(rss_trend.slope) if rss_trend else None,
-            "slope_ci95_mb_per_h": [_mb_h(rss_trend.lo), _mb_h(rss_trend.hi)] if rss_trend else None,
-            "detection_floor_mb_per_h": _floor(rss_trend),
-            "trend_p_value": round(rss_trend.p_value, 6) if rss_trend else None,
-            "autocorrelation": round(rss_trend.autocorrelation, 3) if rss_trend else None,
-        },
-        "memory_kinds": _memory_kinds(totals, assessment.anon),
-        "work_list": {
-            "max": totals.depth_max,
-            "final": last.depth,
-            "growth_per_s": round(depth_trend.slope, 3) if depth_trend else None,
-            "held_bytes_final": last.held_bytes,
-            "bytes_per_work": round(assessment.bytes_per_work) if assessment.bytes_per_work is not None else None,
-        },
-        "loop_latency_ms": latency,
-        "rounds": last.rounds,
-        "rounds_per_s": round(last.rounds / last.t, 1) if last.t > 0 else None,
-        "messages": {"sent": last.sent, "received": last.received},
-        "backlog_at_stop": {
-            "outstanding_sends": last.depth,
-            "unreceived_messages": unreceived,
-        },
-        "round_age_at_stop_s": last.round_age_s,
-        "device": last.device_name,
-        "gpu_memory": _gpu_memory(totals),
-        "counters": last.counters,
-        "samples": totals.samples,
-        "series": _series(series, upstream),
-    }
+        reason += f"; {unreceived} messages from rank {rank - tp} unreceived at the stop"
+    return RankReport(
+        rank=rank,
+        pp_rank=pp_rank,
+        tp_rank=tp_rank,
+        pid=last.pid,
+        host=last.host,
+        node=last.node,
+        verdict=verdict.verdict,
+        verdict_reason=reason,
+        state=last.state,
+        stop=last.message if last.kind == "final" else "no final line: the rank ended abruptly",
+        warmup_s=round(assessment.warmup_s, 2),
+        rss=Rss(
+            start_bytes=totals.rss_first,
+            end_bytes=totals.rss_last,
+            peak_bytes=totals.rss_peak,
+            slope_mb_per_h=_mb_h(rss_trend.slope) if rss_trend else None,
+            slope_ci95_mb_per_h=[_mb_h(rss_trend.lo), _mb_h(rss_trend.hi)] if rss_trend else None,
+            detection_floor_mb_per_h=_floor(rss_trend),
+            trend_p_value=round(rss_trend.p_value, 6) if rss_trend else None,
+            autocorrelation=round(rss_trend.autocorrelation, 3) if rss_trend else None,
+        ),
+        memory_kinds=_memory_kinds(totals, assessment.anon),
+        work_list=WorkList(
+            max=totals.depth_max,
+            final=last.depth,
+            growth_per_s=round(depth_trend.slope, 3) if depth_trend else None,
+            held_bytes_final=last.held_bytes,
+            bytes_per_work=round(assessment.bytes_per_work) if assessment.bytes_per_work is not None else None,
+        ),
+        loop_latency=_latency(followed, cut),
+        rounds=last.rounds,
+        rounds_per_s=rounds_per_s(last),
+        messages=Messages(sent=last.sent, received=last.received),
+        backlog_at_stop=Backlog(outstanding_sends=last.depth, unreceived_messages=unreceived),
+        round_age_at_stop_s=last.round_age_s,
+        device=last.device_name,
+        gpu_memory=_gpu_memory(totals),
+        counters=last.counters,
+        samples=totals.samples,
+        series=_series(series, upstream),
+    )
 
 
-def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> dict[str, Any] | None:
+def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> MemoryKinds | None:
     """What RSS was made of, from the readings of smaps_rollup (about once a second); None
     when there were none (a kernel without it, a report's older ranks)."""
     last = totals.last_memory_read
@@ -255,37 +265,36 @@ def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> dict[str, Any] | 
     file_backed = None
     if last.rss_bytes is not None and last.anon_bytes is not None:
         file_backed = max(0, last.rss_bytes - last.anon_bytes)
-    return {
-        "readings": totals.memory_readings,
-        "anon_start_bytes": totals.anon_first,
-        "anon_end_bytes": totals.anon_last,
-        "anon_peak_bytes": totals.anon_peak,
-        "anon_slope_mb_per_h": _mb_h(anon.slope) if anon else None,
-        "anon_slope_ci95_mb_per_h": [_mb_h(anon.lo), _mb_h(anon.hi)] if anon else None,
-        "uss_end_bytes": last.uss_bytes,
-        "file_backed_end_bytes": file_backed,
-    }
+    return MemoryKinds(
+        readings=totals.memory_readings,
+        anon_start_bytes=totals.anon_first,
+        anon_end_bytes=totals.anon_last,
+        anon_peak_bytes=totals.anon_peak,
+        anon_slope_mb_per_h=_mb_h(anon.slope) if anon else None,
+        anon_slope_ci95_mb_per_h=[_mb_h(anon.lo), _mb_h(anon.hi)] if anon else None,
+        uss_end_bytes=last.uss_bytes,
+        file_backed_end_bytes=file_backed,
+    )
 
 
-def _traced_summary(slot: int, followed: RankSeries, config: StressConfig) -> dict[str, Any]:
+def _traced_summary(slot: int, followed: RankSeries, config: RunConfig) -> RankReport:
     """A traced process: `rank` is its torch.distributed rank, `slot` its rank file's
     number (the same, unless several process groups used the same ranks); `works` says
     what became of the Works it was handed, by creation site."""
-    summary = rank_summary(slot, followed, [], replace(config, target="model"))
-    summary.pop("series", None)
+    summary = rank_summary(slot, followed, [], config)
+    if not followed.kept:
+        return summary
     last = followed.kept[-1]
-    works = works_summary(followed.totals)
-    return {
-        **summary,
-        "rank": last.rank,
-        "slot": slot,
-        "world_size": int(last.counters.get("world_size", 0)) or None,
-        "works": works,
-        "series": _series(followed.kept),
-    }
+    return replace(
+        summary,
+        rank=last.rank,
+        slot=slot,
+        world_size=int(last.counters.get("world_size", 0)) or None,
+        works=works_summary(followed.totals),
+    )
 
 
-def _latency(followed: RankSeries, cut: int) -> dict[str, float | None]:
+def _latency(followed: RankSeries, cut: int) -> LoopLatency:
     """Loop latency after warm-up (kept samples from `cut` on): histogram quantiles, exact max.
     The window starts at the last histogram taken by the sample before the cut (the same
     sample in a run of a minute or so; up to a thinned mark's spacing before it after that)."""
@@ -299,12 +308,12 @@ def _latency(followed: RankSeries, cut: int) -> dict[str, float | None]:
     worst = max(maxima) if maxima else None
     # A bucket's upper edge can lie above every round in it; no quantile exceeds the max.
     p50, p99 = window.quantile_ms(0.50), window.quantile_ms(0.99)
-    return {
-        "p50": _round(min(p50, worst) if p50 is not None and worst is not None else p50),
-        "p99": _round(min(p99, worst) if p99 is not None and worst is not None else p99),
-        "max": _round(worst),
-        "rounds_measured": window.total,
-    }
+    return LoopLatency(
+        p50=_round(min(p50, worst) if p50 is not None and worst is not None else p50),
+        p99=_round(min(p99, worst) if p99 is not None and worst is not None else p99),
+        max=_round(worst),
+        rounds_measured=window.total,
+    )
 
 
 def _unreceived(up: Sample, last: Sample) -> int:
@@ -312,7 +321,7 @@ def _unreceived(up: Sample, last: Sample) -> int:
     return max(0, up.sent - last.received)
 
 
-def _series(series: list[Sample], upstream: Sequence[Sample] = ()) -> dict[str, list[Any]]:
+def _series(series: list[Sample], upstream: Sequence[Sample] = ()) -> Series:
     """A downsampled time series: parallel lists, at most SERIES_POINTS long. `anon_bytes` is
     the latest reading of anonymous memory at each point (it is read about once a second, so
     a point between readings carries the last one; null before the first); `unreceived`, for
@@ -323,138 +332,24 @@ def _series(series: list[Sample], upstream: Sequence[Sample] = ()) -> dict[str, 
     for s in series:
         last_anon = s.anon_bytes if s.anon_bytes is not None else last_anon
         anon.append(last_anon)
-    out = {
-        "t": [series[i].t for i in picked],
-        "rss_bytes": [series[i].rss_bytes for i in picked],
-        "anon_bytes": [anon[i] for i in picked],
-        "depth": [series[i].depth for i in picked],
-        "rounds": [series[i].rounds for i in picked],
-        "lat_p99_ms": [_round(series[i].lat_p99_ms) for i in picked],
-        "round_age_s": [series[i].round_age_s for i in picked],
-    }
+    unreceived = None
     if upstream:
         times = [u.t for u in upstream]
         before = [(i, bisect.bisect_right(times, series[i].t) - 1) for i in picked]
-        out["unreceived"] = [None if j < 0 else _unreceived(upstream[j], series[i]) for i, j in before]
-    return out
-
-
-def _failures(
-    config: StressConfig,
-    samples: dict[int, list[Sample]],
-    finals: dict[int, Sample],
-    outcome: RunOutcome,
-    run_dir: Path | None,
-) -> list[dict[str, Any]]:
-    """One entry per rank that failed, earliest first (the first is the root cause)."""
-    stalls = {s.rank: s for s in outcome.stalls}
-    failures = []
-    for rank in slots(config, samples):
-        final, series = finals.get(rank), samples.get(rank, [])
-        exit_ = outcome.worker_exits.get(rank)
-        code = exit_.exit_code if exit_ else None
-        sig = exit_.signal if exit_ else None
-        last_t = series[-1].t if series else 0.0
-        if rank in stalls:
-            stall = stalls[rank]
-            stack = stacks_file(run_dir, rank) if run_dir is not None else None
-            dump = _stack_dump(stack) if stack else ""
-            frame = blocked_frame(dump)
-            message = stall.message + (f"; stack top: {frame}" if frame else "")
-            failure = _failure(rank, stall.kind, message, stall.since_t, None, None, stack.name if dump else None)
-            if stall.waiting_on_pp is not None:
-                failure["waiting_on_pp"] = stall.waiting_on_pp
-            elif config.target == "sglang" and waits_on_next_stage(frame):
-                failure["waiting_on_pp"] = rank // config.tp + 1  # SGLang's drain, in wait() on a Work
-            failures.append(failure)
-        elif final is not None and final.state == "error":
-            failures.append(_failure(rank, "error", final.message, final.t, code, sig))
-        elif final is None and not outcome.interrupted and not config.traced:
-            # (a traced program's process may leave without a final line, by a signal or an
-            # os._exit from a forked child: not a failure of the run)
-            node = series[-1].node if series else None
-            if node in outcome.lost_nodes:
-                kind, message = "crash", f"{outcome.lost_nodes[node]}; last sample at {last_t:.1f} s"
-            elif sig is not None:
-                kind, message = "crash", f"killed by {sig} (exit code {code}); last sample at {last_t:.1f} s"
-            elif code is not None:
-                kind, message = (
-                    "crash",
-                    f"exited with code {code} without its final line; last sample at {last_t:.1f} s",
-                )
-            elif outcome.killed_reason is not None:
-                kind, message = "timeout", f"stopped by the launcher: {outcome.killed_reason}"
-            elif not series:
-                kind, message = "crash", "the rank never started its workload (see its log)"
-            else:
-                kind, message = "crash", "the rank ended without its final line (see its log)"
-            if not series and outcome.lost_nodes:  # which node it was for is torchrun's choice: name them all
-                message += "; " + "; ".join(why for _, why in sorted(outcome.lost_nodes.items()))
-            failures.append(_failure(rank, kind, message, last_t, code, sig))
-    return _root_cause_first(failures, config.tp)
-
-
-def _root_cause_first(failures: list[dict[str, Any]], tp: int) -> list[dict[str, Any]]:
-    """Earliest first, except for consequences, which follow with `consequence_of` naming
-    their cause: a rank blocked on a stage that itself failed, or a rank whose connection
-    broke after another rank had already failed for a reason of its own.
-
-    A rank whose own timed-out wait closed a gloo pair (ClosedAfterTimeout, "isend to rank
-    P failed: an earlier timed-out wait ...") reports it only at its next isend, often after
-    P has already seen the pair reset: it began no later than P's connection error."""
-    failed_stages = {f["rank"] // tp: f["rank"] for f in failures}
-    for f in failures:
-        stage = f.pop("waiting_on_pp", None)
-        if stage is not None and stage in failed_stages and failed_stages[stage] != f["rank"]:
-            f["consequence_of"] = failed_stages[stage]
-    broken = {f["rank"]: f["at_s"] for f in failures if _is_connection_error(f["message"])}
-    began = {f["rank"]: f["at_s"] for f in failures}
-    for f in failures:
-        head, marker, rest = (f["message"] or "").partition(" isend to rank ")
-        if head.startswith("ClosedAfterTimeout:") and marker and rest.split(" ")[0].isdigit():
-            peer = int(rest.split(" ")[0])
-            began[f["rank"]] = min(f["at_s"], broken.get(peer, f["at_s"]))
-    causes = sorted(
-        (f for f in failures if "consequence_of" not in f and f["rank"] not in broken),
-        key=lambda f: began[f["rank"]],
+        unreceived = [None if j < 0 else _unreceived(upstream[j], series[i]) for i, j in before]
+    return Series(
+        t=[series[i].t for i in picked],
+        rss_bytes=[series[i].rss_bytes for i in picked],
+        anon_bytes=[anon[i] for i in picked],
+        depth=[series[i].depth for i in picked],
+        rounds=[series[i].rounds for i in picked],
+        lat_p99_ms=[_round(series[i].lat_p99_ms) for i in picked],
+        round_age_s=[series[i].round_age_s for i in picked],
+        unreceived=unreceived,
     )
-    for f in failures:
-        if "consequence_of" in f or not causes or causes[0] is f:
-            continue
-        if f["kind"] == "error" and began[causes[0]["rank"]] <= f["at_s"] and f["rank"] in broken:
-            f["consequence_of"] = causes[0]["rank"]
-    return sorted(failures, key=lambda f: ("consequence_of" in f, began[f["rank"]]))
 
 
-def _is_connection_error(message: str | None) -> bool:
-    """A connection that broke under the rank; not a rank whose own timeout closed it."""
-    text = (message or "").lower()
-    if text.startswith("closedaftertimeout:"):  # cache.pp_sync: this rank's timed-out wait closed the pair
-        return False
-    return any(word in text for word in ("connection", "closed by peer", "pair closure", "reset by peer"))
-
-
-def _failure(
-    rank: int,
-    kind: str,
-    message: str | None,
-    at_s: float,
-    exit_code: int | None = None,
-    sig: str | None = None,
-    stack: str | None = None,
-) -> dict[str, Any]:
-    return {
-        "rank": rank,
-        "kind": kind,
-        "exit_code": exit_code,
-        "signal": sig,
-        "message": message,
-        "stack_file": stack,
-        "at_s": round(at_s, 3),
-    }
-
-
-def _startup_s(samples: dict[int, list[Sample]], launched_wall: float | None) -> float | None:
+def _startup_s(samples: Mapping[int, list[Sample]], launched_wall: float | None) -> float | None:
     """Launch to the first sample of any rank (torch import, rendezvous, cache warm-up)."""
     firsts = [s[0].wall for s in samples.values() if s]
     if launched_wall is None or not firsts:
@@ -462,10 +357,10 @@ def _startup_s(samples: dict[int, list[Sample]], launched_wall: float | None) ->
     return round(min(firsts) - launched_wall, 2)
 
 
-def _gpu_memory(totals: Totals) -> dict[str, int] | None:
+def _gpu_memory(totals: Totals) -> GpuMemory | None:
     if totals.gpu_last is None or totals.gpu_peak is None:
         return None
-    return {"end_bytes": totals.gpu_last, "peak_bytes": totals.gpu_peak}
+    return GpuMemory(end_bytes=totals.gpu_last, peak_bytes=totals.gpu_peak)
 
 
 def _floor(trend: stats.Trend | None) -> float | None:
@@ -487,10 +382,15 @@ def _stack_dump(path: Path) -> str:
         return ""
 
 
-def write_report(report: dict[str, Any], run_dir: Path, extra_path: Path | None = None) -> Path:
+def report_text(report: Report) -> str:
+    """The report as it is written: the one JSON serialization (Report.to_dict())."""
+    return json.dumps(report.to_dict(), indent=2) + "\n"
+
+
+def write_report(report: Report, run_dir: Path, extra_path: Path | None = None) -> Path:
     """report.json in the run directory (never through a symlink there) and, with
     `extra_path`, the user's --report (an output: see rundir.write_atomically)."""
-    text = json.dumps(report, indent=2) + "\n"
+    text = report_text(report)
     path = run_dir / REPORT_FILE
     write_run_file(path, text)
     if extra_path is not None:
@@ -501,7 +401,7 @@ def write_report(report: dict[str, Any], run_dir: Path, extra_path: Path | None 
 REPORT_LIMIT = 512 << 20  # a day-long run's report is a few MB; past this, not a report
 
 
-def load_report(path: Path) -> dict[str, Any]:
+def load_report(path: Path) -> Report:
     """Read a report back; anything that is not a report of a known schema is a UsageError.
     Total over its input: a FIFO or a device is refused before anything is read (no read
     hangs), and JSON nested past what the decoder takes is one line, not a RecursionError."""
@@ -536,7 +436,6 @@ def load_report(path: Path) -> dict[str, Any]:
             f"{path}: report schema version {report['schema_version']!r}; this hicache reads version {SCHEMA_VERSION}"
         )
     try:
-        check_report(report)
-    except ReportShapeError as exc:
+        return Report.read(report, path)
+    except ShapeError as exc:
         raise UsageError(f"{path}: not a valid hicache report: {exc}") from None
-    return report

@@ -1,165 +1,127 @@
-"""The report as typed values: what `hicache_cli.run()` returns and `load_report()` reads.
+"""The report as typed records: what analysis builds, what every reader reads, what
+`hicache_cli.run()` returns and `load_report()` reads back (docs/report.md, docs/api.md).
 
-Each record is read from the report's JSON object and keeps it: `to_dict()` gives back
-exactly the JSON that was written (keys a newer hicache added within the schema version
-included), while the attributes give typed access to what the schema documents
-(docs/report.md). Verdicts and statuses are enums that compare equal to their strings.
-Pure and stdlib only.
+Each record's fields are its JSON keys in the order they are written (`records.Record`):
+`to_dict()` is the one serializer of a report and `Report.from_dict()` the one reader, which
+checks every field it reads and names the first wrong one. A record a newer hicache wrote
+keeps the keys this one does not know. Pure and stdlib only.
 """
 
 from __future__ import annotations
 
-import copy
-import enum
-import functools
-import types
-import typing
-from dataclasses import dataclass, field, fields, replace
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from hicache_cli.config import StressConfig
+from hicache_cli.analysis.kinds import FailureKind, Status, Verdict
+from hicache_cli.config import RunConfig
+from hicache_cli.records import Record, ShapeError, field_spec, join, record_fields, replace
+from hicache_cli.targets import ModelSection, SGLangSection, TargetSection, TraceSection
 
+__all__ = [
+    "Backlog",
+    "Environment",
+    "Failure",
+    "FailureKind",
+    "GpuMemory",
+    "Interruption",
+    "LoopLatency",
+    "MemoryKinds",
+    "Messages",
+    "ModelSection",
+    "PPConsistency",
+    "RankReport",
+    "Report",
+    "Rss",
+    "SGLangSection",
+    "Series",
+    "ShapeError",
+    "Site",
+    "Status",
+    "TargetSection",
+    "TraceSection",
+    "Verdict",
+    "WorkList",
+    "Works",
+]
 
-class _Text(str, enum.Enum):
-    """A str enum that prints and formats as its value."""
-
-    __str__ = str.__str__
-    __format__ = str.__format__
-
-
-class Verdict(_Text):
-    LEAK = "LEAK"
-    BOUNDED = "BOUNDED"
-    INCONCLUSIVE = "INCONCLUSIVE"
-
-
-class Status(_Text):
-    COMPLETED = "completed"  # every rank ran to its deadline (or the program to its end)
-    FAILED = "failed"  # see Report.failures
-    INTERRUPTED = "interrupted"  # a stop signal; the report holds what was measured until then
-
-
-R = TypeVar("R", bound="_Record")
-
-
-def _key(name: str) -> dict[str, str]:
-    """A field whose JSON key is not its name (`class`, `loop_latency_ms`)."""
-    return {"key": name}
-
-
-@dataclass(frozen=True)
-class _Record:
-    """Typed fields read from one JSON object, which the record keeps for to_dict()."""
-
-    _source: dict[str, Any] = field(repr=False, compare=False)
-
-    @classmethod
-    def from_dict(cls: type[R], data: dict[str, Any]) -> R:
-        values = {name: _convert(data.get(key), hint) for name, key, hint in _json_fields(cls)}
-        return cls(_source=data, **values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object this record was read from (a copy: records never change)."""
-        return copy.deepcopy(self._source)
-
-
-@functools.cache
-def _json_fields(cls: type) -> tuple[tuple[str, str, Any], ...]:
-    """(attribute, JSON key, type) of each field read from the JSON object."""
-    hints = typing.get_type_hints(cls)
-    return tuple(
-        (f.name, f.metadata.get("key", f.name), hints[f.name])
-        for f in fields(cls)
-        if f.name != "_source" and not f.metadata.get("local")
-    )
-
-
-def _convert(raw: Any, hint: Any) -> Any:
-    """Records (and the run's StressConfig) from objects, lists of them from lists, enums
-    from their values (a value a newer hicache added stays text); the rest as JSON has it."""
-    if raw is None:
-        return None
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    for option in options:
-        if isinstance(option, type) and hasattr(option, "from_dict") and isinstance(raw, dict):
-            return option.from_dict(raw)
-        if isinstance(option, type) and issubclass(option, enum.Enum):
-            try:
-                return option(raw)
-            except ValueError:
-                return raw
-        if typing.get_origin(option) is list and isinstance(raw, list):
-            (item,) = typing.get_args(option)
-            return [_convert(x, item) for x in raw]
-    return raw
+REQUIRED = {"required": True}
 
 
 @dataclass(frozen=True)
-class Interruption(_Record):
+class Interruption(Record):
     signal: str | None = None
     to: str | None = None  # hicache | torchrun | ranks
     message: str | None = None
 
 
 @dataclass(frozen=True)
-class Failure(_Record):
-    rank: int | None = None
-    kind: str = ""  # error | crash | stall | hang | timeout
-    message: str = ""
+class Failure(Record):
+    rank: int | None = field_spec(required=True)
+    kind: FailureKind | str = field_spec(required=True, default=FailureKind.CRASH)
     exit_code: int | None = None
     signal: str | None = None
+    message: str = field_spec(required=True, default="")
     stack_file: str | None = None
     at_s: float | None = None
-    consequence_of: int | None = None
+    consequence_of: int | None = None  # the rank whose failure this one follows from (absent: a cause)
+    # a rank that raised: what kind of error its final line said (protocol.ErrorKind), the peer it concerns
+    error_kind: str | None = None
+    peer: int | None = None
+
+    def omit(self) -> frozenset[str]:
+        return frozenset(k for k in ("consequence_of", "error_kind", "peer") if getattr(self, k) is None)
+
+    def line(self) -> str:
+        return f"rank {self.rank} {self.kind}: {self.message}"
 
 
 @dataclass(frozen=True)
-class Target(_Record):
-    kind: str = "model"  # model | sglang | trace
-    policy: str | None = None  # model
-    version: str | None = None  # sglang: which code ran the PP sync
-    origin: str | None = None
-    location: str | None = None
-    class_name: str | None = field(default=None, metadata=_key("class"))
-    file: str | None = None
-    sha256: str | None = None
-    drain_method: str | None = None
-    sends_per_round: float | None = None
-    command: list[str] | None = None  # trace: the program
-    cwd: str | None = None
-    loop: str | None = None
-    processes: int | None = None
-
-
-@dataclass(frozen=True)
-class Environment(_Record):
+class Environment(Record):
     hicache_version: str | None = None  # absent (None) in reports written before it was recorded
     torch_version: str | None = None
     backend: str | None = None
     pp_backend: str | None = None
     device: str | None = None
-    devices: list[str] | None = None
     host: str | None = None
     cpu_count: int | None = None
     python: str | None = None
     platform: str | None = None
+    devices: list[str] | None = None  # what the ranks ran on ("cpu" or a GPU model)
 
 
 @dataclass(frozen=True)
-class Rss(_Record):
+class Rss(Record):
     start_bytes: int | None = None
-    end_bytes: int | None = None
+    end_bytes: int | None = field_spec(required=True)
     peak_bytes: int | None = None
-    slope_mb_per_h: float | None = None
-    slope_ci95_mb_per_h: list[float] | None = None  # [low, high]
+    slope_mb_per_h: float | None = field_spec(required=True)
+    slope_ci95_mb_per_h: list[float] | None = field_spec(required=True, length=2)  # [low, high]
     detection_floor_mb_per_h: float | None = None
     trend_p_value: float | None = None
     autocorrelation: float | None = None
 
+    def check(self, where: str) -> None:
+        if self.slope_ci95_mb_per_h is not None and self.slope_mb_per_h is None:
+            raise ShapeError(f"{join(where, 'slope_mb_per_h')}: null beside an interval")
+
+    def trend_text(self, sep: str = ",") -> str | None:
+        """The slope and its interval in MB/h, `+22 [+0,+42]`; None without a trend."""
+        ci = self.slope_ci95_mb_per_h
+        if ci is None or self.slope_mb_per_h is None:
+            return None
+        return f"{self.slope_mb_per_h:+.0f} [{ci[0]:+.0f}{sep}{ci[1]:+.0f}]"
+
+    def interval_text(self) -> str:
+        """`+22 MB/h [95% +0, +42]`, the way the gate's messages say it."""
+        ci = self.slope_ci95_mb_per_h or [math.nan, math.nan]
+        slope = math.nan if self.slope_mb_per_h is None else self.slope_mb_per_h
+        return f"{slope:+.0f} MB/h [95% {ci[0]:+.0f}, {ci[1]:+.0f}]"
+
 
 @dataclass(frozen=True)
-class MemoryKinds(_Record):
+class MemoryKinds(Record):
     """What RSS was made of (smaps_rollup, read about once a second); absent in older reports."""
 
     readings: int = 0
@@ -167,42 +129,48 @@ class MemoryKinds(_Record):
     anon_end_bytes: int | None = None
     anon_peak_bytes: int | None = None
     anon_slope_mb_per_h: float | None = None
-    anon_slope_ci95_mb_per_h: list[float] | None = None  # [low, high]
+    anon_slope_ci95_mb_per_h: list[float] | None = field_spec(length=2)  # [low, high]
     uss_end_bytes: int | None = None
     file_backed_end_bytes: int | None = None  # RSS less anonymous memory, at the last reading
 
 
 @dataclass(frozen=True)
-class WorkList(_Record):
-    max: int = 0
-    final: int = 0
+class WorkList(Record):
+    max: int = field_spec(required=True, default=0)
+    final: int = field_spec(required=True, default=0)
     growth_per_s: float | None = None
     held_bytes_final: int | None = None
     bytes_per_work: float | None = None
 
 
 @dataclass(frozen=True)
-class LoopLatency(_Record):
-    p50: float | None = None
-    p99: float | None = None
-    max: float | None = None
+class LoopLatency(Record):
+    p50: float | None = field_spec(required=True)
+    p99: float | None = field_spec(required=True)
+    max: float | None = field_spec(required=True)
     rounds_measured: int | None = None
 
 
 @dataclass(frozen=True)
-class Messages(_Record):
-    sent: int = 0
+class Messages(Record):
+    sent: int = field_spec(required=True, default=0)
     received: int | None = None
 
 
 @dataclass(frozen=True)
-class Backlog(_Record):
-    outstanding_sends: int = 0
-    unreceived_messages: int = 0
+class Backlog(Record):
+    outstanding_sends: int = field_spec(required=True, default=0)
+    unreceived_messages: int = field_spec(required=True, default=0)
 
 
 @dataclass(frozen=True)
-class Site(_Record):
+class GpuMemory(Record):
+    end_bytes: int | None = None
+    peak_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Site(Record):
     """Where a traced program created Works, and what became of them."""
 
     file: str = ""
@@ -221,7 +189,7 @@ class Site(_Record):
 
 
 @dataclass(frozen=True)
-class Works(_Record):
+class Works(Record):
     """`hicache trace`: the Works a process was handed."""
 
     created: int = 0
@@ -234,65 +202,135 @@ class Works(_Record):
 
 
 @dataclass(frozen=True)
-class RankReport(_Record):
-    rank: int = 0
-    pp_rank: int = 0
-    tp_rank: int = 0
-    verdict: Verdict | str = Verdict.INCONCLUSIVE
-    verdict_reason: str = ""
-    samples: int = 0  # 0: the rank wrote nothing, and only the fields above are set
+class Series(Record):
+    """A rank's samples downsampled to at most 200 points: parallel lists."""
+
+    t: list[float] = field_spec(required=True, default=())
+    rss_bytes: list[int | None] = field_spec(required=True, default=())
+    anon_bytes: list[int | None] | None = None  # the latest anonymous-memory reading at each point (older: none)
+    depth: list[int] = field_spec(required=True, default=())
+    rounds: list[int] = field(default_factory=list)
+    lat_p99_ms: list[float | None] = field(default_factory=list)
+    round_age_s: list[float] = field(default_factory=list)
+    unreceived: list[int | None] | None = None  # a rank with an upstream: its backlog at each point
+
+    def omit(self) -> frozenset[str]:
+        return frozenset(key for key in ("anon_bytes", "unreceived") if getattr(self, key) is None)
+
+    def check(self, where: str) -> None:
+        if not len(self.t) == len(self.rss_bytes) == len(self.depth):
+            raise ShapeError(f"{where}: t, rss_bytes and depth differ in length")
+
+
+@dataclass(frozen=True)
+class PPConsistency(Record):
+    """Whether every PP stage applied the same counts, round by round (DigestCheck)."""
+
+    checked_rounds: int = 0
+    last_checked_round: int | None = None
+    consistent: bool = True
+    first_divergence: dict[str, Any] | None = None  # {round, digests: {rank: digest}}
+
+
+MEASURED = frozenset({"rss", "work_list", "loop_latency_ms", "rounds_per_s", "messages", "backlog_at_stop"})
+UNMEASURED_KEYS = ("rank", "pp_rank", "tp_rank", "verdict", "verdict_reason", "samples")
+TRACED_KEYS = frozenset({"slot", "world_size", "works"})
+
+
+@dataclass(frozen=True)
+class RankReport(Record):
+    rank: int = field_spec(required=True, default=0)
+    pp_rank: int = field_spec(required=True, default=0)
+    tp_rank: int = field_spec(required=True, default=0)
     pid: int | None = None
-    slot: int | None = None  # trace: the rank file's number
-    world_size: int | None = None  # trace: the process group's size
     host: str | None = None
     node: int | None = None
+    verdict: Verdict | str = field_spec(required=True, default=Verdict.INCONCLUSIVE)
+    verdict_reason: str = field_spec(required=True, default="")
     state: str | None = None
     stop: str | None = None
     warmup_s: float | None = None
     rss: Rss | None = None
     memory_kinds: MemoryKinds | None = None
     work_list: WorkList | None = None
-    works: Works | None = None
-    loop_latency: LoopLatency | None = field(default=None, metadata=_key("loop_latency_ms"))
+    loop_latency: LoopLatency | None = field_spec("loop_latency_ms")
     rounds: int | None = None
     rounds_per_s: float | None = None
     messages: Messages | None = None
     backlog_at_stop: Backlog | None = None
     round_age_at_stop_s: float | None = None
     device: str | None = None
-    gpu_memory: dict[str, int] | None = None
+    gpu_memory: GpuMemory | None = None
     counters: dict[str, float] | None = None
-    series: dict[str, list[Any]] | None = None  # parallel lists t, rss_bytes, depth, ...
+    samples: int = 0  # 0: the rank wrote nothing, and only the fields above `pid` are set
+    slot: int | None = None  # trace: the rank file's number
+    world_size: int | None = None  # trace: the process group's size
+    works: Works | None = None  # trace
+    series: Series | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.samples > 0
+
+    @property
+    def traced(self) -> bool:
+        return self.slot is not None
+
+    @property
+    def file_number(self) -> int:
+        """The rank file it was read from: a traced process's slot, else its rank."""
+        return self.rank if self.slot is None else self.slot
+
+    def omit(self) -> frozenset[str]:
+        if not self.measured:
+            return frozenset(f.key for f in record_fields(RankReport) if f.key not in UNMEASURED_KEYS)
+        return frozenset() if self.traced else TRACED_KEYS
+
+    def check(self, where: str) -> None:
+        if self.measured:  # a rank with samples has every measurement the readers read
+            for key in ("rss", "work_list", "loop_latency", "messages", "backlog_at_stop"):
+                if getattr(self, key) is None:
+                    name = "loop_latency_ms" if key == "loop_latency" else key
+                    raise ShapeError(f"{join(where, name)}: null, expected an object")
+
+    @classmethod
+    def required_keys(cls, data: Any) -> frozenset[str]:
+        samples = data.get("samples", 0)
+        return MEASURED if isinstance(samples, int) and not isinstance(samples, bool) and samples > 0 else frozenset()
 
 
 @dataclass(frozen=True)
-class Report(_Record):
+class Report(Record):
     """One run's report (docs/report.md). `path` is where it was read from or written to."""
 
     schema_version: int = 1
-    status: Status | str = Status.COMPLETED
-    verdict: Verdict | str = Verdict.INCONCLUSIVE
+    status: Status | str = field_spec(required=True, default=Status.COMPLETED)
     interruption: Interruption | None = None
-    config: StressConfig | None = None
-    target: Target | None = None
-    environment: Environment | None = None
-    failures: list[Failure] = field(default_factory=list)
+    config: RunConfig = field_spec(required=True, default=RunConfig())
+    target: TargetSection | None = None
+    environment: Environment = field_spec(required=True, default=Environment())
+    verdict: Verdict | str = field_spec(required=True, default=Verdict.INCONCLUSIVE)
+    failures: list[Failure] = field_spec(required=True, default=())
     root_cause: int | None = None
     stopped_early: str | None = None
     run_s: float | None = None
+    pp_consistency: PPConsistency | None = None
     wall_s: float | None = None
     startup_s: float | None = None
-    pp_consistency: dict[str, Any] | None = None
     torchrun_exit_code: int | None = None
     program_exit_code: int | None = None
     program_stopped: str | None = None
     launcher_cpu_s: float | None = None
-    ranks: list[RankReport] = field(default_factory=list)
+    ranks: list[RankReport] = field_spec(required=True, default=())
     path: Path | None = field(default=None, compare=False, metadata={"local": True})  # not in the JSON
 
     @classmethod
     def read(cls, data: dict[str, Any], path: Path | None = None) -> Report:
         return replace(cls.from_dict(data), path=path)
+
+    def at(self, path: Path | None) -> Report:
+        """The same report, written to (or read from) `path`."""
+        return replace(self, path=path)
 
     def rank(self, rank: int) -> RankReport:
         """The report of torch.distributed rank `rank` (the first, for a traced program that
@@ -303,5 +341,22 @@ class Report(_Record):
         raise KeyError(f"no rank {rank} in this report")
 
     @property
+    def measured_ranks(self) -> list[RankReport]:
+        return [r for r in self.ranks if r.measured]
+
+    @property
     def leaking_ranks(self) -> list[RankReport]:
         return [r for r in self.ranks if r.verdict == Verdict.LEAK]
+
+    @property
+    def traced(self) -> bool:
+        return isinstance(self.target, TraceSection)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.status == Status.INTERRUPTED
+
+    @property
+    def stop_signal(self) -> str | None:
+        """The signal that interrupted the run, when one did."""
+        return self.interruption.signal if self.interruption is not None else None

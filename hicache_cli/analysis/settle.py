@@ -7,9 +7,9 @@ boundedness needs a longer quiet stretch. The verdict is judged as the report ju
 
 from __future__ import annotations
 
-from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
-from hicache_cli.config import StressConfig
+from hicache_cli.analysis.kinds import Verdict
+from hicache_cli.config import RunConfig
 from hicache_cli.sample import Sample
 
 MIN_LEAK_S = 3.0  # post-warm-up data before a LEAK seen in the work list may settle
@@ -18,14 +18,14 @@ CONFIRMATIONS = 3  # consecutive checks, one a second, that must agree
 
 
 class Settler:
-    def __init__(self, config: StressConfig) -> None:
+    def __init__(self, config: RunConfig) -> None:
         self.config = config
         self._last_check_t = float("-inf")
         self._streak = (None, 0)  # (verdict, how many checks in a row)
 
     def __call__(self, samples: dict[int, list[Sample]]) -> str | None:
         series = [s for s in samples.values() if s]
-        if not series or len(series) < self.config.world_size:  # a traced program's world is 0: not known
+        if not series or len(series) < (self.config.expected_ranks or 1):  # a traced program's: not known
             return None
         t = max(s[-1].t for s in series)
         if t - self._last_check_t < 1.0:
@@ -38,19 +38,19 @@ class Settler:
             return f"{verdict} settled after {t:.1f} s of workload ({span:.1f} s after warm-up)"
         return None
 
-    def current(self, series: list[list[Sample]]) -> tuple[str | None, float]:
+    def current(self, series: list[list[Sample]]) -> tuple[Verdict | None, float]:
         """The verdict that could settle now, and the data span it rests on."""
         threshold = self.config.leak_threshold_mb_per_h
         assessed = [assess_rank(s, self.config.warmup_s, threshold) for s in series]
-        overall = stats.overall([a.verdict.verdict for a in assessed])
-        if overall == "LEAK":
+        overall = Verdict.overall(a.verdict.verdict for a in assessed)
+        if overall is Verdict.LEAK:
             # a growing work list is this leak's cause, and unmistakable within seconds; RSS
             # alone could still be a start-up climb, so it needs as long as boundedness
-            leaking = [a for a in assessed if a.verdict.verdict == "LEAK"]
+            leaking = [a for a in assessed if a.verdict.verdict is Verdict.LEAK]
             need = MIN_LEAK_S if any(a.verdict.basis == "work-list" for a in leaking) else MIN_BOUNDED_S
             span = max(a.span_s for a in leaking)
-            return ("LEAK", span) if span >= need else (None, span)
-        if overall == "BOUNDED":
+            return (overall, span) if span >= need else (None, span)
+        if overall is Verdict.BOUNDED:
             span = min(a.span_s for a in assessed)
-            return ("BOUNDED", span) if span >= MIN_BOUNDED_S else (None, span)
+            return (overall, span) if span >= MIN_BOUNDED_S else (None, span)
         return None, min(a.span_s for a in assessed)

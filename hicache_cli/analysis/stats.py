@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import TypeVar
 
+from hicache_cli.analysis.kinds import Verdict
+
 T = TypeVar("T")
 
 Z95 = 1.959964
@@ -174,8 +176,8 @@ class VerdictInputs:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    verdict: str  # "LEAK" | "BOUNDED" | "INCONCLUSIVE"
+class Decision:
+    verdict: Verdict
     reason: str
     basis: str = "rss"  # "work-list" (the causal signal), "rss", "anon" (RSS grew, file-backed), or "data"
 
@@ -194,7 +196,7 @@ def per_hour_mb(bytes_per_s: float) -> float:
     return bytes_per_s * 3600.0 / MB
 
 
-def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
+def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Decision:
     """LEAK / BOUNDED / INCONCLUSIVE for one rank, with the reason in words.
 
     Work-list growth is the causal signal: a list that keeps growing is a leak whatever
@@ -203,13 +205,13 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
     """
     rss, depth = inputs.rss, inputs.depth
     if rss is None or depth is None or inputs.span_s < MIN_SPAN_S or rss.n < MIN_POINTS:
-        return Verdict("INCONCLUSIVE", f"too little data after warm-up ({inputs.span_s:.1f} s)", "data")
+        return Decision(Verdict.INCONCLUSIVE, f"too little data after warm-up ({inputs.span_s:.1f} s)", "data")
     rss_text = f"RSS {per_hour_mb(rss.slope):+.0f} MB/h [95% {per_hour_mb(rss.lo):+.0f}, {per_hour_mb(rss.hi):+.0f}]"
     held = "live Works" if inputs.live_works else "work list"
     if depth.lo > DEPTH_GROWTH_FLOOR and depth.slope * inputs.span_s >= DEPTH_MIN_GAIN:
         grows = "live Works grow by" if inputs.live_works else "work list grows"
-        return Verdict(
-            "LEAK",
+        return Decision(
+            Verdict.LEAK,
             f"{grows} {depth.slope:.0f} Works/s (final {inputs.final_depth}); {rss_text}",
             "work-list",
         )
@@ -217,46 +219,38 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Verdict:
     if per_hour_mb(rss.lo) > threshold:
         return _rss_above(inputs, rss_text, threshold, held)
     if per_hour_mb(rss.floor) >= threshold:
-        return Verdict(
-            "INCONCLUSIVE",
+        return Decision(
+            Verdict.INCONCLUSIVE,
             f"{rss_text}, but this run could only have detected a leak above {per_hour_mb(rss.floor):.0f} MB/h "
             f"(threshold {threshold:.0f}): run longer",
         )
     if per_hour_mb(rss.hi) < threshold:
-        return Verdict(
-            "BOUNDED", f"{rss_text} is below {threshold:.0f} MB/h; {held} bounded (final {inputs.final_depth})"
+        return Decision(
+            Verdict.BOUNDED, f"{rss_text} is below {threshold:.0f} MB/h; {held} bounded (final {inputs.final_depth})"
         )
-    return Verdict("INCONCLUSIVE", f"{rss_text} straddles {threshold:.0f} MB/h; {held} not growing")
+    return Decision(Verdict.INCONCLUSIVE, f"{rss_text} straddles {threshold:.0f} MB/h; {held} not growing")
 
 
-def _rss_above(inputs: VerdictInputs, rss_text: str, threshold: float, held: str) -> Verdict:
+def _rss_above(inputs: VerdictInputs, rss_text: str, threshold: float, held: str) -> Decision:
     """RSS grows past the threshold: a leak when anonymous memory grows with it (or was not
     read). RSS also counts file-backed pages (mapped files, read in and kept by the kernel
     as long as memory allows), whose growth alone is no leak of the program's."""
     anon = inputs.anon
     if anon is None:
-        return Verdict("LEAK", f"{rss_text} is above {threshold:.0f} MB/h; {held} not growing")
+        return Decision(Verdict.LEAK, f"{rss_text} is above {threshold:.0f} MB/h; {held} not growing")
     anon_text = (
         f"anonymous memory {per_hour_mb(anon.slope):+.0f} MB/h "
         f"[95% {per_hour_mb(anon.lo):+.0f}, {per_hour_mb(anon.hi):+.0f}]"
     )
     if per_hour_mb(anon.lo) > threshold:
-        return Verdict("LEAK", f"{rss_text} is above {threshold:.0f} MB/h, {anon_text} too; {held} not growing")
+        return Decision(Verdict.LEAK, f"{rss_text} is above {threshold:.0f} MB/h, {anon_text} too; {held} not growing")
     if per_hour_mb(anon.hi) < threshold:
-        return Verdict(
-            "BOUNDED",
+        return Decision(
+            Verdict.BOUNDED,
             f"{rss_text} is above {threshold:.0f} MB/h but {anon_text} is below it: the growth is file-backed, "
             f"not a leak; {held} bounded (final {inputs.final_depth})",
             "anon",
         )
-    return Verdict(
-        "INCONCLUSIVE", f"{rss_text} is above {threshold:.0f} MB/h; {anon_text} straddles it; {held} not growing"
+    return Decision(
+        Verdict.INCONCLUSIVE, f"{rss_text} is above {threshold:.0f} MB/h; {anon_text} straddles it; {held} not growing"
     )
-
-
-def overall(verdicts: list[str]) -> str:
-    if "LEAK" in verdicts:
-        return "LEAK"
-    if verdicts and all(v == "BOUNDED" for v in verdicts):
-        return "BOUNDED"
-    return "INCONCLUSIVE"

@@ -1,4 +1,5 @@
-"""Launch the ranks with torchrun on loopback and supervise them until the run ends.
+"""`hicache stress`: torchrun and its ranks on loopback (or across nodes), a strategy of the
+supervisor (supervisor.follow).
 
 The launcher never trusts the ranks to end on their own: it holds a hard deadline
 (start-up allowance + duration + grace), after which it stops torchrun's whole process
@@ -16,31 +17,32 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import psutil
-
-from hicache_cli.analysis.torchrun_log import worker_exits_in
-from hicache_cli.analysis.watchdog import Stall, find_stalls
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.files import run_file
 from hicache_cli.launch.nodes import Feeder, Head, NodeSpec
-from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
-from hicache_cli.protocol import EARLY_STOP, NODE_ENV, OWNER_ENV, SECRET_ENV, STACKS, TORCHRUN_LOG
+from hicache_cli.launch.supervisor import KILL_WAIT_S, ProcessTree, Stop, Watchdog
+from hicache_cli.launch.torchrun_log import worker_exits_in
+from hicache_cli.lifecycle import owner_token, parent_death_signal
+from hicache_cli.outcome import RunOutcome, WorkerExit
+from hicache_cli.protocol import EARLY_STOP, NODE_ENV, OWNER_ENV, SECRET_ENV, TORCHRUN_LOG
+from hicache_cli.rundir import open_run_log
 from hicache_cli.sample import Sample
-from hicache_cli.series import RunFollower, RunSeries
+from hicache_cli.series import RunFollower
+from hicache_cli.targets import RankedTarget
 
 LOOPBACK = "127.0.0.1"
+# torchrun gone by itself: how long its ranks get to leave, past their own grace
+SELF_END_EXTRA_S = 2.0
+TORCHRUN_TERM_GRACE_S = 3.0
 
 
 @dataclass(frozen=True)
 class LaunchConfig:
     run_dir: Path
-    stress: StressConfig
+    config: RunConfig
     host: str = LOOPBACK
     port: int | None = None  # None: a free port picked at launch
     startup_timeout_s: float = 90.0  # launch until every rank has sampled
@@ -49,29 +51,18 @@ class LaunchConfig:
     nodes: NodeSpec | None = None  # runs across nodes: this node's part (None: one machine)
 
     @property
+    def target(self) -> RankedTarget:
+        assert isinstance(self.config.target, RankedTarget)
+        return self.config.target
+
+    @property
     def node_rank(self) -> int:
         return self.nodes.node_rank if self.nodes else 0
 
     @property
     def expected_ranks(self) -> int:
         """Ranks whose samples this node sees: all on node 0 (or one machine), else its own."""
-        return self.nodes.nproc_per_node if self.nodes and not self.nodes.is_head else self.stress.world_size
-
-
-@dataclass(frozen=True)
-class LaunchResult:
-    exit_code: int | None  # torchrun's, None if it had to be killed
-    interrupted: bool  # hicache was asked to stop (interrupted_by says how)
-    killed: bool  # the launcher had to stop the ranks itself
-    reason: str | None  # why it stopped them, when it did
-    wall_s: float
-    stalls: tuple[Stall, ...] = ()  # what the watchdog found, when it ended the run
-    stopped_early: str | None = None  # why the run was ended before its duration, if it was
-    lost_nodes: dict[int, str] = field(default_factory=dict)  # node 0: nodes lost during the run, and how
-    remote_exits: dict[int, tuple[int | None, str | None]] = field(default_factory=dict)  # rank -> code, signal
-    link_error: str | None = None  # another node: why its samples stopped reaching node 0
-    interrupted_by: str | None = None  # the signal that stopped hicache, when one did
-    followed: RunSeries | None = None  # every sample the launcher read, to the last line (bounded)
+        return self.nodes.nproc_per_node if self.nodes and not self.nodes.is_head else self.target.world_size
 
 
 def pick_port(host: str, requested: int | None) -> int:
@@ -105,7 +96,7 @@ def pick_port(host: str, requested: int | None) -> int:
 def torchrun_command(config: LaunchConfig, port: int) -> list[str]:
     nodes = config.nodes
     if nodes is None:
-        where = ["--nnodes=1", f"--nproc-per-node={config.stress.world_size}"]
+        where = ["--nnodes=1", f"--nproc-per-node={config.target.world_size}"]
         where += [f"--master-addr={config.host}", f"--master-port={port}"]
     else:  # torchrun's own multi-node rendezvous; it assigns global ranks, not --node-rank
         where = [f"--nnodes={nodes.nnodes}", f"--node-rank={nodes.node_rank}"]
@@ -143,247 +134,155 @@ def rank_environment(host: str, nodes: NodeSpec | None = None) -> dict[str, str]
     return env
 
 
-class GuardedView:
-    """Calls the view's tick; if its output goes away (a closed pipe, a full disk) the run
-    goes on without it: measuring matters more than showing."""
-
-    def __init__(self, on_tick: Callable[[dict[int, list[Sample]], float], None]) -> None:
-        self.on_tick: Callable[[dict[int, list[Sample]], float], None] | None = on_tick
-        self.error: OSError | None = None
-
-    def __call__(self, samples: dict[int, list[Sample]], elapsed: float) -> None:
-        if self.on_tick is None:
-            return
-        try:
-            self.on_tick(samples, elapsed)
-        except OSError as exc:
-            self.on_tick, self.error = None, exc
+def on_node(samples: dict[int, list[Sample]], rank: int, node: int) -> bool:
+    """Whether a rank runs on this node: only those may be signalled (a pid means nothing elsewhere)."""
+    series = samples.get(rank)
+    return bool(series) and series[-1].node == node
 
 
-EarlyStop = Callable[[dict[int, list[Sample]]], str | None]
+class TorchrunRanks:
+    """The supervisor's strategy for hicache's own ranks: torchrun started in a session of
+    its own; the ranks (each in a session of torchrun's making) found as its children and by
+    their samples; the other nodes' link pumped on node 0, or fed on the others."""
 
+    def __init__(self, config: LaunchConfig) -> None:
+        self.config = config
+        self.follower = RunFollower(config.run_dir)
+        self.tree = ProcessTree()
+        hang_after = max(3.0, 20.0 / config.config.probe_hz)
+        node = config.node_rank
+        self.watchdog: Watchdog | None = Watchdog(
+            config.config.stall_timeout_s, hang_after, lambda samples, rank: on_node(samples, rank, node)
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.link: Head | Feeder | None = None
+        self.all_started = False
+        self.deadline = 0.0
+        self.link_end = LinkEnd()
 
-def launch(
-    config: LaunchConfig,
-    on_tick: Callable[[dict[int, list[Sample]], float], None],
-    early_stop: EarlyStop | None = None,
-) -> LaunchResult:
-    """Run torchrun to completion; call `on_tick(samples_by_rank, elapsed)` while it runs.
+    def pids_of(self, samples: dict[int, list[Sample]]) -> list[int]:
+        """The ranks of this node, by the pid in their samples (a pid means nothing elsewhere)."""
+        node = self.config.node_rank
+        return [s[-1].pid for s in samples.values() if s and s[-1].node == node]
 
-    `early_stop(samples)` may return a reason to end the run before its duration: every
-    rank is then asked (SIGUSR2) to stop as at its deadline, and the run completes.
-    Whatever happens here (the end, the watchdog, the hard deadline, a stop signal, torchrun
-    killed under the ranks, an error of our own), no rank outlives this function.
-    """
-    started = time.monotonic()
-    interrupted, reason, stalls, stopped_early = False, None, [], None
-    proc: subprocess.Popen[bytes] | None = None
-    ranks = RankProcesses(config.node_rank)
-    follower, view = RunFollower(config.run_dir), GuardedView(on_tick)
-    link = None
-    try:
+    def start(self) -> None:
+        config = self.config
         port = pick_port(config.host, config.port) if config.nodes is None else config.nodes.rdzv_port
-        link = open_link(config)
-        proc = _start_torchrun(config, port)
-        reason, stalls, stopped_early = _supervise(proc, config, follower, view, started, early_stop, link, ranks)
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (lifecycle.StopRequests)
-        interrupted, reason = True, f"interrupted by {STOPS.signal or 'SIGINT'}"
-    except BaseException:
-        if proc is not None:
-            stop_process_group(proc, ranks)
-        raise
-    with STOPS.finishing():  # from here on a signal is noted, never cuts the stop short
-        if reason is not None:
-            if isinstance(link, Head):
-                link.stop(reason)
-            if proc is not None:
-                stop_process_group(proc, ranks)
-        elif proc is not None:
+        self.link = open_link(config)
+        duration = config.config.duration_s or 0.0
+        self.deadline = time.monotonic() + config.startup_timeout_s + duration + config.stop_grace_s
+        with open_run_log(config.run_dir / TORCHRUN_LOG) as log:
+            self.proc = subprocess.Popen(
+                torchrun_command(config, port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.tree.environment(rank_environment(config.host, config.nodes)),
+                cwd=config.run_dir.resolve(),  # never the user's directory: see rank_environment
+                start_new_session=True,  # Ctrl-C reaches us, not the ranks; we stop them
+                preexec_fn=parent_death_signal(),  # SIGKILLed, we take torchrun with us
+            )
+        self.tree.add_root(self.proc.pid)
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def check(self, samples: dict[int, list[Sample]], now: float) -> Stop | None:
+        config = self.config
+        if self.link is not None and (stop := self.link.pump()) is not None:
+            return Stop(stop)
+        if not self.all_started and len(samples) == config.expected_ranks and all(samples.values()):
+            self.all_started = True  # every rank's workload has begun, give or take a poll
+            self.deadline = min(self.deadline, now + (config.config.duration_s or 0.0) + config.stop_grace_s)
+        if now >= self.deadline:
+            if self.all_started:
+                return Stop(f"ranks still running {config.stop_grace_s:.0f} s after the duration")
+            return Stop(f"not every rank started within {config.startup_timeout_s:.0f} s")
+        return None
+
+    def stop_early(self, samples: dict[int, list[Sample]], reason: str, now: float) -> Stop | None:
+        """Every rank is asked (EARLY_STOP) to stop as at its deadline; the run completes."""
+        for rank, series in samples.items():
+            if on_node(samples, rank, self.config.node_rank):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(series[0].pid, EARLY_STOP)
+        self.deadline = min(self.deadline, now + self.config.stop_grace_s)
+        return None
+
+    def may_stop_early(self, samples: dict[int, list[Sample]]) -> bool:
+        return self.all_started
+
+    def stop(self, stop: Stop | None) -> None:
+        if stop is not None:
+            if isinstance(self.link, Head):
+                self.link.stop(stop.reason)
+            if self.proc is not None:
+                stop_torchrun(self.proc, self.tree)
+        elif self.proc is not None:
             # torchrun is gone; its ranks must be too (killed under them, it leaves them running)
-            ranks.refresh(follower.poll())
-            ranks.end(config.stress.stop_grace_s + 2.0)
-        result = _finish_link(link, config) if link is not None else {}
-        view(follower.poll(), time.monotonic() - started)  # the final lines, once more
-    code = proc.returncode if proc is not None and reason is None else None
-    wall = time.monotonic() - started
-    return LaunchResult(
-        code,
-        interrupted,
-        reason is not None,
-        reason,
-        wall,
-        tuple(stalls),
-        stopped_early,
-        **result,
-        interrupted_by=STOPS.signal or "SIGINT" if interrupted else None,
-        followed=follower.run,
-    )
+            grace = self.config.target.stop_grace_s + SELF_END_EXTRA_S
+            self.tree.end([(None, grace), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)], groups=False)
+        self.link_end = finish_link(self.link, self.config)
 
-
-def _start_torchrun(config: LaunchConfig, port: int) -> subprocess.Popen[bytes]:
-    try:
-        log = run_file(config.run_dir / TORCHRUN_LOG, "append", binary=True)  # never through a symlink
-    except OSError as exc:
-        raise UsageError(f"cannot write {config.run_dir / TORCHRUN_LOG}: {exc.strerror or exc}") from None
-    with log:
-        return subprocess.Popen(
-            torchrun_command(config, port),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=rank_environment(config.host, config.nodes),
-            cwd=config.run_dir.resolve(),  # never the user's directory: see rank_environment
-            start_new_session=True,  # Ctrl-C reaches us, not the ranks; we stop them
-            preexec_fn=parent_death_signal(),  # SIGKILLed, we take torchrun with us
+    def outcome(self, stop: Stop | None) -> RunOutcome:
+        exits = worker_exits_in(self.config.run_dir)
+        for rank, (code, sig) in self.link_end.remote_exits.items():
+            exits.setdefault(rank, WorkerExit(rank, code, sig))
+        return RunOutcome(
+            exit_code=self.proc.returncode if self.proc is not None and stop is None else None,
+            stopped=stop.reason if stop is not None else None,
+            stalls=stop.stalls if stop is not None else (),
+            worker_exits=exits,
+            lost_nodes=self.link_end.lost_nodes,
+            link_error=self.link_end.link_error,
         )
 
 
-class RankProcesses:
-    """This node's rank processes, remembered as psutil handles while torchrun is their
-    parent: after torchrun is killed they are orphans that nothing else would find."""
+def stop_torchrun(proc: subprocess.Popen[bytes], tree: ProcessTree) -> None:
+    """Stop torchrun and every rank: SIGTERM first (ranks write a final line), then SIGKILL.
 
-    def __init__(self, node: int) -> None:
-        self.node = node
-        self.known: dict[int, psutil.Process] = {}
-
-    def add_children(self, proc: subprocess.Popen[bytes]) -> None:
-        try:
-            children = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.Error:
-            return
-        for child in children:
-            self.known.setdefault(child.pid, child)
-
-    def refresh(self, samples: dict[int, list[Sample]]) -> None:
-        """Ranks that sampled, by the pid in their samples (those on this node only)."""
-        for series in samples.values():
-            if series and series[-1].node == self.node and series[-1].pid not in self.known:
-                with contextlib.suppress(psutil.Error):
-                    self.known[series[-1].pid] = psutil.Process(series[-1].pid)
-
-    def end(self, grace_s: float, term_grace_s: float = 2.0) -> None:
-        """Give the ranks `grace_s` to leave on their own, then SIGTERM, then SIGKILL."""
-        procs = [p for p in self.known.values() if _running(p)]
-        _, alive = psutil.wait_procs(procs, timeout=grace_s) if procs else ([], [])
-        for signo, wait_s in ((signal.SIGTERM, term_grace_s), (signal.SIGKILL, 2.0)):
-            for leftover in alive:
-                with contextlib.suppress(psutil.Error):
-                    leftover.send_signal(signo)
-            _, alive = psutil.wait_procs(alive, timeout=wait_s) if alive else ([], [])
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    torchrun starts each rank in a session of its own, so signalling torchrun's group does
+    not reach them: they are found as its children (and remembered, should torchrun already
+    be gone) and ended directly."""
+    tree.refresh()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)  # torchrun forwards it to the ranks
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=TORCHRUN_TERM_GRACE_S)
+    tree.end([(None, 0.5), (signal.SIGTERM, 0.0), (signal.SIGKILL, KILL_WAIT_S)])
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5.0)
 
 
 def open_link(config: LaunchConfig) -> Head | Feeder | None:
     """Across nodes: node 0 hosts the sample store before its ranks start; the others connect."""
     if config.nodes is None:
         return None
-    text = json.dumps(config.stress.to_dict(), sort_keys=True)
+    text = json.dumps(config.config.to_dict(), sort_keys=True)
     if config.nodes.is_head:
         return Head(config.nodes, text, config.run_dir)
     return Feeder(config.nodes, text, config.run_dir, config.startup_timeout_s)
 
 
-def _finish_link(link: Head | Feeder | None, config: LaunchConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LinkEnd:
+    """What the link between nodes says at the end: node 0 hears of lost nodes and the other
+    nodes' ranks' exits; another node, why its samples stopped reaching node 0."""
+
+    lost_nodes: dict[int, str] = field(default_factory=dict)
+    remote_exits: dict[int, tuple[int | None, str | None]] = field(default_factory=dict)  # rank -> code, signal
+    link_error: str | None = None
+
+
+def finish_link(link: Head | Feeder | None, config: LaunchConfig) -> LinkEnd:
     """The other nodes' last word (node 0), or this node's last lines to node 0."""
     if isinstance(link, Head):
         link.finish(config.stop_grace_s)
-        return {"lost_nodes": link.lost(), "remote_exits": link.exits()}
+        return LinkEnd(lost_nodes=link.lost(), remote_exits=link.exits())
     if isinstance(link, Feeder):
         exits = worker_exits_in(config.run_dir)
         link.finish({r: (e.exit_code, e.signal) for r, e in exits.items()})
-        return {"link_error": link.link_error}
-    return {}
-
-
-def _supervise(
-    proc: subprocess.Popen[bytes],
-    config: LaunchConfig,
-    follower: RunFollower,
-    view: GuardedView,
-    started: float,
-    early_stop: EarlyStop | None,
-    link: Head | Feeder | None = None,
-    ranks: RankProcesses | None = None,
-) -> tuple[str | None, list[Stall], str | None]:
-    """Follow the run until torchrun exits. Returns why the launcher must stop it (if it
-    must), what the watchdog found, and why the run was ended early (if it was)."""
-    hard_deadline = started + config.startup_timeout_s + config.stress.duration_s + config.stop_grace_s
-    hang_after_s = max(3.0, 20.0 / config.stress.probe_hz)
-    all_started = False
-    stopped_early = None
-    while proc.poll() is None:
-        if link is not None and (stop := link.pump()) is not None:
-            return stop, [], stopped_early
-        samples = follower.poll()
-        now = time.monotonic()
-        view(samples, now - started)
-        if ranks is not None and not all_started:
-            ranks.add_children(proc)
-            ranks.refresh(samples)
-        if not all_started and len(samples) == config.expected_ranks and all(samples.values()):
-            all_started = True  # every rank's workload has begun, give or take a poll
-            hard_deadline = min(hard_deadline, now + config.stress.duration_s + config.stop_grace_s)
-        stalls = find_stalls(samples, time.time(), config.stress.stall_timeout_s, hang_after_s)
-        if stalls:
-            request_stacks([s for s in stalls if _on_node(samples, s.rank, config.node_rank)])
-            return "watchdog: " + "; ".join(s.message for s in stalls), stalls, stopped_early
-        if now >= hard_deadline:
-            if all_started:
-                return f"ranks still running {config.stop_grace_s:.0f} s after the duration", [], stopped_early
-            return f"not every rank started within {config.startup_timeout_s:.0f} s", [], stopped_early
-        if early_stop is not None and all_started and stopped_early is None:
-            stopped_early = early_stop(samples)
-            if stopped_early is not None:
-                _signal_ranks(samples, EARLY_STOP, config.node_rank)
-                hard_deadline = min(hard_deadline, now + config.stop_grace_s)
-        time.sleep(config.poll_interval_s)
-    return None, [], stopped_early
-
-
-def _on_node(samples: dict[int, list[Sample]], rank: int, node: int) -> bool:
-    """Whether a rank runs on this node: only those may be signalled (a pid means nothing elsewhere)."""
-    series = samples.get(rank)
-    return bool(series) and series[-1].node == node
-
-
-def _signal_ranks(samples: dict[int, list[Sample]], signo: int, node: int = 0) -> None:
-    for rank, series in samples.items():
-        if _on_node(samples, rank, node):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(series[0].pid, signo)
-
-
-def request_stacks(stalls: list[Stall], settle_s: float = 0.5) -> None:
-    """SIGUSR1 each stuck rank: faulthandler in it dumps every thread's stack to a file."""
-    for stall in stalls:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(stall.pid, STACKS)
-    time.sleep(settle_s)
-
-
-def stop_process_group(
-    proc: subprocess.Popen[bytes], ranks: RankProcesses | None = None, term_grace_s: float = 3.0
-) -> None:
-    """Stop torchrun and every rank: SIGTERM first (ranks write a final line), then SIGKILL.
-
-    torchrun starts each rank in a session of its own, so signalling torchrun's group
-    does not reach them: the ranks are found as its children (and in `ranks`, which
-    remembers them should torchrun already be gone) and ended directly.
-    """
-    ranks = ranks or RankProcesses(0)
-    ranks.add_children(proc)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)  # torchrun forwards it to the ranks
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=term_grace_s)
-    ranks.end(0.5, term_grace_s=0.0)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5.0)
+        return LinkEnd(link_error=link.link_error)
+    return LinkEnd()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.files import read_bytes, run_file
 from hicache_cli.launch.node_messages import FOREIGN_LINES, hello, push
@@ -136,8 +137,12 @@ def node_spec(
 
 
 def link_options(spec: NodeSpec, config_json: str) -> dict[str, Any]:
-    """What must be the same on every node: the run's config, the node count and the run id."""
-    return {**json.loads(config_json), "nnodes": spec.nnodes, "rdzv_id": spec.rdzv_id}
+    """What must be the same on every node: the run's config (its target's settings beside
+    the run's, so that a difference names the setting), the node count and the run id."""
+    config = json.loads(config_json)
+    target = config.pop("target", None)
+    flat = {**config, **target} if isinstance(target, dict) else config
+    return {**flat, "nnodes": spec.nnodes, "rdzv_id": spec.rdzv_id}
 
 
 @dataclass
@@ -153,12 +158,12 @@ class Head:
 
     def __init__(self, spec: NodeSpec, config_json: str, run_dir: Path) -> None:
         self.spec, self.run_dir = spec, run_dir
+        world_size = RunConfig.from_dict(json.loads(config_json)).expected_ranks or 0
         options = link_options(spec, config_json)
         secret, secret_file = spec.run_secret, None
         if secret is None:  # loopback: made here, written before the link listens (a node that connects finds it)
             secret_file = local_secret_file(spec.rdzv_id, spec.sample_port)
             secret = share_local_secret(secret_file)
-        world_size = options["pp"] * options["tp"]
         try:
             self.server = LinkServer(spec.rdzv_host, spec.sample_port, secret, options, world_size)
         except UsageError:

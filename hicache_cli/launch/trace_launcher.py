@@ -1,5 +1,5 @@
-"""`hicache trace -- COMMAND`: start someone else's program with the tracer armed, follow
-its processes' samples, and end it, whatever ends the run, with nothing left running.
+"""`hicache trace -- COMMAND`: someone else's program, started with the tracer armed, a
+strategy of the supervisor (supervisor.follow).
 
 The program runs in a session of its own (a terminal's Ctrl-C reaches hicache, which
 stops the program in order). It is stopped the way a user would stop it, gently first:
@@ -17,28 +17,26 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
-import psutil
-
-from hicache_cli.analysis.watchdog import find_stalls
-from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
+from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.files import run_file
-from hicache_cli.launch.launcher import EarlyStop, GuardedView, LaunchResult
-from hicache_cli.lifecycle import STOPS, owner_token, parent_death_signal
-from hicache_cli.protocol import STACKS
-from hicache_cli.rundir import touch_run_file
+from hicache_cli.launch.supervisor import KILL_WAIT_S, ProcessTree, Stop, Watchdog
+from hicache_cli.lifecycle import owner_token, parent_death_signal
+from hicache_cli.outcome import RunOutcome
+from hicache_cli.rundir import open_run_log, touch_run_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
+from hicache_cli.targets import TracedCommand
 from hicache_cli.tracer import protocol
 from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
 
 FINAL_LINES_WAIT_S = 1.5  # after the stop file: time for every process to write its final line
+INTERRUPT_GRACE_S = 5.0  # after SIGINT, before SIGTERM
+TERM_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
 _LOOP = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+STDERR_FD = 2  # the process's own stderr, whatever sys.stderr has been replaced with
 
 
 def trace_config(
@@ -49,12 +47,12 @@ def trace_config(
     warmup: str | None = None,
     leak_threshold_mb_per_h: float = 100.0,
     stall_timeout: str = "60s",
-) -> StressConfig:
+) -> RunConfig:
     """The config of a trace from its options as typed (durations as text, e.g. 30s)."""
     return traced_config(
         command,
         loop,
-        parse_duration(duration, "duration") if duration is not None else 0.0,
+        parse_duration(duration, "duration") if duration is not None else None,
         probe_hz,
         parse_duration(warmup, "warmup") if warmup is not None else None,
         leak_threshold_mb_per_h,
@@ -65,14 +63,14 @@ def trace_config(
 def traced_config(
     command: list[str],
     loop: str | None,
-    duration_s: float,
+    duration_s: float | None,
     probe_hz: float,
     warmup_s: float | None,
     leak_threshold_mb_per_h: float,
     stall_timeout_s: float,
-) -> StressConfig:
-    """The config of a trace (duration 0: until the program exits): the command checked (it
-    must exist), every value checked by StressConfig.validate; bad input raises UsageError
+) -> RunConfig:
+    """The config of a trace (duration None: until the program exits): the command checked
+    (it must exist), every value checked by RunConfig.validate; bad input raises UsageError
     before anything is created."""
     if not command:
         raise UsageError("name the program after --, e.g. hicache trace -- torchrun --nproc-per-node 2 train.py")
@@ -84,216 +82,111 @@ def traced_config(
         raise UsageError(f"cannot run {program!r}: no such command on PATH")
     if loop is not None and not _LOOP.fullmatch(loop):
         raise UsageError(f"--loop {loop!r}: give MODULE:QUALNAME, e.g. my_server.scheduler:Scheduler.step")
-    return StressConfig(
-        pp=0,  # ranks are found as the program starts them
-        tp=1,
-        policy="trace",
+    return RunConfig(
+        target=TracedCommand(command=tuple(command), loop=loop, cwd=os.getcwd()),
         duration_s=duration_s,
-        workload="program",
         probe_hz=probe_hz,
         warmup_s=warmup_s,
         leak_threshold_mb_per_h=leak_threshold_mb_per_h,
         stall_timeout_s=stall_timeout_s,
-        target="trace",
-        trace={"command": list(command), "loop": loop, "cwd": os.getcwd()},
     ).validate()
 
 
 @dataclass(frozen=True)
 class TraceLaunch:
     run_dir: Path
-    stress: StressConfig  # target "trace"; stress.trace holds the command
+    config: RunConfig  # its target a TracedCommand
     passthrough: bool  # the program's output to ours; else to the run directory's program.log
     to_stderr: bool = False  # passed through, its stdout goes to our stderr (stdout holds --json's document)
-    interrupt_grace_s: float = 5.0  # after SIGINT, before SIGTERM
-    term_grace_s: float = 3.0  # after SIGTERM, before SIGKILL
-    poll_interval_s: float = 0.5
 
     @property
-    def command(self) -> list[str]:
-        assert self.stress.trace is not None
-        return list(self.stress.trace["command"])
+    def target(self) -> TracedCommand:
+        assert isinstance(self.config.target, TracedCommand)
+        return self.config.target
 
 
-class ProgramTree:
-    """The program's processes: its descendants (refreshed while it runs) and every
-    process that wrote samples, each held as a psutil handle from when it was first seen
-    (so a pid reused later is never signalled)."""
+class TracedProgram:
+    """The supervisor's strategy for a traced program: the command in a session of its own;
+    every process below it (and every one that sampled) held; ended by its own exit, the
+    duration, the watchdog (with --loop) or a settled verdict."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        self.known: dict[int, psutil.Process] = {}
-        self.refresh({})
+    def __init__(self, launch: TraceLaunch) -> None:
+        self.launch = launch
+        self.follower = RunFollower(launch.run_dir)
+        self.tree = ProcessTree()
+        stall = launch.config.stall_timeout_s  # only with --loop does the program have rounds to time
+        self.watchdog: Watchdog | None = Watchdog(stall, float("inf")) if launch.target.loop else None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
 
-    def refresh(self, samples: dict[int, list[Sample]]) -> None:
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process(self.proc.pid).children(recursive=True):
-                self.known.setdefault(child.pid, child)
-        for series in samples.values():
-            if series and series[-1].pid not in self.known:
-                with contextlib.suppress(psutil.Error):
-                    self.known[series[-1].pid] = psutil.Process(series[-1].pid)
+    def pids_of(self, samples: dict[int, list[Sample]]) -> list[int]:
+        return [s[-1].pid for s in samples.values() if s]
 
-    def running(self) -> list[psutil.Process]:
-        alive = []
-        for proc in self.known.values():
-            with contextlib.suppress(psutil.Error):
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
-        return alive
-
-    def signal_all(self, signo: int) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signo)
-        for proc in self.running():
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(signo)
-
-    def wait(self, timeout_s: float) -> bool:
-        """Wait until the program and every known process have ended; True if they have."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(timeout=0.1)
-                continue
-            if not self.running():
-                return True
-            time.sleep(0.1)
-        return self.proc.poll() is not None and not self.running()
-
-
-def launch_traced(
-    config: TraceLaunch,
-    on_tick: Callable[[dict[int, list[Sample]], float], None],
-    early_stop: EarlyStop | None = None,
-) -> LaunchResult:
-    """Run the traced program until it exits, the duration ends, the watchdog or the gate
-    ends it, or hicache is asked to stop; then make sure all of it has ended."""
-    started = time.monotonic()
-    follower, view = RunFollower(config.run_dir), GuardedView(on_tick)
-    proc = _start(config)
-    tree = ProgramTree(proc)
-    interrupted, reason, stalls, stopped_early = False, None, [], None
-    try:
-        reason, stalls, stopped_early = _supervise(config, proc, tree, follower, view, started, early_stop)
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (lifecycle.StopRequests)
-        interrupted, reason = True, f"interrupted by {STOPS.signal or 'SIGINT'}"
-    except BaseException:
-        _stop(config, tree, follower)
-        raise
-    with STOPS.finishing():
-        tree.refresh(follower.poll())
-        _stop(config, tree, follower)  # after the program's own exit too: nothing may linger
-        view(follower.poll(), time.monotonic() - started)
-    code = proc.returncode
-    return LaunchResult(
-        exit_code=code,
-        interrupted=interrupted,
-        killed=reason is not None,
-        reason=reason,
-        wall_s=time.monotonic() - started,
-        stalls=tuple(stalls),
-        stopped_early=stopped_early,
-        interrupted_by=STOPS.signal or "SIGINT" if interrupted else None,
-        followed=follower.run,
-    )
-
-
-STDERR_FD = 2  # the process's own stderr, whatever sys.stderr has been replaced with
-
-
-def _start(config: TraceLaunch) -> subprocess.Popen[bytes]:
-    env = protocol.environment(
-        dict(os.environ), config.run_dir, config.stress.probe_hz, config.stress.trace.get("loop"), owner_token()
-    )
-    log = None if config.passthrough else _program_log(config.run_dir / protocol.PROGRAM_LOG)
-    try:
-        return subprocess.Popen(
-            config.command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log or (STDERR_FD if config.to_stderr else None),
-            stderr=subprocess.STDOUT if log else None,
-            start_new_session=True,  # Ctrl-C reaches hicache, which stops the program in order
-            preexec_fn=parent_death_signal(),  # hicache SIGKILLed: the program gets SIGTERM
+    def start(self) -> None:
+        launch = self.launch
+        env = protocol.environment(
+            dict(os.environ), launch.run_dir, launch.config.probe_hz, launch.target.loop, owner_token()
         )
-    except OSError as exc:
-        raise UsageError(f"cannot run {config.command[0]!r}: {exc.strerror or exc}") from None
-    finally:
-        if log is not None:
-            log.close()
+        log = None if launch.passthrough else open_run_log(launch.run_dir / protocol.PROGRAM_LOG)
+        self.started = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                list(launch.target.command),
+                env=self.tree.environment(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log or (STDERR_FD if launch.to_stderr else None),
+                stderr=subprocess.STDOUT if log else None,
+                start_new_session=True,  # Ctrl-C reaches hicache, which stops the program in order
+                preexec_fn=parent_death_signal(),  # hicache SIGKILLed: the program gets SIGTERM
+            )
+        except OSError as exc:
+            raise UsageError(f"cannot run {launch.target.command[0]!r}: {exc.strerror or exc}") from None
+        finally:
+            if log is not None:
+                log.close()
+        self.tree.add_root(self.proc.pid)
 
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
 
-def _program_log(path: Path) -> IO[bytes]:
-    try:
-        return run_file(path, "append", binary=True)  # never through a symlink someone put there
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    def check(self, samples: dict[int, list[Sample]], now: float) -> Stop | None:
+        duration = self.launch.config.duration_s
+        if duration is not None and now - self.started >= duration:
+            return Stop(f"reached the duration ({duration:g} s)")
+        return None
 
+    def may_stop_early(self, samples: dict[int, list[Sample]]) -> bool:
+        return bool(samples)
 
-def _supervise(
-    config: TraceLaunch,
-    proc: subprocess.Popen[bytes],
-    tree: ProgramTree,
-    follower: RunFollower,
-    view: GuardedView,
-    started: float,
-    early_stop: EarlyStop | None,
-) -> tuple[str | None, list, str | None]:
-    duration = config.stress.duration_s
-    watch_loop = bool(config.stress.trace and config.stress.trace.get("loop"))
-    stopped_early = None
-    while proc.poll() is None:
-        samples = follower.poll()
-        now = time.monotonic()
-        view(samples, now - started)
-        tree.refresh(samples)
-        if watch_loop and (stalls := find_stalls(samples, time.time(), config.stress.stall_timeout_s, float("inf"))):
-            _request_stacks(stalls)
-            return "watchdog: " + "; ".join(s.message for s in stalls), stalls, None
-        if duration > 0 and now - started >= duration:
-            return f"reached the duration ({duration:g} s)", [], None
-        if early_stop is not None and samples and stopped_early is None:
-            stopped_early = early_stop(samples)
-            if stopped_early is not None:
-                return stopped_early, [], stopped_early
-        time.sleep(config.poll_interval_s)
-    return None, [], stopped_early
+    def stop_early(self, samples: dict[int, list[Sample]], reason: str, now: float) -> Stop | None:
+        return Stop(reason)  # the program knows no deadline of ours: it is stopped now
 
+    def stop(self, stop: Stop | None) -> None:
+        """Final lines first (the stop file), then SIGINT, SIGTERM, SIGKILL, each after a
+        grace; after the program's own exit too: nothing of it may linger."""
+        if self.proc is None:
+            return
+        self.tree.refresh(self.pids_of(self.follower.poll()), force=True)
+        self.tree.sweep()  # a daemon that left at once, reparented away from us
+        stop_file = self.launch.run_dir / protocol.STOP_FILE
+        with contextlib.suppress(OSError):
+            touch_run_file(stop_file)
+        self.tree.wait(FINAL_LINES_WAIT_S, lambda: self._all_final(self.follower.poll()))
+        ladder = [(signal.SIGINT, INTERRUPT_GRACE_S), (signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, KILL_WAIT_S)]
+        self.tree.end(ladder)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=KILL_WAIT_S)
+        with contextlib.suppress(OSError):
+            stop_file.unlink()
 
-def _request_stacks(stalls: list) -> None:
-    for stall in stalls:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(stall.pid, STACKS)
-    time.sleep(0.5)
+    def _all_final(self, samples: dict[int, list[Sample]]) -> bool:
+        """Every process that sampled and still runs has written its final line."""
+        alive = {p.pid for p in self.tree.running()}
+        return all(s[-1].kind == "final" for s in samples.values() if s and s[-1].pid in alive)
 
-
-def _stop(config: TraceLaunch, tree: ProgramTree, follower: RunFollower) -> None:
-    """Final lines first (the stop file), then SIGINT, SIGTERM, SIGKILL, each after a grace."""
-    stop_file = config.run_dir / protocol.STOP_FILE
-    with contextlib.suppress(OSError):
-        touch_run_file(stop_file)
-    deadline = time.monotonic() + FINAL_LINES_WAIT_S
-    while time.monotonic() < deadline and not _all_final(follower.poll(), tree):
-        time.sleep(0.1)
-    for signo, grace in (
-        (signal.SIGINT, config.interrupt_grace_s),
-        (signal.SIGTERM, config.term_grace_s),
-        (signal.SIGKILL, 2.0),
-    ):
-        tree.refresh({})
-        if tree.wait(0.0):
-            break
-        tree.signal_all(signo)
-        if tree.wait(grace):
-            break
-    with contextlib.suppress(OSError):
-        stop_file.unlink()
-
-
-def _all_final(samples: dict[int, list[Sample]], tree: ProgramTree) -> bool:
-    """Every process that sampled and still runs has written its final line."""
-    alive = {p.pid for p in tree.running()}
-    return all(s[-1].kind == "final" for s in samples.values() if s and s[-1].pid in alive)
+    def outcome(self, stop: Stop | None) -> RunOutcome:
+        return RunOutcome(
+            exit_code=self.proc.returncode if self.proc is not None else None,
+            stopped=stop.reason if stop is not None else None,
+            stalls=stop.stalls if stop is not None else (),
+        )

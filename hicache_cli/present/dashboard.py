@@ -17,7 +17,9 @@ from rich.text import Text
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
-from hicache_cli.config import StressConfig
+from hicache_cli.analysis.figures import rounds_per_s
+from hicache_cli.analysis.kinds import Verdict
+from hicache_cli.config import RunConfig
 from hicache_cli.sample import Sample
 from hicache_cli.units import format_bytes, format_bytes_short, format_duration
 
@@ -57,17 +59,17 @@ class RankRow:
     rounds_per_s: float | None
     round_age_s: float | None
     blocked_on: str | None
-    verdict: str | None
+    verdict: Verdict | None
 
 
 @dataclass(frozen=True)
 class DashboardModel:
-    config: StressConfig
+    config: RunConfig
     run_dir: str
     run_t: float  # seconds of workload so far (the furthest rank)
     launch_elapsed: float  # seconds since launch, start-up included
     rows: list[RankRow]
-    verdict: str  # so far
+    verdict: Verdict  # so far
     # across nodes: node -> (its host, the ranks it runs), from the samples; one entry on one machine
     nodes: dict[int, tuple[str | None, list[int]]] = field(default_factory=dict)
     devices: tuple[str, ...] = ()  # what the ranks say they run on ("cpu" or a GPU model), once they sample
@@ -94,20 +96,18 @@ def rank_state(last: Sample | None) -> str:
 class Dashboard:
     """Builds models from samples; keeps per-rank trends for a second between updates."""
 
-    def __init__(self, config: StressConfig, run_dir: str) -> None:
+    def __init__(self, config: RunConfig, run_dir: str) -> None:
         self.config = config
         self.run_dir = run_dir
         # rank -> (t, MB/h, verdict, warm-up), recomputed at most once a second of run time
-        self._trends: dict[int, tuple[float, float | None, str | None, float]] = {}
+        self._trends: dict[int, tuple[float, float | None, Verdict | None, float]] = {}
 
     def model(self, samples: dict[int, list[Sample]], launch_elapsed: float) -> DashboardModel:
         # every rank of the run, and (hicache trace, where processes are found as they start) every file
-        ranks = sorted(set(range(self.config.world_size)) | set(samples))
+        ranks = sorted(set(range(self.config.expected_ranks or 0)) | set(samples))
         rows = [self._row(rank, samples.get(rank, [])) for rank in ranks]
         run_t = max((s[-1].t for s in samples.values() if s), default=0.0)
-        # as in the report: one leaking rank makes a leak; a rank without a verdict yet
-        # keeps the rest from being called bounded
-        verdict = stats.overall([r.verdict or "INCONCLUSIVE" for r in rows])
+        verdict = Verdict.overall(r.verdict for r in rows)  # as in the report
         nodes: dict[int, tuple[str | None, list[int]]] = {}
         for rank, series in sorted(samples.items()):
             if series:
@@ -116,14 +116,12 @@ class Dashboard:
         return DashboardModel(self.config, self.run_dir, run_t, launch_elapsed, rows, verdict, nodes, devices)
 
     def _row(self, rank: int, series: list[Sample]) -> RankRow:
-        pp_rank, tp_rank = divmod(rank, self.config.tp)
+        pp_rank, tp_rank = divmod(rank, self.config.ranked.tp if self.config.ranked else 1)
         if not series:
             return RankRow(rank, pp_rank, tp_rank, "starting", None, None, None, [], 0, [], *[None] * 6, None)
         last = series[-1]
         trend, verdict, warmup = self._trend(rank, series)
         base = next((s.rss_bytes for s in series if s.t >= warmup and s.rss_bytes is not None), None)
-        recent = [s for s in series[-20:] if s.kind == "sample"] or [last]
-        span = recent[-1].t - recent[0].t
         return RankRow(
             rank=rank,
             pp_rank=pp_rank,
@@ -138,13 +136,13 @@ class Dashboard:
             p50_ms=last.lat_p50_ms,
             p99_ms=last.lat_p99_ms,
             max_ms=last.lat_max_ms,
-            rounds_per_s=(recent[-1].rounds - recent[0].rounds) / span if span > 0 else None,
+            rounds_per_s=rounds_per_s(last),
             round_age_s=last.round_age_s,
             blocked_on=last.blocked_on,
             verdict=verdict,
         )
 
-    def _trend(self, rank: int, series: list[Sample]) -> tuple[float | None, str | None, float]:
+    def _trend(self, rank: int, series: list[Sample]) -> tuple[float | None, Verdict | None, float]:
         last_t = series[-1].t
         cached = self._trends.get(rank)
         if cached is not None and last_t - cached[0] < 1.0 and series[-1].kind != "final":
@@ -168,7 +166,7 @@ STATE_STYLE = {
     "crashed": "bold red",
     "interrupted": "yellow",
 }
-VERDICT_STYLE = {"LEAK": "bold red", "BOUNDED": "bold green", "INCONCLUSIVE": "yellow"}
+VERDICT_STYLE = {Verdict.LEAK: "bold red", Verdict.BOUNDED: "bold green", Verdict.INCONCLUSIVE: "yellow"}
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -188,23 +186,23 @@ def render(model: DashboardModel, width: int = 100) -> RenderableType:
 
 
 def _header(model: DashboardModel, width: int) -> RenderableType:
-    cfg = model.config
+    cfg, ranked = model.config, model.config.ranked
     line = Text()
-    if cfg.traced and cfg.trace is not None:
-        line.append("hicache trace ", style="bold")
-        line.append(f"{' '.join(cfg.trace['command'])}  verdict so far: ")
+    if ranked is None:
+        line.append("hicache ", style="bold")
+        line.append(f"{cfg.title()}  verdict so far: ")
     elif width >= 70:
         line.append("hicache ", style="bold")
-        where = f"{device_word(cfg.device, model.devices)}/{cfg.pp_backend}"
-        line.append(f"{cfg.policy}  pp={cfg.pp} x tp={cfg.tp}  {where}  verdict so far: ")
+        where = f"{device_word(ranked.device, model.devices)}/{ranked.pp_backend}"
+        line.append(f"{cfg.label}  pp={ranked.pp} x tp={ranked.tp}  {where}  verdict so far: ")
     else:
-        line.append(f"{cfg.policy} pp{cfg.pp}xtp{cfg.tp} ")
+        line.append(f"{cfg.label} pp{ranked.pp}xtp{ranked.tp} ")
     line.append(model.verdict, style=VERDICT_STYLE.get(model.verdict, ""))
-    done = min(model.run_t, cfg.duration_s)
-    if cfg.duration_s <= 0:  # a trace without --duration: it lasts as long as the program
+    if cfg.duration_s is None:  # a trace without --duration: it lasts as long as the program
         timing = f"{format_duration(model.launch_elapsed)} since launch, until the program ends"
         lines = [line, Text(timing), Text(f"run dir: {model.run_dir}", style="dim", overflow="ellipsis", no_wrap=True)]
         return Group(*lines)
+    done = min(model.run_t, cfg.duration_s)
     if model.started:
         timing = f"{format_duration(done)}/{format_duration(cfg.duration_s)}"
         if width >= 60:
@@ -299,7 +297,7 @@ def rank_table(model: DashboardModel, width: int = 100) -> Text:
     """One line per rank under a header, laid out by hand: a rich Table costs ~3.5x more
     per frame, and the dashboard shares the CPUs with the ranks it measures."""
     cols = _columns(width, model.config.leak_threshold_mb_per_h)
-    if model.config.traced:  # what the depth column counts there: live Works, never waited
+    if model.config.ranked is None:  # what the depth column counts there: live Works, never waited
         cols = [replace(c, header="live") if c.header == "depth" else c for c in cols]
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append(" ".join(_fit(c.header, c.width, c.left) for c in cols).rstrip() + "\n", style="bold")

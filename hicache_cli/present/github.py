@@ -5,15 +5,15 @@ command writes it."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from hicache_cli.analysis.compare import PolicyRow
 from hicache_cli.analysis.gate import Assertion
-from hicache_cli.analysis.results import Report
+from hicache_cli.analysis.kinds import Verdict
+from hicache_cli.analysis.results import RankReport, Report
 from hicache_cli.present import mermaid
-from hicache_cli.present.html.run_charts import depth_title, is_traced, rank_name
+from hicache_cli.present.html.run_charts import depth_title, rank_name
 from hicache_cli.present.tables import policy_table, to_markdown
-from hicache_cli.present.workflow_commands import escape_data, escape_property
+from hicache_cli.workflow_commands import escape_data, escape_property
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
@@ -40,20 +40,16 @@ def md(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", flat).replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _slope_cell(rank: dict[str, Any]) -> str:
-    rss = rank.get("rss") or {}
-    ci = rss.get("slope_ci95_mb_per_h")
-    return "n/a" if ci is None else f"{rss['slope_mb_per_h']:+.0f} [{ci[0]:+.0f}, {ci[1]:+.0f}]"
+def _slope_cell(rank: RankReport) -> str:
+    return (rank.rss.trend_text(", ") if rank.rss else None) or "n/a"
 
 
-def _p99_cell(rank: dict[str, Any]) -> str:
-    p99 = (rank.get("loop_latency_ms") or {}).get("p99")
+def _p99_cell(rank: RankReport) -> str:
+    p99 = rank.loop_latency.p99 if rank.loop_latency else None
     return "n/a" if p99 is None else f"{p99:.2f}"
 
 
-def check_summary(
-    report: dict[str, Any], results: list[Assertion], result: str, what: str, report_path: str | None
-) -> str:
+def check_summary(report: Report, results: list[Assertion], result: str, what: str, report_path: str | None) -> str:
     """The gate in a step summary: the result, a row per rank with what failed on it, then
     every failed and undecided assertion's message."""
     by_rank: dict[int | None, list[Assertion]] = {}
@@ -62,16 +58,16 @@ def check_summary(
     lines = [
         f"### hicache check {result}: {md(what)}",
         "",
-        f"Run {report['status']}, verdict **{report['verdict']}**; {report['run_s']:.1f} s of workload.",
+        f"Run {report.status}, verdict **{report.verdict}**; {report.run_s or 0:.1f} s of workload.",
         "",
         "| rank | pp/tp | verdict | RSS MB/h [95%] | depth max/final | loop p99 ms | failed |",
         "|---:|---|---|---:|---:|---:|---|",
     ]
-    for r in report["ranks"]:
-        failed = [a.name for a in by_rank.get(r["rank"], []) if a.passed is False]
-        sampled = r.get("samples", 0) > 0
-        depth = f"{r['work_list']['max']}/{r['work_list']['final']}" if sampled else "n/a"
-        cells = [str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"]]
+    for r in report.ranks:
+        failed = [a.name for a in by_rank.get(r.rank, []) if a.passed is False]
+        sampled = r.measured and r.work_list is not None
+        depth = f"{r.work_list.max}/{r.work_list.final}" if sampled and r.work_list else "n/a"
+        cells = [str(r.rank), f"{r.pp_rank}/{r.tp_rank}", r.verdict]
         cells += [_slope_cell(r) if sampled else "n/a", depth, _p99_cell(r) if sampled else "n/a"]
         cells.append(", ".join(failed) or "-")
         lines.append("| " + " | ".join(md(c) for c in cells) + " |")
@@ -80,7 +76,7 @@ def check_summary(
         if found:
             lines += ["", f"**{word}**", ""]
             lines += [f"- `{a.name}`: {md(a.message)}" for a in found]
-    if charts := summary_charts(Report.read(report)):
+    if charts := summary_charts(report):
         lines += ["", charts]
     if report_path:
         lines += ["", f"Report: `{report_path}`"]
@@ -94,7 +90,7 @@ def summary_charts(report: Report) -> str:
     blocks = mermaid.rank_charts(report, ranks)
     if not blocks:
         return ""
-    traced = is_traced(report)
+    traced = report.traced
     names = [f"{rank_name(r, traced)} {r.verdict} ({mermaid.COLOURS[i][1]})" for i, r in enumerate(ranks)]
     more = sum(1 for r in report.ranks if r.series) - len(ranks)
     lines = ", ".join(names) + (f"; {more} more ranks in the report" if more > 0 else "")
@@ -105,18 +101,18 @@ def summary_charts(report: Report) -> str:
     return "\n\n".join([sentence, *blocks])
 
 
-def compare_summary(rows: list[PolicyRow], reports: list[dict[str, Any]], title: str) -> str:
+def compare_summary(rows: list[PolicyRow], reports: list[Report], title: str) -> str:
     """compare-policies in a step summary: its Markdown table, then why each rank that was
     not bounded was not, and each failure."""
     text = to_markdown(policy_table(rows), md(title))
     reasons = [f"- {md(row.note)}" for row in rows if row.note]
     for report in reports:
-        policy = report["config"]["policy"]
-        for r in report["ranks"]:
-            if r["verdict"] != "BOUNDED":
-                reasons.append(f"- {md(policy)} rank {r['rank']}: {r['verdict']} - {md(r['verdict_reason'])}")
-        for f in report["failures"]:
-            reasons.append(f"- {md(policy)} rank {f['rank']} {f['kind']}: {md(f['message'])}")
+        policy = report.config.label
+        for r in report.ranks:
+            if r.verdict != Verdict.BOUNDED:
+                reasons.append(f"- {md(policy)} rank {r.rank}: {r.verdict} - {md(r.verdict_reason)}")
+        for f in report.failures:
+            reasons.append(f"- {md(policy)} rank {f.rank} {f.kind}: {md(f.message)}")
     if reasons:
         text += "\n**Not bounded, and why**\n\n" + "\n".join(reasons) + "\n"
     return text

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Any
 
 from hicache_cli.analysis.gate import Assertion
+from hicache_cli.analysis.results import Report
 
 _NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -16,8 +16,8 @@ def _xml_text(text: str) -> str:
     return _NOT_XML.sub("?", text)
 
 
-def junit_xml(results: list[Assertion], report: dict[str, Any], wall_s: float) -> str:
-    policy = report["config"]["policy"]
+def junit_xml(results: list[Assertion], report: Report, wall_s: float) -> str:
+    policy = report.config.label
     failures = sum(a.passed is False for a in results)
     errors = sum(a.passed is None for a in results)
     suites = ET.Element("testsuites")
@@ -31,10 +31,9 @@ def junit_xml(results: list[Assertion], report: dict[str, Any], wall_s: float) -
         time=f"{wall_s:.3f}",
     )
     props = ET.SubElement(suite, "properties")
-    cfg = report["config"]
-    for key in ("policy", "pp", "tp", "duration_s", "workload", "seed"):
-        ET.SubElement(props, "property", name=key, value=str(cfg.get(key)))
-    ET.SubElement(props, "property", name="verdict", value=str(report["verdict"]))
+    for key, value in report.config.properties().items():
+        ET.SubElement(props, "property", name=key, value=str(value))
+    ET.SubElement(props, "property", name="verdict", value=str(report.verdict))
     for a in results:
         where = "run" if a.rank is None else f"rank{a.rank}"
         case = ET.SubElement(suite, "testcase", classname=f"hicache.{policy}.{where}", name=a.name, time="0")

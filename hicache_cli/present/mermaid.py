@@ -10,7 +10,7 @@ import bisect
 
 from hicache_cli.analysis.results import RankReport, Report, Verdict
 from hicache_cli.present.html.charts import Chart, Line, value, y_range
-from hicache_cli.present.html.run_charts import chart, is_traced, rank_line, rank_name
+from hicache_cli.present.html.run_charts import chart, rank_line, rank_name
 
 MAX_LINES = 4
 POINTS = 24
@@ -61,14 +61,14 @@ def xychart(chart: Chart, end_s: float) -> str:
 
 
 def run_end_s(ranks: list[RankReport]) -> float:
-    times = (value(x) for r in ranks for x in (r.series or {}).get("t", []))
+    times = (value(x) for r in ranks if r.series is not None for x in r.series.t)
     return max((t for t in times if t is not None), default=0.0)
 
 
 def rank_charts(report: Report, ranks: list[RankReport]) -> list[str]:
     """RSS and live Works (depth) of `ranks`, a line each in COLOURS' order, as xychart
     code blocks; none without a series to draw."""
-    traced, end_s = is_traced(report), run_end_s(ranks)
+    traced, end_s = report.traced, run_end_s(ranks)
     if end_s <= 0:
         return []
     blocks = []

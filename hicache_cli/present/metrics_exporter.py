@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hicache_cli.analysis.metrics import RankMetrics, rank_metrics
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.sample import Sample
 
@@ -52,7 +52,7 @@ def beyond_loopback(address: str) -> bool:
 class MetricsExporter:
     """Serves the latest samples' figures on http://HOST:PORT/metrics until close()."""
 
-    def __init__(self, config: StressConfig, run_dir: str) -> None:
+    def __init__(self, config: RunConfig, run_dir: str) -> None:
         self.config = config
         self.run_dir = run_dir
         self._lock = threading.Lock()
@@ -61,7 +61,7 @@ class MetricsExporter:
         self.url = ""
 
     @classmethod
-    def start(cls, host: str | None, port: int, config: StressConfig, run_dir: str) -> MetricsExporter:
+    def start(cls, host: str | None, port: int, config: RunConfig, run_dir: str) -> MetricsExporter:
         """Bind and serve; a missing library or a port that cannot be had is a UsageError."""
         try:
             import prometheus_client
@@ -110,7 +110,9 @@ class MetricsExporter:
         info = GaugeMetricFamily(
             "hicache_run_info", "The run being measured (value 1).", labels=["policy", "pp", "tp", "target", "run_dir"]
         )
-        info.add_metric([cfg.policy, str(cfg.pp), str(cfg.tp), cfg.target, self.run_dir], 1)
+        ranked = cfg.ranked
+        shape = (str(ranked.pp), str(ranked.tp)) if ranked else ("", "")  # a traced program's: not known
+        info.add_metric([cfg.label, *shape, cfg.target.kind, self.run_dir], 1)
         yield info
         rss = GaugeMetricFamily("hicache_rss_bytes", "Resident set size of the rank's process.", labels=LABELS)
         depth = GaugeMetricFamily(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
 
+from hicache_cli.analysis.results import Report
 from hicache_cli.errors import UsageError
 from hicache_cli.rundir import write_atomically
 
@@ -33,7 +33,7 @@ def plot_format(out: Path) -> str:
     return out.suffix.lstrip(".").lower() or "png"
 
 
-def plot_reports(reports: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
+def plot_reports(reports: list[tuple[str, Report]], out: Path) -> Path:
     """One figure: RSS (top) and depth (bottom) for every rank of every (label, report).
 
     Returns the path written: `out` itself, whatever its suffix (see plot_format).
@@ -44,20 +44,19 @@ def plot_reports(reports: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
         raise UsageError(f"{out}: matplotlib cannot write {out.suffix!r} files; use .png, .svg or .pdf")
     fig, (ax_rss, ax_depth) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for label, report in reports:
-        for rank in report["ranks"]:
-            series = rank.get("series")
-            if not series:
+        for rank in report.ranks:
+            series = rank.series
+            if series is None:
                 continue
-            name = f"{label} rank {rank['rank']}" if len(reports) > 1 else f"rank {rank['rank']} (pp{rank['pp_rank']})"
-            times = series["t"]
-            rss = [None if b is None else b / MIB for b in series["rss_bytes"]]
-            ax_rss.plot(times, rss, label=f"{name}: {rank['verdict']}")
-            ax_depth.plot(times, series["depth"], label=name)
-    cfg = reports[0][1]["config"]
+            name = f"{label} rank {rank.rank}" if len(reports) > 1 else f"rank {rank.rank} (pp{rank.pp_rank})"
+            rss = [None if b is None else b / MIB for b in series.rss_bytes]
+            ax_rss.plot(series.t, rss, label=f"{name}: {rank.verdict}")
+            ax_depth.plot(series.t, series.depth, label=name)
+    first = reports[0][1]
     title = (
         " vs ".join(label for label, _ in reports)
         if len(reports) > 1
-        else (f"{cfg['policy']}, pp={cfg['pp']} tp={cfg['tp']}: {reports[0][1]['verdict']}")
+        else f"{first.config.title(', ', duration=False)}: {first.verdict}"
     )
     ax_rss.set_title(title)
     ax_rss.set_ylabel("RSS (MiB)")

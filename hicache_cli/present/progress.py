@@ -9,16 +9,17 @@ import codecs
 import io
 import os
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from hicache_cli.analysis.results import Report, SGLangSection
 from hicache_cli.present.dashboard import Dashboard, render
 from hicache_cli.present.trace_views import trace_lines, trace_table
 from hicache_cli.sample import Sample
-from hicache_cli.sglang_target.extract import how_it_frees
+from hicache_cli.targets import how_it_frees
 from hicache_cli.units import format_bytes, format_duration
 
 
@@ -109,7 +110,7 @@ class PlainProgress:
     """Prints one line every `interval_s` seconds of run time, and when a rank's state
     changes (so the last line shows how every rank ended): no escape codes."""
 
-    def __init__(self, duration_s: float, interval_s: float = 2.0, write=print) -> None:  # noqa: ANN001
+    def __init__(self, duration_s: float | None, interval_s: float = 2.0, write=print) -> None:  # noqa: ANN001
         self.duration_s = duration_s
         self.interval_s = interval_s
         self.write = write
@@ -132,14 +133,14 @@ class PlainProgress:
         self.write(progress_line(latest, self.duration_s))
 
 
-def progress_line(latest: dict[int, Sample], duration_s: float) -> str:
+def progress_line(latest: dict[int, Sample], duration_s: float | None) -> str:
     run_t = max(s.t for s in latest.values())
     parts = [
         f"r{r} {format_bytes(s.rss_bytes)} {'depth' if s.works is None else 'live Works'} {s.depth} rounds {s.rounds}"
         + (f" [{s.state}]" if s.state != "running" else "")
         for r, s in sorted(latest.items())
     ]
-    total = f" / {format_duration(duration_s)}" if duration_s > 0 else ""  # 0: a trace, until the program ends
+    total = f" / {format_duration(duration_s)}" if duration_s is not None else ""  # None: until the program ends
     return f"[{format_duration(run_t):>6}{total}] " + " | ".join(parts)
 
 
@@ -147,15 +148,11 @@ def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def summary_table(report: dict[str, Any], width: int = 160) -> Table:
+def summary_table(report: Report, width: int = 160) -> Table:
     """The per-rank result table; under 110 columns RSS end and p50/max are left out."""
-    if (report.get("target") or {}).get("kind") == "trace":
+    if report.traced:
         return trace_table(report, width)
-    cfg = report["config"]
-    title = (
-        f"{cfg['policy']}  pp={cfg['pp']} tp={cfg['tp']}  {cfg['duration_s']:g}s  "
-        f"status={report['status']}  verdict={report['verdict']}"
-    )
+    title = f"{report.config.title()}  status={report.status}  verdict={report.verdict}"
     wide = width >= 110
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1), pad_edge=False)
     if wide:
@@ -165,48 +162,47 @@ def summary_table(report: dict[str, Any], width: int = 160) -> Table:
         names = ["r", "pp/tp", "verdict", "MB/h [95%]", "depth max/fin", "p99ms", "rnd/s", "backlog"]
     for name in names:
         table.add_column(name, justify="left" if name == "verdict" else "right", no_wrap=name != "backlog")
-    for r in report["ranks"]:
-        if r.get("samples", 0) == 0:
-            table.add_row(str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"], *["n/a"] * (len(names) - 3))
+    for r in report.ranks:
+        rss, wl, lat, backlog = r.rss, r.work_list, r.loop_latency, r.backlog_at_stop
+        if not r.measured or rss is None or wl is None or lat is None or backlog is None:
+            table.add_row(str(r.rank), f"{r.pp_rank}/{r.tp_rank}", r.verdict, *["n/a"] * (len(names) - 3))
             continue
-        rss, wl, lat, backlog = r["rss"], r["work_list"], r["loop_latency_ms"], r["backlog_at_stop"]
-        ci = rss["slope_ci95_mb_per_h"]
-        cells = [str(r["rank"]), f"{r['pp_rank']}/{r['tp_rank']}", r["verdict"]]
+        cells = [str(r.rank), f"{r.pp_rank}/{r.tp_rank}", r.verdict]
         if wide:
-            cells.append(format_bytes(rss["end_bytes"]))
-        cells.append("n/a" if ci is None else f"{rss['slope_mb_per_h']:+.0f} [{ci[0]:+.0f},{ci[1]:+.0f}]")
-        cells.append(f"{wl['max']}/{wl['final']}")
+            cells.append(format_bytes(rss.end_bytes))
+        cells.append(rss.trend_text() or "n/a")
+        cells.append(f"{wl.max}/{wl.final}")
         if wide:
-            cells.append(f"{_fmt(lat['p50'], '.3f')}/{_fmt(lat['p99'], '.2f')}/{_fmt(lat['max'], '.1f')}")
+            cells.append(f"{_fmt(lat.p50, '.3f')}/{_fmt(lat.p99, '.2f')}/{_fmt(lat.max, '.1f')}")
         else:
-            cells.append(_fmt(lat["p99"], ".2f"))
-        cells.append(_fmt(r["rounds_per_s"], ".0f"))
-        cells.append(f"{backlog['outstanding_sends']}s {backlog['unreceived_messages']}r")
+            cells.append(_fmt(lat.p99, ".2f"))
+        cells.append(_fmt(r.rounds_per_s, ".0f"))
+        cells.append(f"{backlog.outstanding_sends}s {backlog.unreceived_messages}r")
         table.add_row(*cells)
     return table
 
 
-def target_line(report: dict[str, Any]) -> str | None:
+def target_line(report: Report) -> str | None:
     """For a run of SGLang's own code: which code it was and what its round sends."""
-    target = report.get("target") or {}
-    if target.get("kind") != "sglang":
+    target = report.target
+    if not isinstance(target, SGLangSection):
         return None
-    method = target.get("drain_method") or "no known drain method"
-    how = how_it_frees(target.get("drain_method"))
-    per_round = target.get("sends_per_round")
+    method = target.drain_method or "no known drain method"
+    how = how_it_frees(target.drain_method)
+    per_round = target.sends_per_round
     sends = f"; {per_round:g} PP-sync sends per round" if per_round is not None else ""
     return (
-        f"SGLang {target['version']} {target['class']} ({target['origin']}: {target['location']}): "
-        f"{method} {how}{sends}; sha256 {target['sha256'][:12]}"
+        f"SGLang {target.version} {target.class_name} ({target.origin}: {target.location}): "
+        f"{method} {how}{sends}; sha256 {target.sha256[:12]}"
     )
 
 
-def verdict_lines(report: dict[str, Any]) -> list[str]:
-    if (report.get("target") or {}).get("kind") == "trace":
+def verdict_lines(report: Report) -> list[str]:
+    if report.traced:
         return trace_lines(report)
     lines = [line] if (line := target_line(report)) else []
-    lines += [f"rank {r['rank']}: {r['verdict']} - {r['verdict_reason']}" for r in report["ranks"]]
-    lines += [f"failure: rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"]]
+    lines += [f"rank {r.rank}: {r.verdict} - {r.verdict_reason}" for r in report.ranks]
+    lines += [f"failure: {f.line()}" for f in report.failures]
     return lines
 
 

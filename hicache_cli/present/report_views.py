@@ -1,44 +1,42 @@
 """Renderers for reading reports back: the summary of one, the comparison of two.
 
-Pure: they turn report dicts into rich renderables; commands do the printing.
+Pure: they turn reports into rich renderables; commands do the printing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from hicache_cli.analysis.results import RankReport, Report
 from hicache_cli.present.dashboard import device_word
 from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.units import format_bytes
 
 
-def run_line(report: dict[str, Any]) -> str:
+def run_line(report: Report) -> str:
     """One line naming a run: policy, shape, duration, status, verdict."""
-    cfg = report["config"]
-    shape = f"{cfg['policy']} pp={cfg['pp']} tp={cfg['tp']} {cfg['duration_s']:g}s"
-    return f"{shape}, {report['status']}, {report['verdict']}"
+    return f"{report.config.title(' ')}, {report.status}, {report.verdict}"
 
 
-def report_summary(report: dict[str, Any], width: int = 160) -> RenderableType:
-    cfg, env = report["config"], report["environment"]
+def report_summary(report: Report, width: int = 160) -> RenderableType:
+    cfg, env, ranked = report.config, report.environment, report.config.ranked
     # what the ranks ran on (env.devices) and the PP-sync groups' backend, as the dashboard says it
-    where = f"{device_word(env.get('device'), env.get('devices') or ())}/{env.get('pp_backend') or env.get('backend')}"
+    where = f"{device_word(env.device, env.devices or ())}/{env.pp_backend or env.backend}"
+    warmup = "auto" if cfg.warmup_s is None else f"{cfg.warmup_s:g}s"
     head = [
-        Text(f"hicache report (schema {report['schema_version']}): {run_line(report)}"),
+        Text(f"hicache report (schema {report.schema_version}): {run_line(report)}"),
         Text(
-            f"workload {cfg['workload']}, seed {cfg['seed']}, "
-            f"warm-up {'auto' if cfg.get('warmup_s') is None else format(cfg['warmup_s'], 'g') + 's'}, "
-            f"threshold {cfg['leak_threshold_mb_per_h']:g} MB/h"
+            (f"workload {ranked.workload}, seed {ranked.seed}, " if ranked else "")
+            + f"warm-up {warmup}, threshold {cfg.leak_threshold_mb_per_h:g} MB/h"
         ),
         Text(
-            (f"hicache {env['hicache_version']}, " if env.get("hicache_version") else "")
-            + f"torch {env.get('torch_version')}, {where}, host {env.get('host')}, "
-            f"{env.get('cpu_count')} CPUs; wall {report.get('wall_s', 0):g}s"
+            (f"hicache {env.hicache_version}, " if env.hicache_version else "")
+            + f"torch {env.torch_version}, {where}, host {env.host}, "
+            f"{env.cpu_count} CPUs; wall {report.wall_s or 0:g}s"
         ),
     ]
     lines = [Text(line) for line in verdict_lines(report)]
@@ -48,21 +46,21 @@ def report_summary(report: dict[str, Any], width: int = 160) -> RenderableType:
     return Group(*head, Text(""), summary_table(report, width), Text(""), *lines)
 
 
-def memory_lines(report: dict[str, Any]) -> list[str]:
+def memory_lines(report: Report) -> list[str]:
     """What each rank's RSS was made of at the end, and its anonymous memory's trend: the
     memory a kept Work grows (docs/verdicts.md). Ranks of older reports have none."""
     lines = []
-    for r in report["ranks"]:
-        kinds = r.get("memory_kinds")
+    for r in report.ranks:
+        kinds = r.memory_kinds
         if not kinds:
             continue
-        ci = kinds.get("anon_slope_ci95_mb_per_h")
-        trend = "" if ci is None else f" ({kinds['anon_slope_mb_per_h']:+.0f} MB/h [95% {ci[0]:+.0f}, {ci[1]:+.0f}])"
+        ci, slope = kinds.anon_slope_ci95_mb_per_h, kinds.anon_slope_mb_per_h
+        trend = "" if ci is None or slope is None else f" ({slope:+.0f} MB/h [95% {ci[0]:+.0f}, {ci[1]:+.0f}])"
         lines.append(
-            f"rank {r['rank']} memory: anonymous {format_bytes(kinds.get('anon_end_bytes'))}{trend}, "
-            f"USS {format_bytes(kinds.get('uss_end_bytes'))}, "
-            f"file-backed {format_bytes(kinds.get('file_backed_end_bytes'))} "
-            f"({kinds.get('readings', 0)} readings)"
+            f"rank {r.rank} memory: anonymous {format_bytes(kinds.anon_end_bytes)}{trend}, "
+            f"USS {format_bytes(kinds.uss_end_bytes)}, "
+            f"file-backed {format_bytes(kinds.file_backed_end_bytes)} "
+            f"({kinds.readings} readings)"
         )
     return lines
 
@@ -84,36 +82,53 @@ class RankDiff:
     rss_end_b: int | None
 
 
-def diff_ranks(a: dict[str, Any], b: dict[str, Any]) -> list[RankDiff]:
+@dataclass(frozen=True)
+class _Figures:
+    """The figures a diff shows of one rank; all None for a rank the report lacks."""
+
+    verdict: str = "-"
+    slope: float | None = None
+    depth: int | None = None
+    p99: float | None = None
+    rps: float | None = None
+    rss_end: int | None = None
+
+    @classmethod
+    def of(cls, r: RankReport | None) -> _Figures:
+        if r is None:
+            return cls()
+        return cls(
+            verdict=r.verdict or "-",
+            slope=r.rss.slope_mb_per_h if r.rss else None,
+            depth=r.work_list.max if r.work_list else None,
+            p99=r.loop_latency.p99 if r.loop_latency else None,
+            rps=r.rounds_per_s,
+            rss_end=r.rss.end_bytes if r.rss else None,
+        )
+
+
+def diff_ranks(a: Report, b: Report) -> list[RankDiff]:
     """Pair ranks by number; a rank only one report has is paired with Nones."""
-    by_a = {r["rank"]: r for r in a["ranks"]}
-    by_b = {r["rank"]: r for r in b["ranks"]}
-
-    def pick(r: dict[str, Any] | None, *path: str) -> Any:
-        for key in path:
-            if r is None:
-                return None
-            r = r.get(key)
-        return r
-
+    by_a = {r.rank: r for r in a.ranks}
+    by_b = {r.rank: r for r in b.ranks}
     rows = []
     for rank in sorted(set(by_a) | set(by_b)):
-        ra, rb = by_a.get(rank), by_b.get(rank)
+        fa, fb = _Figures.of(by_a.get(rank)), _Figures.of(by_b.get(rank))
         rows.append(
             RankDiff(
                 rank=rank,
-                verdict_a=pick(ra, "verdict") or "-",
-                verdict_b=pick(rb, "verdict") or "-",
-                slope_a=pick(ra, "rss", "slope_mb_per_h"),
-                slope_b=pick(rb, "rss", "slope_mb_per_h"),
-                depth_a=pick(ra, "work_list", "max"),
-                depth_b=pick(rb, "work_list", "max"),
-                p99_a=pick(ra, "loop_latency_ms", "p99"),
-                p99_b=pick(rb, "loop_latency_ms", "p99"),
-                rps_a=pick(ra, "rounds_per_s"),
-                rps_b=pick(rb, "rounds_per_s"),
-                rss_end_a=pick(ra, "rss", "end_bytes"),
-                rss_end_b=pick(rb, "rss", "end_bytes"),
+                verdict_a=fa.verdict,
+                verdict_b=fb.verdict,
+                slope_a=fa.slope,
+                slope_b=fb.slope,
+                depth_a=fa.depth,
+                depth_b=fb.depth,
+                p99_a=fa.p99,
+                p99_b=fb.p99,
+                rps_a=fa.rps,
+                rps_b=fb.rps,
+                rss_end_a=fa.rss_end,
+                rss_end_b=fb.rss_end,
             )
         )
     return rows
@@ -130,7 +145,7 @@ def _pair(a: float | None, b: float | None, spec: str, change: str) -> str:
     return f"{format(a, spec)} -> {format(b, spec)} ({extra})"
 
 
-def report_diff(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> RenderableType:
+def report_diff(a: Report, b: Report, label_a: str, label_b: str) -> RenderableType:
     head = Text(f"A: {label_a}: {run_line(a)}\nB: {label_b}: {run_line(b)}")
     table = Table(box=None, padding=(0, 1), pad_edge=False)
     for name in ("rank", "verdict A -> B", "RSS slope MB/h", "RSS end", "depth max", "p99 ms", "rounds/s"):

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
-from hicache_cli.analysis import compare
-from hicache_cli.sglang_target import scan
+from hicache_cli.analysis import compare, scan
 
 
 @dataclass(frozen=True)

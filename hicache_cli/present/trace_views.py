@@ -3,26 +3,29 @@ memory, its verdict), and the lines that name the sites leaking Works."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.table import Table
 
+from hicache_cli.analysis.results import Report, TraceSection
 from hicache_cli.analysis.trace_report import NOTHING_TRACED, nothing_traced, site_text
 from hicache_cli.units import format_bytes
 
 SITES_SHOWN = 3  # per process, in the lines under the table
 
 
-def command_text(report: dict[str, Any]) -> str:
-    target = report.get("target") or {}
-    return " ".join(target.get("command") or ["?"])
+def traced_command(report: Report) -> list[str]:
+    target = report.target
+    return list(target.command or []) if isinstance(target, TraceSection) else []
 
 
-def trace_table(report: dict[str, Any], width: int = 160) -> Table:
-    exit_code = report.get("program_exit_code")
-    ended = f"stopped by hicache: {report['program_stopped']}" if report.get("program_stopped") else "ended by itself"
+def command_text(report: Report) -> str:
+    return " ".join(traced_command(report)) or "?"
+
+
+def trace_table(report: Report, width: int = 160) -> Table:
+    exit_code = report.program_exit_code
+    ended = f"stopped by hicache: {report.program_stopped}" if report.program_stopped else "ended by itself"
     title = (
-        f"trace: {command_text(report)}  status={report['status']}  verdict={report['verdict']}"
+        f"trace: {command_text(report)}  status={report.status}  verdict={report.verdict}"
         f"  exit={'n/a' if exit_code is None else exit_code} ({ended})"
     )
     wide = width >= 110
@@ -31,37 +34,30 @@ def trace_table(report: dict[str, Any], width: int = 160) -> Table:
     names += ["dropped", "top site"] if wide else []
     for name in names:
         table.add_column(name, justify="left" if name in ("verdict", "top site") else "right")
-    for r in report["ranks"]:
-        if not r.get("samples"):
-            continue
-        works, rss = r.get("works") or {}, r["rss"]
-        ci = rss["slope_ci95_mb_per_h"]
-        rank = str(r["rank"]) if r.get("slot", r["rank"]) == r["rank"] else f"{r['rank']} (#{r['slot']})"
-        cells = [rank, str(r.get("pid", "")), r["verdict"], format_bytes(rss["end_bytes"])]
-        cells.append("n/a" if ci is None else f"{rss['slope_mb_per_h']:+.0f} [{ci[0]:+.0f},{ci[1]:+.0f}]")
-        cells.append(f"{works.get('live_max', 0)}/{works.get('live_final', 0)}")
-        cells += [str(works.get("created", 0)), str(works.get("waited", 0))]
+    for r in report.measured_ranks:
+        rss, works = r.rss, r.works
+        rank = str(r.rank) if r.file_number == r.rank else f"{r.rank} (#{r.slot})"
+        cells = [rank, "" if r.pid is None else str(r.pid), r.verdict, format_bytes(rss.end_bytes if rss else None)]
+        cells.append((rss.trend_text() if rss else None) or "n/a")
+        cells.append(f"{works.live_max if works else 0}/{works.live_final if works else 0}")
+        cells += [str(works.created if works else 0), str(works.waited if works else 0)]
         if wide:
-            sites = works.get("sites") or []
-            cells += [str(works.get("dropped", 0)), site_text(sites[0]) if sites else "-"]
+            sites = works.sites if works else []
+            cells += [str(works.dropped if works else 0), site_text(sites[0]) if sites else "-"]
         table.add_row(*cells)
     return table
 
 
-def trace_lines(report: dict[str, Any]) -> list[str]:
+def trace_lines(report: Report) -> list[str]:
     """Per process: its verdict, then the sites still holding live Works."""
     lines = []
-    for r in report["ranks"]:
-        if not r.get("samples"):
-            continue
-        lines.append(f"rank {r['rank']} (pid {r.get('pid')}): {r['verdict']} - {r['verdict_reason']}")
-        for site in ((r.get("works") or {}).get("sites") or [])[:SITES_SHOWN]:
-            if site.get("live", 0) > 0:
-                lines.append(
-                    f"    {site['live']:>8} live  {site['created']:>8} created  {site_text(site)}  ({site['file']})"
-                )
-    if not any(r.get("samples") for r in report["ranks"]):
-        why = nothing_traced(report)
+    for r in report.measured_ranks:
+        lines.append(f"rank {r.rank} (pid {r.pid}): {r.verdict} - {r.verdict_reason}")
+        for site in (r.works.sites if r.works else [])[:SITES_SHOWN]:
+            if site.live > 0:
+                lines.append(f"    {site.live:>8} live  {site.created:>8} created  {site_text(site)}  ({site.file})")
+    if not report.measured_ranks:
+        why = nothing_traced(traced_command(report))
         lines.append(why if why != NOTHING_TRACED else f"{why}: nothing to trace")
-    lines += [f"failure: rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"]]
+    lines += [f"failure: {f.line()}" for f in report.failures]
     return lines

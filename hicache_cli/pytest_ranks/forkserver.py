@@ -10,7 +10,10 @@ and runs the same runner a spawned rank runs.
 The server is pytest's child (in a session of its own, with the parent-death signal); each
 rank is the server's child (its own session, the parent-death signal from the server) and
 watches pytest's pid as a spawned rank does. The server reaps its children and writes each
-one's exit status (`rank-N.exit`), which pytest, not being their parent, cannot read.
+one's exit status (`rank-N.exit`), which pytest, not being their parent, cannot read. It is
+a child subreaper: a process a rank leaves behind (a daemon that double-forks) is reparented
+to it, and found there by pytest through the server's token, which a forked process's
+environment (the server's, as it was exec'd) carries.
 
 Limits: environment variables that torch reads at import (OMP_NUM_THREADS, MKL_*, TORCH_*)
 take the values the server started with, and a test that needs a fresh interpreter can ask
@@ -34,7 +37,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from hicache_cli.files import open_run_file, read_bytes, run_file
-from hicache_cli.lifecycle import parent_death_signal
+from hicache_cli.lifecycle import become_subreaper, parent_death_signal
+from hicache_cli.protocol import TREE_ENV
 from hicache_cli.pytest_ranks.protocol import exit_file, log_file, write_run_file
 
 SERVER_MODULE = "hicache_cli.pytest_ranks.forkserver"
@@ -103,10 +107,11 @@ class ForkServer:
     """pytest's end: start the server once, ask it for ranks, stop it at the end."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.token = f"forkserver-{os.getpid()}-{os.urandom(6).hex()}"
         with run_file(log, "append", binary=True) as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", SERVER_MODULE],
-                env=env,
+                env={**env, TREE_ENV: self.token},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=out,
@@ -136,6 +141,10 @@ class ForkServer:
         if "pid" not in reply:
             raise ForkServerError(f"the hicache fork server could not fork: {reply.get('error', reply)}")
         return ForkedRank(int(reply["pid"]), run_dir, rank)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -189,6 +198,7 @@ def serve(commands: IO[bytes], replies: IO[bytes]) -> None:
         import _pytest.assertion.rewrite  # noqa: F401
         import pytest  # noqa: F401
     children: dict[int, tuple[Path, int]] = {}
+    become_subreaper()  # what a rank leaves behind comes here, where pytest finds it
     arm_death_signal = parent_death_signal()  # made here: it names the server as the parent to watch
     _reply(replies, {"ready": True})
     fd = commands.fileno()
@@ -264,7 +274,9 @@ def _child(run_dir: Path, rank: int, env: dict[str, str], cwd: str, arm: Callabl
 
 
 def _reap(children: dict[int, tuple[Path, int]]) -> None:
-    while children:
+    """Every child that ended: a rank (its status written for pytest), or an orphan a rank left
+    behind and pytest stopped (reparented here: only its zombie is collected)."""
+    while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:

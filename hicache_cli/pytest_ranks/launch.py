@@ -1,13 +1,16 @@
-"""In pytest: start a marked test's rank processes, watch them, and stop every one of them.
+"""In pytest: start a marked test's rank processes, watch them, and stop every one of them,
+a strategy of the supervisor (launch/supervisor.follow).
 
 Each rank runs in a session of its own (a terminal's Ctrl-C reaches pytest, which stops the
 ranks in order), gets SIGTERM if pytest dies (the parent-death signal: from pytest for a
 spawned rank, from the fork server, which gets it from pytest, for a forked one), and
-watches pytest's pid itself. The test is over when every rank has reported; or, once the test is known to fail
-(a rank raised or died, or held more live Works than allowed), FAIL_GRACE_S later; or at the
-timeout. Ranks still running then have their stacks dumped (SIGUSR1) and are stopped:
-SIGTERM to their process group, SIGKILL after a grace, their descendants included. Whatever
-ends the wait (an exception, KeyboardInterrupt), nothing is left running.
+watches pytest's pid itself. The test is over when every rank has reported; or, once the test
+is known to fail (a rank raised or died, or held more live Works than allowed), FAIL_GRACE_S
+later; or at the timeout. Ranks still running then have their stacks dumped (SIGUSR1) and are
+stopped: SIGTERM to their process group, SIGKILL after a grace, their descendants included
+(a daemon a rank double-forked is reparented to pytest, or to the fork server, and found by
+the tree's token). Whatever ends the wait (an exception, KeyboardInterrupt), nothing is left
+running.
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import psutil
-
 from hicache_cli.files import run_file
+from hicache_cli.launch.supervisor import KILL_WAIT_S, ProcessTree, Stop, follow
 from hicache_cli.lifecycle import parent_death_signal
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.pytest_ranks.forkserver import ForkServer, ForkServerError
 from hicache_cli.pytest_ranks.protocol import (
     RELEASE,
@@ -39,6 +42,7 @@ from hicache_cli.pytest_ranks.protocol import (
 )
 from hicache_cli.pytest_ranks.results import LOG_TAIL_LINES, RankEnd, RankOutcome
 from hicache_cli.rundir import read_run_text, touch_run_file
+from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower, RunSeries
 from hicache_cli.tracer import protocol as trace_protocol
 
@@ -48,7 +52,6 @@ FAIL_GRACE_S = 1.0  # once the test has failed: time for the other ranks to fini
 STACK_WAIT_S = 1.5  # for the stack dumps to be written
 EXIT_WAIT_S = 3.0  # after the release, for ranks to leave by themselves
 TERM_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
-DESCENDANTS_EVERY_S = 0.5
 STATUS = {"passed": RankOutcome.PASSED, "failed": RankOutcome.FAILED, "skipped": RankOutcome.SKIPPED}
 
 
@@ -100,22 +103,49 @@ def rank_environment(base: dict[str, str], rank: int, world_size: int) -> dict[s
     return env
 
 
-class Ranks:
-    """The rank processes and what is known of their descendants (psutil handles taken when
-    first seen, so a reused pid is never signalled)."""
+class TestRanks:
+    """The supervisor's strategy for a marked test's ranks: forked from the session's fork
+    server (spawned when there is none), each in a session of its own; the test is over when
+    every rank has reported or ended, once it is known to fail and FAIL_GRACE_S has passed,
+    or at the timeout."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
+    def __init__(
+        self,
+        request: RankRequest,
+        run_dir: Path,
+        failed_from_samples: Callable[[RunSeries], bool],
+        server: ForkServer | None,
+    ) -> None:
+        self.request, self.run_dir = request, run_dir
+        self.failed_from_samples = failed_from_samples
+        self.server = server
+        self.follower = RunFollower(run_dir)
+        self.tree = ProcessTree()
+        if server is not None:  # forked ranks' orphans go to the server, a subreaper, with its token
+            self.tree.adopters[server.pid] = server.token
+        self.watchdog = None
         self.procs: list[RankProcess] = []
-        self.handles: dict[int, psutil.Process] = {}
         self.forked = 0
-        self._descendants_at = 0.0
+        self.ends: dict[int, RankEnd] = {}
+        self.pending = set(range(request.world_size))
+        self.started = time.monotonic()
+        self.deadline = self.started + STARTUP_LIMIT_S
+        self.body_started = False
+        self.failed_at: float | None = None
+        self.cut_short = RankOutcome.TIMED_OUT
+        self.spawned_wall = time.time()
 
-    def start(self, request: RankRequest, server: ForkServer | None) -> None:
+    def pids_of(self, samples: dict[int, list[Sample]]) -> list[int]:
+        return [s[-1].pid for s in samples.values() if s]
+
+    def start(self) -> None:
         """Fork each rank from the server when there is one (spawn a rank it fails to fork)."""
         preexec = parent_death_signal()
-        for rank in range(request.world_size):
-            env = rank_environment(dict(os.environ), rank, request.world_size)
+        self.spawned_wall, self.started = time.time(), time.monotonic()
+        self.deadline = self.started + STARTUP_LIMIT_S
+        server = self.server
+        for rank in range(self.request.world_size):
+            env = self.tree.environment(rank_environment(dict(os.environ), rank, self.request.world_size))
             proc: RankProcess | None = None
             if server is not None:
                 try:
@@ -126,27 +156,73 @@ class Ranks:
             if proc is None:
                 proc = _spawn(self.run_dir, rank, env, preexec)
             self.procs.append(proc)
-            with contextlib.suppress(psutil.Error):
-                self.handles[proc.pid] = psutil.Process(proc.pid)
+            self.tree.add_root(proc.pid)
 
-    def note_descendants(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now < self._descendants_at:
-            return
-        self._descendants_at = now + DESCENDANTS_EVERY_S
-        for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(psutil.Error):
-                    for child in self.handles[proc.pid].children(recursive=True):
-                        self.handles.setdefault(child.pid, child)
+    def exited(self) -> bool:
+        for rank in sorted(self.pending):
+            end = _ended(self.run_dir, rank, self.procs[rank]) if rank < len(self.procs) else None
+            if end is not None:
+                self.ends[rank] = end
+                self.pending.discard(rank)
+        return bool(self.procs) and not self.pending
 
-    def running(self) -> list[psutil.Process]:
-        alive = []
-        for handle in self.handles.values():
-            with contextlib.suppress(psutil.Error):
-                if handle.is_running() and handle.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(handle)
-        return alive
+    def check(self, samples: dict[int, list[Sample]], now: float) -> Stop | None:
+        request = self.request
+        if not self.body_started and any(started_file(self.run_dir, r).exists() for r in range(request.world_size)):
+            self.body_started, self.deadline = True, now + request.timeout_s
+        if self.failed_at is None and (
+            any(e.outcome in (RankOutcome.FAILED, RankOutcome.CRASHED) for e in self.ends.values())
+            or self.failed_from_samples(self.follower.run)
+        ):
+            self.failed_at = now
+        if self.failed_at is not None and now - self.failed_at >= FAIL_GRACE_S:
+            self.cut_short = RankOutcome.STOPPED
+            return Stop("the test failed")
+        if now >= self.deadline:
+            return Stop("the timeout")
+        return None
+
+    def may_stop_early(self, samples: dict[int, list[Sample]]) -> bool:
+        return False
+
+    def stop_early(self, samples: dict[int, list[Sample]], reason: str, now: float) -> Stop | None:
+        return None
+
+    def stop(self, stop: Stop | None) -> None:
+        """The ranks still running: stacks dumped (when the test was cut short), then ended
+        (SIGTERM, then SIGKILL) before the others are released, so that no body still
+        running sees a peer leave; then the rest released, and whatever is left of every
+        rank and its descendants ended."""
+        if stop is not None and not stop.interrupted and self.pending:
+            stacks = self.dump_stacks(sorted(self.pending))
+            for rank in sorted(self.pending):
+                in_body = started_file(self.run_dir, rank).exists()
+                self.ends[rank] = RankEnd(rank, self.procs[rank].pid, self.cut_short, stack=stacks.get(rank) or None,
+                                          in_body=in_body)  # fmt: skip
+        self.tree.refresh(force=True)
+        procs = self.procs
+        unreported = [p for i, p in enumerate(procs) if p.poll() is None and not Outcome.read(self.run_dir, i)]
+        self._end(unreported)
+        with contextlib.suppress(OSError):
+            touch_run_file(self.run_dir / RELEASE)
+        self.tree.wait(EXIT_WAIT_S, lambda: all(p.poll() is not None for p in procs))
+        self.tree.sweep()  # a daemon a rank left behind, wherever it went
+        self.tree.end([(signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, KILL_WAIT_S)], groups=False)
+
+    def _end(self, procs: list[RankProcess]) -> None:
+        """SIGTERM then SIGKILL to each rank's process group (its own session)."""
+
+        def ended() -> bool:
+            return all(p.poll() is not None for p in procs)
+
+        for signo, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, KILL_WAIT_S)):
+            if ended():
+                return
+            for proc in procs:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signo)
+            self.tree.wait(grace, ended)
 
     def dump_stacks(self, ranks: list[int]) -> dict[int, str]:
         """SIGUSR1 to each rank (its faulthandler writes every thread's stack), then read them."""
@@ -163,34 +239,8 @@ class Ranks:
             sizes = now
         return {r: _read(stack_file(self.run_dir, r)) for r in ranks}
 
-    def stop(self) -> None:
-        """End the ranks that have not reported (SIGTERM, then SIGKILL) before releasing the
-        others, so that no body still running sees a peer leave; then release the rest, and
-        end whatever is left of them and their descendants."""
-        self.note_descendants(force=True)
-        unreported = [i for i, p in enumerate(self.procs) if p.poll() is None and not Outcome.read(self.run_dir, i)]
-        self._end(unreported)
-        with contextlib.suppress(OSError):
-            touch_run_file(self.run_dir / RELEASE)
-        _wait_until(lambda: all(p.poll() is not None for p in self.procs), EXIT_WAIT_S)
-        self._end(list(range(len(self.procs))), descendants=True)
-
-    def _end(self, ranks: list[int], descendants: bool = False) -> None:
-        def ended() -> bool:
-            return all(self.procs[r].poll() is not None for r in ranks) and not (descendants and self.running())
-
-        for signo, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 2.0)):
-            if ended():
-                return
-            for rank in ranks:
-                if self.procs[rank].poll() is None:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(self.procs[rank].pid, signo)  # its own session: its process group
-            if descendants:
-                for handle in self.running():
-                    with contextlib.suppress(psutil.Error):
-                        handle.send_signal(signo)
-            _wait_until(ended, grace)
+    def outcome(self, stop: Stop | None) -> RunOutcome:
+        return RunOutcome(stopped=stop.reason if stop is not None else None)
 
 
 def _spawn(run_dir: Path, rank: int, env: dict[str, str], preexec: Callable[[], None] | None) -> RankProcess:
@@ -206,15 +256,6 @@ def _spawn(run_dir: Path, rank: int, env: dict[str, str], preexec: Callable[[], 
         )
 
 
-def _wait_until(done: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def run_ranks(
     request: RankRequest,
     run_dir: Path,
@@ -222,63 +263,10 @@ def run_ranks(
     server: ForkServer | None = None,
 ) -> Launched:
     """Run the test body on every rank; return how each ended and every rank's samples."""
-    spawned_wall, started = time.time(), time.monotonic()
-    ranks = Ranks(run_dir)
-    follower = RunFollower(run_dir)
-    try:
-        ranks.start(request, server)
-        ends = _supervise(request, run_dir, ranks, follower, failed_from_samples, started)
-    finally:
-        ranks.stop()
-    follower.poll()
-    return Launched(tuple(ends), follower.run, time.monotonic() - started, spawned_wall, ranks.forked)
-
-
-def _supervise(
-    request: RankRequest,
-    run_dir: Path,
-    ranks: Ranks,
-    follower: RunFollower,
-    failed_from_samples: Callable[[RunSeries], bool],
-    started: float,
-) -> list[RankEnd]:
-    ends: dict[int, RankEnd] = {}
-    pending = set(range(request.world_size))
-    failed_at: float | None = None
-    deadline = started + STARTUP_LIMIT_S
-    body_started = False
-    cut_short = RankOutcome.TIMED_OUT
-    while pending:
-        for rank in sorted(pending):
-            end = _ended(run_dir, rank, ranks.procs[rank])
-            if end is not None:
-                ends[rank] = end
-                pending.discard(rank)
-        if not pending:
-            break
-        ranks.note_descendants()
-        now = time.monotonic()
-        if not body_started and any(started_file(run_dir, r).exists() for r in range(request.world_size)):
-            body_started, deadline = True, now + request.timeout_s
-        if failed_at is None:
-            follower.poll()
-            if any(e.outcome in (RankOutcome.FAILED, RankOutcome.CRASHED) for e in ends.values()) or (
-                failed_from_samples(follower.run)
-            ):
-                failed_at = now
-        if failed_at is not None and now - failed_at >= FAIL_GRACE_S:
-            cut_short = RankOutcome.STOPPED
-            break
-        if now >= deadline:
-            break
-        time.sleep(POLL_S)
-    if pending:
-        stacks = ranks.dump_stacks(sorted(pending))
-        for rank in sorted(pending):
-            in_body = started_file(run_dir, rank).exists()
-            ends[rank] = RankEnd(rank, ranks.procs[rank].pid, cut_short, stack=stacks.get(rank) or None,
-                                 in_body=in_body)  # fmt: skip
-    return [ends[r] for r in sorted(ends)]
+    ranks = TestRanks(request, run_dir, failed_from_samples, server)
+    outcome = follow(ranks, poll_s=POLL_S, reraise_interrupt=True)
+    ends = tuple(ranks.ends[r] for r in sorted(ranks.ends))
+    return Launched(ends, ranks.follower.run, outcome.wall_s, ranks.spawned_wall, ranks.forked)
 
 
 def _ended(run_dir: Path, rank: int, proc: RankProcess) -> RankEnd | None:

@@ -16,6 +16,8 @@ from typing import Any
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.kinds import Verdict
+from hicache_cli.analysis.results import Site, Works
 from hicache_cli.analysis.trace_report import site_text, works_summary
 from hicache_cli.pytest_ranks.protocol import FAILED, SKIPPED, Outcome
 from hicache_cli.pytest_ranks.spec import RanksSpec
@@ -65,22 +67,12 @@ class WorkSite:
     live_max: int  # the most live at once
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> WorkSite:
-        return cls(
-            str(data.get("file", "?")),
-            int(data.get("line", 0)),
-            str(data.get("function", "")),
-            str(data.get("op", "")),
-            data.get("peer"),
-            int(data.get("created", 0)),
-            int(data.get("waited", 0)),
-            int(data.get("live", 0)),
-            int(data.get("live_max", 0)),
-        )
+    def of(cls, site: Site) -> WorkSite:
+        return cls(site.file, site.line, site.function, site.op, site.peer, site.created, site.waited, site.live,
+                   site.live_max)  # fmt: skip
 
     def where(self) -> str:
-        return site_text({"file": self.file, "line": self.line, "function": self.function, "op": self.op,
-                          "peer": self.peer})  # fmt: skip
+        return site_text(Site(file=self.file, line=self.line, function=self.function, op=self.op, peer=self.peer))
 
 
 @dataclass(frozen=True)
@@ -97,7 +89,7 @@ class RankResult:
     live_final: int  # held and never waited at the end
     top_site: WorkSite | None  # the site with the most live Works at once
     sites: tuple[WorkSite, ...]
-    verdict: str  # LEAK / BOUNDED / INCONCLUSIVE, as `hicache trace` would say
+    verdict: Verdict  # as `hicache trace` would say
     verdict_reason: str
     rss_slope_mb_per_h: float | None
     rss_slope_ci_mb_per_h: tuple[float, float] | None  # 95%
@@ -198,11 +190,11 @@ def assess(
 
 def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec) -> RankResult:
     series = followed.kept
-    works = works_summary(followed.totals) or {}
-    sites = tuple(WorkSite.from_json(s) for s in works.get("sites", []))
+    works = works_summary(followed.totals) or Works()
+    sites = tuple(WorkSite.of(s) for s in works.sites)
     top = max(sites, key=lambda s: (s.live_max, s.live, s.created), default=None)
     threshold = spec.max_rss_slope_mb_per_h or DEFAULT_RSS_THRESHOLD_MB_PER_H
-    verdict, reason, slope, ci = "INCONCLUSIVE", "no samples", None, None
+    verdict, reason, slope, ci = Verdict.INCONCLUSIVE, "no samples", None, None
     if series:
         judged = assess_rank(series, None, threshold)
         verdict, reason = judged.verdict.verdict, judged.verdict.reason
@@ -221,11 +213,11 @@ def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec) -> RankRes
         outcome=end.outcome,
         error=error if end.outcome is not RankOutcome.PASSED else None,
         traceback=trace,
-        created=int(works.get("created", 0)),
-        waited=int(works.get("waited", 0)),
-        dropped=int(works.get("dropped", 0)),
+        created=works.created,
+        waited=works.waited,
+        dropped=works.dropped,
         live_max=live_max_of(followed),
-        live_final=int(works.get("live_final", 0)),
+        live_final=works.live_final,
         top_site=top,
         sites=sites,
         verdict=verdict,
@@ -279,7 +271,7 @@ def _failures(spec: RanksSpec, ranks: Sequence[RankResult], ends: Sequence[RankE
                 out.append(_live_line(r, spec.max_live_works))
     if spec.max_rss_slope_mb_per_h is not None:
         for r in ranks:
-            if r.verdict == "LEAK":
+            if r.verdict is Verdict.LEAK:
                 out.append(f"rank {r.rank}: {r.verdict_reason} (max_rss_slope={spec.max_rss_slope_mb_per_h:g} MB/h)")
     for r in ranks:
         if r.outcome is RankOutcome.TIMED_OUT:

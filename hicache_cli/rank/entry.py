@@ -28,6 +28,7 @@ from hicache_cli.protocol import (
     ORPHANED_EXIT,
     STACKS,
     STOP_SIGNALS,
+    ErrorKind,
     log_file,
     stacks_file,
 )
@@ -81,18 +82,22 @@ def main(argv: list[str]) -> int:
 
     from cache.faults import FaultPlan
     from cache.pp_sync import Topology
-    from hicache_cli.config import StressConfig
+    from hicache_cli.config import RunConfig
     from hicache_cli.protocol import samples_file
     from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity
+    from hicache_cli.targets import RankedTarget, SGLangTarget
 
-    config = StressConfig.load(run_dir)
-    topo = Topology(rank=rank, pp_size=config.pp, tp_size=config.tp)
-    dist.init_process_group(config.backend, rank=rank, world_size=topo.world_size, timeout=timedelta(minutes=30))
+    config = RunConfig.load(run_dir)
+    target = config.target
+    duration = config.duration_s
+    assert isinstance(target, RankedTarget) and duration is not None  # validated: hicache's ranks run this long
+    topo = Topology(rank=rank, pp_size=target.pp, tp_size=target.tp)
+    dist.init_process_group(target.backend, rank=rank, world_size=topo.world_size, timeout=timedelta(minutes=30))
     device = pick_device(
-        config.device, int(os.environ.get("LOCAL_RANK", rank)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        target.device, int(os.environ.get("LOCAL_RANK", rank)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     )
-    build = build_sglang if config.target == "sglang" else build_model
-    loop, read, status = build(config, topo, device)
+    build = build_sglang if isinstance(target, SGLangTarget) else build_model
+    loop, read, status = build(target, topo, device)
 
     dist.barrier()  # start every rank's clock together
     started = time.monotonic()
@@ -105,21 +110,21 @@ def main(argv: list[str]) -> int:
         out,
         hz=config.probe_hz,
         started=started,
-        deadline=started + config.duration_s,
-        stop_grace_s=config.stop_grace_s,
+        deadline=started + duration,
+        stop_grace_s=target.stop_grace_s,
         lifeline=lifeline,
         numpy=numpy,  # a view on the latency ring, never a copy
     )
     probing.set()
     probe.start()
-    plan = FaultPlan.for_rank(list(config.faults), rank, topo.world_size)
+    plan = FaultPlan.for_rank(list(target.faults), rank, topo.world_size)
     if plan.keep_every:  # the model's WorkList; the CLI refuses the keep fault for --target sglang
         status.keep_every = plan.keep_every
     injector = FaultInjector(plan, status, stats) if plan.timed or plan.lag_s else None
     exit_code = 0
     try:
         clock_offset = time.perf_counter() - time.monotonic()
-        run_loop(loop, stats, started + clock_offset + config.duration_s, injector, started + clock_offset)
+        run_loop(loop, stats, started + clock_offset + duration, injector, started + clock_offset)
         probe.finish("done", probe.stop_reason)
     except Exception as exc:  # noqa: BLE001 - recorded in the final line, then the rank exits
         traceback.print_exc()
@@ -128,7 +133,7 @@ def main(argv: list[str]) -> int:
         if stats.stop_requested or time.monotonic() >= probe.deadline - END_SKEW_S:
             probe.finish("done", f"stopped at the deadline; last round ended with: {_one_line(exc)}")
         else:
-            probe.finish("error", _one_line(exc))
+            probe.finish("error", _one_line(exc), error=error_kind(exc))
             exit_code = 1
     sys.stdout.flush()
     sys.stderr.flush()
@@ -137,7 +142,7 @@ def main(argv: list[str]) -> int:
     os._exit(exit_code)
 
 
-def build_model(config, topo, device):  # noqa: ANN001, ANN201
+def build_model(target, topo, device):  # noqa: ANN001, ANN201
     """hicache's own cache model under a policy: (the loop, the probe's reader, the status the
     fault injector drives, which is the work list)."""
     import torch
@@ -150,24 +155,24 @@ def build_model(config, topo, device):  # noqa: ANN001, ANN201
     from cache.workload import Workload, workload_spec
     from hicache_cli.rank.probe import Readings
 
-    groups = new_groups(topo, config.pp_backend)
+    groups = new_groups(topo, target.pp_backend)
     work_list = WorkList()
-    sync = PPSync(topo, groups, work_list, device if config.pp_backend == "nccl" else None)
-    policy = make_policy(config.policy, PolicyOptions(wait_timeout_s=config.wait_timeout_s))
+    sync = PPSync(topo, groups, work_list, device if target.pp_backend == "nccl" else None)
+    policy = make_policy(target.policy, PolicyOptions(wait_timeout_s=target.wait_timeout_s))
     cache = HiRadixCache(
-        CacheConfig(device_pool_tokens=config.device_pool_tokens, host_pool_tokens=config.host_pool_tokens),
+        CacheConfig(device_pool_tokens=target.device_pool_tokens, host_pool_tokens=target.host_pool_tokens),
         device,
         sync,
         policy,
     )
     spec = workload_spec(
-        config.workload,
-        request_rate=config.request_rate,
-        prefix_sharing=config.prefix_sharing,
-        idle_fraction=config.idle_fraction,
+        target.workload,
+        request_rate=target.request_rate,
+        prefix_sharing=target.prefix_sharing,
+        idle_fraction=target.idle_fraction,
     )
-    scheduler = Scheduler(cache, Workload(spec, config.seed))
-    scheduler.warm_up(config.cache_warmup_rounds)
+    scheduler = Scheduler(cache, Workload(spec, target.seed))
+    scheduler.warm_up(target.cache_warmup_rounds)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
     def read() -> Readings:
@@ -195,7 +200,7 @@ def build_model(config, topo, device):  # noqa: ANN001, ANN201
     return scheduler, read, work_list
 
 
-def build_sglang(config, topo, device):  # noqa: ANN001, ANN201
+def build_sglang(target, topo, device):  # noqa: ANN001, ANN201
     """SGLang's own event round, its methods read from the file the CLI checked: (the loop,
     the probe's reader, the status the fault injector drives)."""
     from pathlib import Path
@@ -205,15 +210,14 @@ def build_sglang(config, topo, device):  # noqa: ANN001, ANN201
     from hicache_cli.sglang_target.bind import CountingCollectives, SGLangHolder, Traffic, build
     from hicache_cli.sglang_target.extract import extract
 
-    target = config.sglang
     groups = new_groups(topo, "gloo")  # SGLang's PP sync runs on a gloo CPU group
     traffic = Traffic(
         in_recv=f"SGLang _pp_sync, in recv from pp rank {topo.pp_rank - 1}", in_recv_peer=topo.pp_rank - 1
     )
     CountingCollectives(traffic)
     holder = SGLangHolder(topo.pp_rank, topo.pp_size, groups.pp, groups.tp, topo.tp_size)
-    tags = Path(target["tags_file"]) if target["tags_file"] else None
-    loop = build(extract(Path(target["file"]), target["class"]), tags, target["sha256"], holder)
+    tags = Path(target.tags_file) if target.tags_file else None
+    loop = build(extract(Path(target.file), target.class_name), tags, target.sha256, holder)
 
     def read() -> Readings:
         depth = len(holder.work_list)
@@ -237,6 +241,7 @@ def run_loop(loop, stats, deadline: float, injector=None, origin: float = 0.0) -
 
     The hot path of the measurement: kept to what each round must do.
     """
+    stats.thread = threading.get_ident()
     clock = time.perf_counter
     run_round = loop.run_round
     ring = stats.latency_ring
@@ -302,6 +307,23 @@ class FaultInjector:
         while not self.stats.stop_requested and (until is None or time.monotonic() < until):
             time.sleep(0.05)
         self.work_list.blocked_on = None
+
+
+# gloo raises a plain RuntimeError when a pair breaks; these say so (gloo's own words)
+CONNECTION_WORDS = ("connection", "closed by peer", "pair closure", "reset by peer")
+
+
+def error_kind(exc: BaseException) -> tuple[str, int | None]:
+    """What kind of error ended the rank, and the peer it concerns (ErrorKind): decided here,
+    where the exception's type is known, and written as fields of the final line."""
+    from cache.pp_sync import ClosedAfterTimeout
+
+    if isinstance(exc, ClosedAfterTimeout):
+        return ErrorKind.CLOSED_AFTER_TIMEOUT, exc.peer
+    text = str(exc).lower()
+    if isinstance(exc, ConnectionError) or any(word in text for word in CONNECTION_WORDS):
+        return ErrorKind.CONNECTION, None
+    return ErrorKind.RAISED, None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache_cli.analysis.histogram import LatencyHistogram
+from hicache_cli.histogram import LatencyHistogram
 
 RING = 1 << 14  # round latencies kept between samples: all of them below 160k rounds/s at 10 Hz
 RING_MASK = RING - 1
@@ -33,6 +33,9 @@ class LoopStats:
     latency_ring: array = field(default_factory=lambda: array("d", bytes(8 * RING)))
     stop_requested: bool = False
     in_round: int = 0  # hicache trace: calls of the --loop function under way
+    # threading.get_ident() of the thread running the rounds: its block in a stack dump
+    # (faulthandler names threads by it) is where the loop is stuck
+    thread: int | None = None
 
     def record(self, seconds: float) -> None:
         """One finished round (run_loop inlines exactly this)."""

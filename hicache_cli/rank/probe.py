@@ -73,7 +73,13 @@ class Probe:
     def start(self) -> None:
         self._thread.start()
 
-    def sample(self, kind: str = "sample", message: str | None = None, signal_name: str | None = None) -> Sample:
+    def sample(
+        self,
+        kind: str = "sample",
+        message: str | None = None,
+        signal_name: str | None = None,
+        error: tuple[str, int | None] | None = None,
+    ) -> Sample:
         stats, ident = self.stats, self.identity
         p50, p99, worst, finished = self._windows.take()
         readings = self.read()
@@ -101,6 +107,7 @@ class Probe:
             received=readings.received,
             blocked_on=readings.blocked_on,
             blocked_peer=readings.blocked_peer,
+            loop_thread=stats.thread,
             counters=readings.counters,
             lat_hist=self._windows.histogram.to_json(),
             digests=readings.digests,
@@ -115,6 +122,8 @@ class Probe:
             kind=kind,
             message=message,
             signal=signal_name,
+            error_kind=error[0] if error else None,
+            error_peer=error[1] if error else None,
         )
 
     def round_age(self) -> float:
@@ -130,7 +139,13 @@ class Probe:
                 self._closed = True
             return True
 
-    def finish(self, state: str, message: str | None = None, signal_name: str | None = None) -> None:
+    def finish(
+        self,
+        state: str,
+        message: str | None = None,
+        signal_name: str | None = None,
+        error: tuple[str, int | None] | None = None,
+    ) -> None:
         """Write the rank's final line (once); later calls do nothing. The probe thread (a stop
         signal) and the loop (its error) may both finish at once: the first one's state,
         message and signal make the line, never a mix of the two."""
@@ -138,7 +153,7 @@ class Probe:
             if self._closed:
                 return
             self.state = state
-            final = self.sample(kind="final", message=message, signal_name=signal_name)
+            final = self.sample(kind="final", message=message, signal_name=signal_name, error=error)
             self.out.write(self._encoder.encode(final, time.monotonic()) + "\n")
             self.out.flush()
             self._closed = True

@@ -16,27 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hicache_cli.errors import HicacheError, UsageError
+from hicache_cli.targets import DRAIN_METHODS, how_it_frees
 
 ENTRY = "check_hicache_events"
 SYNC = "_pp_sync"
-# How each release family frees the PP-sync Works (DESIGN.md: the incident and the fix).
-DRAIN_METHODS = {
-    "_reap_completed_async_work": "reaps completed Works (is_completed poll)",
-    "_drain_async_work": "drains every Work (wait())",
-}
-
-
-def how_it_frees(drain_method: str | None) -> str:
-    """What a Work-freeing method does, in words."""
-    return DRAIN_METHODS.get(drain_method or "", "frees Works some other way")
-
-
-def waits_on_next_stage(frame: str | None) -> bool:
-    """Whether a stack top like "_drain_async_work (hiradix_cache.py:242)" is SGLang's loop
-    waiting on its isends, i.e. on the next stage to receive."""
-    return frame is not None and frame.split(" ", 1)[0] in DRAIN_METHODS
-
-
 TAKEN = (
     ENTRY,
     SYNC,

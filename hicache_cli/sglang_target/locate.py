@@ -286,3 +286,27 @@ def version_key(version: str) -> tuple:
     main, _, post = version.partition(".post")
     parts = tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.]", re.sub(r"[a-z].*$", "", main)))
     return (*parts, int(post) if post.isdigit() else -1)
+
+
+def pick_versions(spec: str, available: list[str]) -> list[str]:
+    """`A..B` (inclusive; either end may be left open) or `A,B,C`, from the releases available."""
+    if ".." in spec:
+        low, _, high = spec.partition("..")
+        lo_key = version_key(low) if low else None
+        hi_key = version_key(high) if high else None
+        chosen = [
+            v
+            for v in sorted(available, key=version_key)
+            if (lo_key is None or version_key(v) >= lo_key) and (hi_key is None or version_key(v) <= hi_key)
+        ]
+        for end in (low, high):
+            if end and end not in available:
+                raise UsageError(f"--versions: {end} is not an sglang release on the package index")
+        if not chosen:
+            raise UsageError(f"--versions {spec}: no release in that range")
+        return chosen
+    chosen = [v.strip() for v in spec.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in available]
+    if unknown or not chosen:
+        raise UsageError(f"--versions: {', '.join(unknown) or 'empty list'}: not sglang releases on the package index")
+    return sorted(dict.fromkeys(chosen), key=version_key)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from hicache_cli.sglang_target.extract import ExtractedClass, NotApplicable, extract
 from hicache_cli.sglang_target.locate import CLASS_FILES, SGLangSource, TargetError, TargetSpec, locate
+from hicache_cli.targets import RankedTarget, SGLangTarget
 
 CLASS_CHOICES = ("auto", *CLASS_FILES)
 
@@ -17,24 +18,22 @@ class Resolved:
     source: SGLangSource
     extracted: ExtractedClass
 
-    @property
-    def label(self) -> str:
-        """The run's name where a policy name would go: sglang-0.5.14."""
-        return f"sglang-{self.source.version}"
-
-    def config_entry(self) -> dict[str, str]:
-        """What StressConfig.sglang holds: enough for a rank to find and check the file."""
-        return {
-            "version": self.source.version,
-            "origin": self.source.origin,
-            "location": self.source.location,
-            "class": self.extracted.class_name,
-            "file": self.extracted.path,
-            "sha256": self.extracted.sha256,
-            "tags_file": str(self.source.tags_file) if self.source.tags_file else "",
-            "drain_method": self.extracted.drain_method or "",
-            "unresolved": ", ".join(self.extracted.unresolved),
-        }
+    def target(self, ranks: RankedTarget) -> SGLangTarget:
+        """The run's target: `ranks`' shape and devices, SGLang's code in place of the model
+        (enough for a rank to find the file again and check it is the one read here)."""
+        shared = {f.name: getattr(ranks, f.name) for f in fields(RankedTarget)}
+        return SGLangTarget(
+            **{**shared, "workload": "idle"},
+            version=self.source.version,
+            origin=self.source.origin,
+            location=self.source.location,
+            class_name=self.extracted.class_name,
+            file=self.extracted.path,
+            sha256=self.extracted.sha256,
+            tags_file=str(self.source.tags_file) if self.source.tags_file else "",
+            drain_method=self.extracted.drain_method or "",
+            unresolved=", ".join(self.extracted.unresolved),
+        )
 
 
 def resolve(spec: TargetSpec, class_name: str = "auto", progress: Callable[[str], None] | None = None) -> Resolved:

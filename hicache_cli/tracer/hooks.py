@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import time
 from types import ModuleType
 from typing import Any
@@ -104,6 +105,8 @@ def wrap_loop(module: ModuleType, qualname: str, state: _State) -> None:
     @functools.wraps(function)
     def round_(*args: Any, **kwargs: Any) -> Any:
         stats = state.loop
+        if stats.thread is None:
+            stats.thread = threading.get_ident()
         began = clock()
         stats.round_started = began
         stats.in_round += 1

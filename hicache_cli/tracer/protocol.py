@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hicache_cli.protocol import PROGRAM_LOG, STOP_FILE  # noqa: F401 - run-directory names live in one module
+
 RUN_DIR_ENV = "HICACHE_TRACE_DIR"  # the run directory; its presence arms the tracer
 ROOT_ENV = "HICACHE_TRACE_ROOT"  # where the hicache_cli package lies (imported from there)
 HZ_ENV = "HICACHE_TRACE_HZ"  # samples per second per process
@@ -14,8 +16,6 @@ LOOP_ENV = "HICACHE_TRACE_LOOP"  # MODULE:QUALNAME whose calls are rounds, or un
 # "PID:START" of the hicache that traces (lifecycle.owner_token); its own name, so that a
 # traced `hicache stress` naming itself owner of its ranks does not hide the tracing one
 OWNER_ENV = "HICACHE_TRACE_OWNER"
-STOP_FILE = "trace-stop"  # hicache creates it: every process writes its final line and stops sampling
-PROGRAM_LOG = "program.log"  # the program's stdout and stderr when the dashboard owns the terminal
 BOOT_DIR = Path(__file__).resolve().parent / "boot"  # holds only sitecustomize.py
 
 

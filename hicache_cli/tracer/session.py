@@ -68,8 +68,14 @@ class TracedProbe(Probe):
         program is not in a round."""
         return time.perf_counter() - self.stats.round_started if self.stats.in_round else 0.0
 
-    def sample(self, kind: str = "sample", message: str | None = None, signal_name: str | None = None) -> Sample:
-        taken = super().sample(kind, message, signal_name)
+    def sample(
+        self,
+        kind: str = "sample",
+        message: str | None = None,
+        signal_name: str | None = None,
+        error: tuple[str, int | None] | None = None,
+    ) -> Sample:
+        taken = super().sample(kind, message, signal_name, error)
         now = time.monotonic()
         if kind == "final" or now - self._sites_at >= SITES_EVERY_S:
             self._sites_at = now

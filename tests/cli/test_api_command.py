@@ -49,5 +49,5 @@ def test_trace_runs_a_command_given_as_a_string(tmp_path: Path) -> None:
     report = hc.trace(
         f"{shlex.quote(sys.executable)} -c 'raise SystemExit(7)'", run_dir=tmp_path / "run", capture_output=True
     )
-    assert report.to_dict()["program_exit_code"] == 7
-    assert report.to_dict()["config"]["trace"]["command"] == [sys.executable, "-c", "raise SystemExit(7)"]
+    assert report.program_exit_code == 7
+    assert report.to_dict()["config"]["target"]["command"] == [sys.executable, "-c", "raise SystemExit(7)"]

@@ -18,7 +18,7 @@ from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import LOOPBACK, pick_port
 from hicache_cli.present.progress import ensure_stdout
-from tests.cli.conftest import FakeExecute
+from tests.conftest import FakeExecute
 from tests.sglang_target.families import REAP
 
 # Each command's output options, as argv with OUT where the path goes.

@@ -1,5 +1,5 @@
 """`hicache check` through main(), on synthetic runs (conftest's FakeExecute: no ranks start);
-and what keeps a run going when its output goes away (launcher.GuardedView, progress.RunConsole)."""
+and what keeps a run going when its output goes away (supervisor.GuardedView, progress.RunConsole)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import pytest
 
 from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli.main import main
-from hicache_cli.launch.launcher import GuardedView
+from hicache_cli.launch.supervisor import GuardedView
 from hicache_cli.present.progress import RunConsole
-from tests.cli.conftest import FakeExecute, assert_refused
+from hicache_cli.targets import TracedCommand
+from tests.conftest import FakeExecute, assert_refused
 
 
 @pytest.fixture(autouse=True)
@@ -329,3 +330,32 @@ def test_guarded_view_lets_other_errors_through() -> None:
     assert view.error is None
     with pytest.raises(KeyError):  # still called: only lost output stops it
         view({}, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("given", "option"),
+    [
+        (["--pp", "2"], "--pp"),  # the default's own value, given: still refused
+        (["--seed", "0"], "--seed"),
+        (["--policy", "drain"], "--policy"),
+        (["--target", "model"], "--target"),
+        (["--fault", "lag:1:5"], "--fault"),
+        (["--pp-backend", "gloo"], "--pp-backend"),
+    ],
+)
+def test_a_model_option_given_with_a_program_is_refused_whatever_its_value(
+    given: list[str], option: str, capsys: pytest.CaptureFixture[str], fake_execute: Any, tmp_path: Path
+) -> None:
+    """Whether an option was given is click's parameter source, not a comparison with its default."""
+    argv = ["check", *given, "--", sys.executable, "-c", "pass"]
+    assert_refused(argv, f"{option} shapes hicache's own workload", capsys, fake_execute, tmp_path)
+
+
+def test_a_traced_program_keeps_its_loop_and_finds_its_own_warmup(fake_execute: FakeExecute, tmp_path: Path) -> None:
+    """`check --loop MOD:FN -- COMMAND`: the loop is the program's (never refused as if no
+    program were given), and its warm-up is found from the data, not check's own default."""
+    check(tmp_path, "--duration", "5s", "--loop", "app:step", "--", sys.executable, "app.py")
+    (call,) = fake_execute.calls
+    target = call["config"].target
+    assert isinstance(target, TracedCommand) and target.loop == "app:step"
+    assert call["config"].warmup_s is None

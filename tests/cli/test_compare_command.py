@@ -11,7 +11,7 @@ from cache.policies import POLICIES
 from hicache_cli.cli.commands.compare import parse_policies
 from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
-from tests.cli.conftest import FakeExecute, assert_refused
+from tests.conftest import FakeExecute, assert_refused
 
 
 @pytest.fixture(autouse=True)
@@ -40,12 +40,13 @@ def test_compare_two_policies(fake_execute: FakeExecute, tmp_path: Path, capsys:
     out = capsys.readouterr().out
 
     parent = tmp_path / "c"
-    assert [(c["config"].policy, c["run_dir"]) for c in fake_execute.calls] == [
+    assert [(c["config"].target.policy, c["run_dir"]) for c in fake_execute.calls] == [
         ("drain", parent / "drain"),
         ("reap", parent / "reap"),
     ]
     first, second = (c["config"] for c in fake_execute.calls)
-    assert first.to_dict() | {"policy": "reap"} == second.to_dict()  # the same workload, seed and duration
+    assert first.target.to_dict() | {"policy": "reap"} == second.target.to_dict()  # the same workload and seed
+    assert first.duration_s == second.duration_s
     assert first.duration_s == 5.0
 
     data = json.loads(bundle_path.read_text())
@@ -79,7 +80,7 @@ def test_every_registered_policy_by_default(
     """On gloo `adaptive` is listed as not applicable, with the reason, and not run."""
     markdown = tmp_path / "t.md"
     assert compare(tmp_path, "--duration", "5s", "--markdown", str(markdown)) == 0
-    assert [c["config"].policy for c in fake_execute.calls] == [p for p in POLICIES if p != "adaptive"]
+    assert [c["config"].target.policy for c in fake_execute.calls] == [p for p in POLICIES if p != "adaptive"]
     data = json.loads((tmp_path / "c" / "compare.json").read_text())
     assert [p["policy"] for p in data["policies"]] == list(POLICIES)
     adaptive = next(p for p in data["policies"] if p["policy"] == "adaptive")
@@ -98,7 +99,7 @@ def test_every_registered_policy_by_default(
 def test_an_interrupted_run_ends_the_comparison(fake_execute: FakeExecute, tmp_path: Path) -> None:
     fake_execute.interrupted = True
     assert compare(tmp_path, "--policies", "drain,reap", "--duration", "5s") == 130
-    assert [c["config"].policy for c in fake_execute.calls] == ["drain"]
+    assert [c["config"].target.policy for c in fake_execute.calls] == ["drain"]
     data = json.loads((tmp_path / "c" / "compare.json").read_text())
     assert [(p["policy"], p["status"]) for p in data["policies"]] == [("drain", "interrupted")]
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import typer
 
-from hicache_cli.analysis.report import RunOutcome, build_report
 from hicache_cli.analysis.results import Report
 from hicache_cli.cli.conventions import plain_help
 from hicache_cli.cli.main import app, main
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.report_views import report_summary
-from tests.cli.conftest import build_pp2_run
+from tests.conftest import build_pp2_run, report_json
 
 # typer 0.29 writes each parameter's Python type: <bool>, <int>, <list[str]>, <path>, ...
 TYPE_MARKER = re.compile(r"<(bool|int|float|str|path|Path|list\[[^\]]*\])>")
@@ -88,15 +88,15 @@ def test_install_completion_is_offered(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_every_report_names_the_hicache_that_wrote_it(tmp_path: Path) -> None:
-    report = build_report(StressConfig(pp=2, duration_s=60.0), build_pp2_run(), RunOutcome(wall_s=61.0))
+    report = report_json(StressConfig(pp=2, duration_s=60.0), build_pp2_run(), RunOutcome(wall_s=61.0))
     version = metadata.version("hicache")
     assert report["environment"]["hicache_version"] == version
     assert Report.from_dict(report).environment.hicache_version == version
-    assert f"hicache {version}, torch " in str(report_summary(report).renderables[2])
+    assert f"hicache {version}, torch " in str(report_summary(Report.from_dict(report)).renderables[2])
 
 
 def test_an_older_report_without_it_still_reads() -> None:
-    report = build_report(StressConfig(pp=2, duration_s=60.0), build_pp2_run(), RunOutcome(wall_s=61.0))
+    report = report_json(StressConfig(pp=2, duration_s=60.0), build_pp2_run(), RunOutcome(wall_s=61.0))
     del report["environment"]["hicache_version"]
     assert Report.from_dict(report).environment.hicache_version is None
-    assert str(report_summary(report).renderables[2]).startswith("torch ")
+    assert str(report_summary(Report.from_dict(report)).renderables[2]).startswith("torch ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.cli.configure import StressOptions, config_from_options
 from hicache_cli.errors import UsageError
 from hicache_cli.rank.entry import pick_device
 
@@ -17,9 +17,9 @@ def options(**extra: str) -> StressOptions:
 
 
 def test_auto_and_cpu_are_accepted_and_kept() -> None:
-    assert config_from_options(options()).device == "auto"
+    assert config_from_options(options()).target.device == "auto"
     config = config_from_options(options(device="cpu"))
-    assert (config.device, config.pp_backend) == ("cpu", "gloo")
+    assert (config.target.device, config.target.pp_backend) == ("cpu", "gloo")
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
-from hicache_cli.config import StressConfig
+from hicache_cli.cli.configure import StressOptions, config_from_options
+from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.protocol import CONFIG_FILE
 
@@ -26,13 +26,13 @@ def options(**changes: Any) -> StressOptions:
 
 def test_without_faults_the_config_has_none_and_a_5s_stall_timeout() -> None:
     config = config_from_options(GOOD)
-    assert config.faults == ()
+    assert config.target.faults == ()
     assert config.stall_timeout_s == 5.0
 
 
 def test_good_faults_and_stall_timeout_end_up_in_the_config() -> None:
     config = config_from_options(options(faults=FAULTS, stall_timeout="500ms"))
-    assert config.faults == FAULTS
+    assert config.target.faults == FAULTS
     assert config.stall_timeout_s == 0.5
 
 
@@ -58,7 +58,7 @@ def test_a_bad_fault_is_a_usage_error_naming_the_option_and_the_spec(spec: str, 
 def test_fault_ranks_count_every_rank_of_pp_times_tp() -> None:
     with pytest.raises(UsageError, match="there is no rank 3"):
         config_from_options(options(pp=2, tp=1, faults=("kill:3:4s",)))
-    assert config_from_options(options(pp=2, tp=2, faults=("kill:3:4s",))).faults == ("kill:3:4s",)
+    assert config_from_options(options(pp=2, tp=2, faults=("kill:3:4s",))).target.faults == ("kill:3:4s",)
 
 
 def test_a_rank_that_only_looks_like_a_digit_is_a_usage_error() -> None:
@@ -76,15 +76,15 @@ def test_a_bad_stall_timeout_is_a_usage_error(text: str) -> None:
 def test_faults_survive_save_and_load(tmp_path: Path) -> None:
     config = config_from_options(options(faults=FAULTS, stall_timeout="2s"))
     config.save(tmp_path)
-    assert json.loads((tmp_path / CONFIG_FILE).read_text())["faults"] == list(FAULTS)
-    loaded = StressConfig.load(tmp_path)
+    assert json.loads((tmp_path / CONFIG_FILE).read_text())["target"]["faults"] == list(FAULTS)
+    loaded = RunConfig.load(tmp_path)
     assert loaded == config
-    assert loaded.faults == FAULTS  # a tuple again, so the frozen config stays hashable
+    assert loaded.target.faults == FAULTS  # a tuple again, so the frozen config stays hashable
     assert hash(loaded) == hash(config)
 
 
 def test_to_dict_gives_the_faults_as_a_list() -> None:
-    data = StressConfig(faults=FAULTS).to_dict()
+    data = StressConfig(faults=FAULTS).to_dict()["target"]
     assert data["faults"] == list(FAULTS)
     assert isinstance(data["faults"], list)
-    assert StressConfig(faults=()).to_dict()["faults"] == []
+    assert StressConfig(faults=()).to_dict()["target"]["faults"] == []

@@ -20,12 +20,12 @@ from hicache_cli.analysis.bundles import Bundle, load_document
 from hicache_cli.analysis.compare import bundle, not_applicable_row, summarize
 from hicache_cli.analysis.report import RunOutcome, build_report
 from hicache_cli.analysis.results import Report
+from hicache_cli.analysis.scan import not_applicable, row_from_report, scan_bundle
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.present.html import render, write_page
-from hicache_cli.sglang_target.scan import not_applicable, row_from_report, scan_bundle
-from tests.cli.conftest import build_pp2_report, build_series
+from tests.conftest import build_pp2_report, build_series
 
 VOID = frozenset({"meta", "img", "br", "hr", "input", "link"})  # HTML elements without an end tag
 HOSTILE = "</style></script><script>alert('x')</script>\"'><img src=x onerror=alert(1)>"
@@ -78,8 +78,8 @@ class Page(HTMLParser):
         return {f["id"]: len(self.all("g", "series", f["id"])) for f in self.all("figure", "chart")}
 
 
-def run_page(report: dict[str, Any]) -> Page:
-    return Page(render(Report.read(report)))
+def run_page(report: Report | dict[str, Any]) -> Page:
+    return Page(render(Report.read(report) if isinstance(report, dict) else report))
 
 
 # -- a run ------------------------------------------------------------------------
@@ -101,7 +101,7 @@ def test_a_leaking_run_draws_each_measure_with_a_line_per_rank() -> None:
 
 
 def test_the_verdict_comes_first_with_its_reason() -> None:
-    report = build_pp2_report(leaking=True)
+    report = build_pp2_report(leaking=True).to_dict()
     page = run_page(report)
     text = " ".join(page.text)
     sections = [a["id"] for a in page.all("section")]
@@ -124,7 +124,7 @@ def test_the_trend_is_drawn_where_the_report_puts_it() -> None:
 
 
 def test_a_traced_run_shows_live_works_and_its_sites(tmp_path: Path) -> None:
-    report = build_pp2_report(leaking=True)
+    report = build_pp2_report(leaking=True).to_dict()
     report["target"] = {"kind": "trace", "command": ["python", "leaky.py"], "cwd": "/w", "processes": 2}
     site = {"file": "/w/leaky.py", "line": 44, "function": "sync_counts", "op": "isend", "peer": 1, "created": 900,
             "waited": 0, "completed": 0, "dropped": 0, "live": 900, "live_max": 900, "live_bytes": 14400,
@@ -139,7 +139,7 @@ def test_a_traced_run_shows_live_works_and_its_sites(tmp_path: Path) -> None:
 
 
 def test_failures_name_their_stacks_file() -> None:
-    report = build_pp2_report(leaking=False)
+    report = build_pp2_report(leaking=False).to_dict()
     report["status"] = "failed"
     report["failures"] = [{"rank": 1, "kind": "hang", "message": "rank 1 blocked in recv", "exit_code": None,
                            "signal": "SIGKILL", "stack_file": "rank-1.stacks.txt", "at_s": 12.5}]  # fmt: skip
@@ -153,7 +153,7 @@ def test_failures_name_their_stacks_file() -> None:
 def test_everything_from_the_report_is_escaped() -> None:
     """A report is untrusted: its text never becomes markup, and the page's one style and one
     script stay its own."""
-    report = build_pp2_report(leaking=True)
+    report = build_pp2_report(leaking=True).to_dict()
     report["ranks"][0]["verdict_reason"] = HOSTILE
     report["ranks"][1]["verdict"] = HOSTILE
     report["config"]["policy"] = HOSTILE
@@ -175,7 +175,7 @@ def test_everything_from_the_report_is_escaped() -> None:
 
 
 def test_the_content_security_policy_admits_only_the_page_s_own_style_and_script() -> None:
-    text = render(Report.read(build_pp2_report()))
+    text = render(build_pp2_report())
     page = Page(text)
     (policy,) = [a["content"] for a in page.all("meta") if a.get("http-equiv") == "Content-Security-Policy"]
     rules = dict(rule.strip().split(" ", 1) for rule in policy.split(";"))
@@ -197,7 +197,7 @@ def test_a_ten_minute_pp4_run_is_well_under_two_megabytes() -> None:
     for samples in runs.values():  # anonymous memory read once a second, as the probe does
         samples[:] = [replace(s, anon_bytes=s.rss_bytes - 50_000_000 if i % 10 == 0 else None)
                       for i, s in enumerate(samples)]  # fmt: skip
-    text = render(Report.read(build_report(config, runs, RunOutcome(wall_s=610.0))))
+    text = render(build_report(config, runs, RunOutcome(wall_s=610.0)))
     charts = Page(text).charts()
     assert charts == {"chart-rss": 4, "chart-anon": 4, "chart-depth": 4, "chart-p99": 4, "chart-backlog": 3}
     size = len(text.encode())
@@ -245,7 +245,7 @@ def test_a_bundle_with_a_bad_report_names_the_field(tmp_path: Path) -> None:
 def run_dir(tmp_path: Path) -> Path:
     directory = tmp_path / "run"
     directory.mkdir()
-    (directory / "report.json").write_text(json.dumps(build_pp2_report()))
+    (directory / "report.json").write_text(json.dumps(build_pp2_report().to_dict()))
     return directory
 
 
@@ -288,5 +288,5 @@ def test_report_html_of_something_else_is_one_line(tmp_path: Path, capsys: pytes
 
 
 def test_write_page_is_what_a_command_calls(tmp_path: Path) -> None:
-    out = write_page(Report.read(build_pp2_report()), tmp_path / "run.html")
+    out = write_page(build_pp2_report(), tmp_path / "run.html")
     assert out.read_text().startswith("<!DOCTYPE html>")

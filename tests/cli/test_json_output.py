@@ -12,7 +12,7 @@ import pytest
 from hicache_cli.cli.commands import sglang_scan as scan_command
 from hicache_cli.cli.main import main
 from hicache_cli.sglang_target.extract import NotApplicable
-from tests.cli.conftest import FakeExecute
+from tests.conftest import FakeExecute
 
 
 @pytest.fixture(autouse=True)

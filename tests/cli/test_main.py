@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cache.policies import POLICIES
-from hicache_cli.cli.commands import common as run_commands
+from hicache_cli.cli import running as run_commands
 from hicache_cli.cli.main import main
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -1,4 +1,4 @@
-"""--target sglang glue: commands/common.py's options, report.target_summary, progress.target_line.
+"""--target sglang glue: cli/options.py and cli/configure.py, report.target_summary, progress.target_line.
 
 The SGLang is a synthetic checkout from tests/sglang_target/families.py; nothing is fetched.
 """
@@ -12,14 +12,17 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome, build_report, target_summary
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
-from hicache_cli.config import StressConfig
+from hicache_cli.analysis.report import build_report, target_summary
+from hicache_cli.analysis.results import Messages, ModelSection, RankReport, Report, SGLangSection
+from hicache_cli.cli.configure import StressOptions, config_from_options
+from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.progress import target_line, verdict_lines
 from hicache_cli.sglang_target.extract import NotApplicable, file_sha256
 from hicache_cli.sglang_target.locate import TargetError
-from tests.cli.conftest import build_pp2_run
+from hicache_cli.targets import ModelTarget, SGLangTarget
+from tests.conftest import build_pp2_run, report_json
 from tests.sglang_target.conftest import FakePip
 from tests.sglang_target.families import HIRADIX_REL, NO_PP_SYNC, TAGS_REL, make_checkout, make_wheel
 
@@ -53,10 +56,11 @@ def refused(opts: StressOptions) -> str:
 def test_a_checkout_target_builds_a_config(checkout: Path) -> None:
     config = config_from_options(sglang_options(checkout))
     hiradix = checkout / "python" / HIRADIX_REL
-    assert config.target == "sglang"
-    assert config.policy == "sglang-9.9.9"
-    assert config.workload == "idle"  # SGLang's round is driven idle: empty ack queues
-    assert config.sglang == {
+    target = config.target
+    assert isinstance(target, SGLangTarget)
+    assert config.label == "sglang-9.9.9"
+    assert target.workload == "idle"  # SGLang's round is driven idle: empty ack queues
+    assert {k: v for k, v in target.to_dict().items() if k in ENTRY} == {
         "version": "9.9.9",
         "origin": "path",
         "location": str(checkout),
@@ -67,15 +71,15 @@ def test_a_checkout_target_builds_a_config(checkout: Path) -> None:
         "drain_method": "_reap_completed_async_work",
         "unresolved": "StorageMetrics",  # the synthetic family reads it on its storage path
     }
-    assert (config.pp, config.tp, config.duration_s) == (2, 1, 15.0)
-    assert StressConfig.from_dict(config.to_dict()) == config  # what the ranks read back
+    assert (target.pp, target.tp, config.duration_s) == (2, 1, 15.0)
+    assert RunConfig.from_dict(config.to_dict()) == config  # what the ranks read back
 
 
 def test_an_explicit_class(checkout: Path) -> None:
-    config = config_from_options(sglang_options(checkout, sglang_class="UnifiedRadixCache"))
-    assert config.sglang is not None
-    assert config.sglang["class"] == "UnifiedRadixCache"
-    assert config.sglang["drain_method"] == "_drain_async_work"
+    target = config_from_options(sglang_options(checkout, sglang_class="UnifiedRadixCache")).target
+    assert isinstance(target, SGLangTarget)
+    assert target.class_name == "UnifiedRadixCache"
+    assert target.drain_method == "_drain_async_work"
 
 
 def test_a_release_target_reports_its_fetch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,36 +90,33 @@ def test_a_release_target_reports_its_fetch(tmp_path: Path, monkeypatch: pytest.
     config = config_from_options(dataclasses.replace(BASE, target="sglang==9.9.9"), said.append)
     assert said == ["fetching the sglang 9.9.9 wheel (no dependencies) ..."]
     assert len(pip.calls) == 1
-    assert config.sglang is not None
-    assert config.sglang["origin"] == "wheel"
-    assert config.policy == "sglang-9.9.9"
+    assert isinstance(config.target, SGLangTarget)
+    assert config.target.origin == "wheel"
+    assert config.label == "sglang-9.9.9"
 
 
 def test_a_cached_release_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HICACHE_CACHE_DIR", str(tmp_path / "cache"))
     make_wheel(tmp_path / "cache" / "wheels" / "sglang-9.9.9-py3-none-any.whl")
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("pip was run"))
-    config = config_from_options(dataclasses.replace(BASE, target="sglang==9.9.9"))
-    assert config.sglang is not None
-    assert config.sglang["class"] == "HiRadixCache"
-    assert config.sglang["drain_method"] == "_drain_async_work"
+    target = config_from_options(dataclasses.replace(BASE, target="sglang==9.9.9")).target
+    assert isinstance(target, SGLangTarget)
+    assert target.class_name == "HiRadixCache"
+    assert target.drain_method == "_drain_async_work"
 
 
 def test_an_allowed_fault(checkout: Path) -> None:
     config = config_from_options(sglang_options(checkout, faults=("hang:1:2s", "lag:0:5")))
-    assert config.faults == ("hang:1:2s", "lag:0:5")
+    assert config.target.faults == ("hang:1:2s", "lag:0:5")
 
 
 def test_a_model_target_defaults_to_reap() -> None:
     config = config_from_options(BASE)
-    assert config.target == "model"
-    assert config.policy == "reap"
-    assert config.sglang is None
-    assert config.workload == "mixed"
+    assert config.target == ModelTarget(policy="reap", workload="mixed")
 
 
 def test_a_model_target_with_a_policy() -> None:
-    assert config_from_options(dataclasses.replace(BASE, policy="drain")).policy == "drain"
+    assert config_from_options(dataclasses.replace(BASE, policy="drain")).label == "drain"
 
 
 def test_a_not_applicable_checkout(tmp_path: Path) -> None:
@@ -186,7 +187,7 @@ def test_cheap_checks_come_before_locating(tmp_path: Path) -> None:
 
 def test_the_sglang_checks_apply_only_to_a_sglang_target() -> None:
     config = config_from_options(dataclasses.replace(BASE, policy="reap", faults=("keep:0:10",), request_rate=0.5))
-    assert config.faults == ("keep:0:10",)
+    assert config.target.faults == ("keep:0:10",)
 
 
 # --- report.target_summary ------------------------------------------------------------------------
@@ -200,59 +201,63 @@ ENTRY = {
     "sha256": "0123456789abcdef" * 4,
     "tags_file": "",
     "drain_method": "_reap_completed_async_work",
+    "unresolved": "",
 }
-SGLANG = StressConfig(pp=2, duration_s=60.0, target="sglang", policy="sglang-9.9.9", workload="idle", sglang=ENTRY)
+SGLANG = RunConfig(target=SGLangTarget.from_dict({"pp": 2, **ENTRY}), duration_s=60.0)
+
+
+def _rank(rounds: int, sent: int) -> RankReport:
+    return RankReport(rank=0, rounds=rounds, messages=Messages(sent=sent), samples=1)
 
 
 def test_target_summary_of_a_model_run() -> None:
-    assert target_summary(StressConfig(policy="drain"), []) == {"kind": "model", "policy": "drain"}
+    assert target_summary(StressConfig(policy="drain"), []).to_dict() == {"kind": "model", "policy": "drain"}
 
 
 def test_target_summary_of_a_sglang_run() -> None:
-    ranks = [{"rounds": 400, "messages": {"sent": 800}}, {"rounds": 400, "messages": {"sent": 0}}]
-    assert target_summary(SGLANG, ranks) == {"kind": "sglang", **ENTRY, "sends_per_round": 2.0}
+    ranks = [_rank(rounds=400, sent=800), _rank(rounds=400, sent=0)]
+    assert target_summary(SGLANG, ranks).to_dict() == {"kind": "sglang", **ENTRY, "sends_per_round": 2.0}
 
 
 def test_sends_per_round_is_rounded() -> None:
-    ranks = [{"rounds": 3, "messages": {"sent": 1}}]
-    assert target_summary(SGLANG, ranks)["sends_per_round"] == 0.333
+    ranks = [_rank(rounds=3, sent=1)]
+    assert target_summary(SGLANG, ranks).sends_per_round == 0.333
 
 
 @pytest.mark.parametrize(
     "ranks",
     [
         [],
-        [{"rounds": 0, "messages": {"sent": 0}}],
-        [{"rank": 0, "verdict": "INCONCLUSIVE", "samples": 0}],  # a rank that wrote no samples
+        [_rank(rounds=0, sent=0)],
+        [RankReport(rank=0, samples=0)],  # a rank that wrote no samples
     ],
 )
-def test_sends_per_round_unknown(ranks: list[dict[str, Any]]) -> None:
+def test_sends_per_round_unknown(ranks: list[RankReport]) -> None:
     summary = target_summary(SGLANG, ranks)
-    assert summary["kind"] == "sglang"
-    assert summary["sends_per_round"] is None
+    assert summary.kind == "sglang"
+    assert summary.sends_per_round is None
 
 
 def test_a_sglang_run_in_the_report() -> None:
-    report = build_report(SGLANG, build_pp2_run(leaking=True), RunOutcome(wall_s=61.0))
+    report = report_json(SGLANG, build_pp2_run(leaking=True), RunOutcome(wall_s=61.0))
     assert report["target"] == {"kind": "sglang", **ENTRY, "sends_per_round": 1.0}
-    assert report["config"]["sglang"] == ENTRY
+    assert report["config"]["target"] == SGLANG.target.to_dict()
 
 
 # --- progress.target_line and verdict_lines ---------------------------------------------------------
 
 
-def sglang_target(**changes: Any) -> dict[str, Any]:
-    return {"kind": "sglang", **ENTRY, "sends_per_round": 2.0, **changes}
+def sglang_target(**changes: Any) -> Report:
+    return Report(target=SGLangSection.from_dict({"kind": "sglang", **ENTRY, "sends_per_round": 2.0, **changes}))
 
 
 def test_target_line_of_a_model_run() -> None:
-    assert target_line({"target": {"kind": "model", "policy": "reap"}}) is None
-    assert target_line({}) is None  # a report from before --target
-    assert target_line({"target": None}) is None
+    assert target_line(Report(target=ModelSection(policy="reap"))) is None
+    assert target_line(Report(target=None)) is None  # a report from before --target
 
 
 def test_target_line_names_the_code_and_its_sends() -> None:
-    assert target_line({"target": sglang_target()}) == (
+    assert target_line(sglang_target()) == (
         "SGLang 9.9.9 HiRadixCache (wheel: sglang==9.9.9 (cached in /c/sglang/9.9.9)): "
         "_reap_completed_async_work reaps completed Works (is_completed poll); "
         "2 PP-sync sends per round; sha256 0123456789ab"
@@ -260,13 +265,13 @@ def test_target_line_names_the_code_and_its_sends() -> None:
 
 
 def test_target_line_of_a_draining_release() -> None:
-    line = target_line({"target": sglang_target(drain_method="_drain_async_work", sends_per_round=1.5)})
+    line = target_line(sglang_target(drain_method="_drain_async_work", sends_per_round=1.5))
     assert line is not None
     assert "_drain_async_work drains every Work (wait()); 1.5 PP-sync sends per round;" in line
 
 
 def test_target_line_without_sends_or_drain_method() -> None:
-    line = target_line({"target": sglang_target(drain_method="", sends_per_round=None)})
+    line = target_line(sglang_target(drain_method="", sends_per_round=None))
     assert line is not None
     assert "no known drain method frees Works some other way; sha256" in line
     assert "per round" not in line

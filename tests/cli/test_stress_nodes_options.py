@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.cli.commands import common as run_commands
+from hicache_cli.cli import running as run_commands
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
-from hicache_cli.launch.launcher import LaunchResult
+from hicache_cli.execution import RunResult
 from hicache_cli.launch.nodes import NodeSpec
-from hicache_cli.launch.run import RunResult
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import samples_file as rank_file
-from tests.cli.conftest import FakeExecute, assert_refused, build_sample
+from tests.conftest import FakeExecute, assert_refused, build_sample
 
 NODE_OPTIONS = ["--pp", "4", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29500"]
 
@@ -54,7 +54,7 @@ def test_node_options_reach_execute_as_a_node_spec(
         rdzv_id="hicache",
         sample_port=29501,
     )
-    assert call["config"].world_size == 4
+    assert call["config"].target.world_size == 4
     out = capsys.readouterr().out
     assert "node 0 of 2, 2 ranks here, rendezvous 127.0.0.1:29500, samples to node 0 on port 29501" in out
 
@@ -175,7 +175,7 @@ class NodeExecute:
     """Stands in for run.execute on a node other than node 0: its two ranks (2 and 3) wrote
     their lines into the run directory, and there is no report, only the launch's result."""
 
-    def __init__(self, launched: LaunchResult) -> None:
+    def __init__(self, launched: RunOutcome) -> None:
         self.launched = launched
         self.calls: list[dict[str, Any]] = []
 
@@ -186,7 +186,7 @@ class NodeExecute:
         return RunResult(run_dir, None, None, self.launched)
 
 
-def run_node_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launched: LaunchResult) -> tuple[int, NodeExecute]:
+def run_node_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launched: RunOutcome) -> tuple[int, NodeExecute]:
     fake = NodeExecute(launched)
     monkeypatch.setattr(run_commands, "execute", fake)
     return stress(tmp_path, *NODE_OPTIONS, "--node-rank", "1"), fake
@@ -195,7 +195,7 @@ def run_node_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launched: Launch
 def test_another_node_ends_with_its_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, fake = run_node_1(tmp_path, monkeypatch, LaunchResult(0, False, False, None, 3.0))
+    code, fake = run_node_1(tmp_path, monkeypatch, RunOutcome(exit_code=0, wall_s=3.0))
     out = capsys.readouterr().out
     assert code == 0
     assert fake.calls[0]["nodes"].node_rank == 1
@@ -208,7 +208,7 @@ def test_another_node_ends_with_its_summary(
 def test_another_node_says_when_its_link_to_node_0_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    launched = LaunchResult(0, False, False, None, 3.0, link_error="lost the link to node 0: Broken pipe")
+    launched = RunOutcome(exit_code=0, wall_s=3.0, link_error="lost the link to node 0: Broken pipe")
     assert run_node_1(tmp_path, monkeypatch, launched)[0] == 0
     out = capsys.readouterr().out
     assert "node 1: lost the link to node 0: Broken pipe; node 0's report lacks what followed" in out
@@ -218,13 +218,13 @@ def test_another_node_says_when_its_link_to_node_0_dropped(
 @pytest.mark.parametrize(
     ("launched", "code", "said"),
     [
-        (LaunchResult(1, False, False, None, 3.0), 3, "node 1: torchrun exited with 1"),
+        (RunOutcome(exit_code=1, wall_s=3.0), 3, "node 1: torchrun exited with 1"),
         (
-            LaunchResult(None, False, True, "node 0 ended the run: watchdog: rank 0 hung", 3.0),
+            RunOutcome(exit_code=None, stopped="node 0 ended the run: watchdog: rank 0 hung", wall_s=3.0),
             3,
             "node 1: node 0 ended the run: watchdog: rank 0 hung",
         ),
-        (LaunchResult(None, True, True, "interrupted by the user", 3.0), 130, None),
+        (RunOutcome(exit_code=None, interrupted=True, stopped="interrupted by the user", wall_s=3.0), 130, None),
     ],
     ids=["torchrun-failed", "stopped-by-node-0", "interrupted"],
 )
@@ -232,7 +232,7 @@ def test_another_nodes_exit_code(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    launched: LaunchResult,
+    launched: RunOutcome,
     code: int,
     said: str | None,
 ) -> None:
@@ -251,7 +251,7 @@ def test_the_dashboard_is_node_0s(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     ) -> RunResult:
         nodes = kw["nodes"]
         lives[nodes.node_rank] = live
-        return RunResult(directory, None, None, LaunchResult(0, False, False, None, 1.0))
+        return RunResult(directory, None, None, RunOutcome(0, False, False, None, 1.0))
 
     monkeypatch.setattr(run_commands, "wants_live", lambda no_live, json_output=False: True)
     monkeypatch.setattr(run_commands, "run_with_progress", run_with_progress)

@@ -9,7 +9,7 @@ import pytest
 
 from cache.policies import POLICIES
 from cache.workload import PRESETS
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.cli.configure import StressOptions, config_from_options
 from hicache_cli.config import MAX_WORLD_SIZE, StressConfig
 from hicache_cli.errors import UsageError
 
@@ -55,28 +55,30 @@ def test_good_options_build_a_config() -> None:
         warmup_s=30.0,
         leak_threshold_mb_per_h=50.0,
     )
-    assert config.world_size == 8
+    assert config.target.world_size == 8
 
 
 def test_defaults_leave_presets_and_warm_up_to_the_run() -> None:
     config = config_from_options(GOOD)
-    assert (config.request_rate, config.prefix_sharing, config.idle_fraction, config.warmup_s) == (None,) * 4
+    assert (config.target.request_rate, config.target.prefix_sharing, config.target.idle_fraction, config.warmup_s) == (
+        None,
+    ) * 4
     assert config.duration_s == 15.0
-    assert config.wait_timeout_s == 5.0
+    assert config.target.wait_timeout_s == 5.0
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_every_registered_policy_is_accepted(policy: str) -> None:
-    assert config_from_options(options(policy=policy)).policy == policy
+    assert config_from_options(options(policy=policy)).label == policy
 
 
 @pytest.mark.parametrize("workload", list(PRESETS))
 def test_every_workload_preset_is_accepted(workload: str) -> None:
-    assert config_from_options(options(workload=workload)).workload == workload
+    assert config_from_options(options(workload=workload)).target.workload == workload
 
 
 def test_the_largest_world_is_accepted() -> None:
-    assert config_from_options(options(pp=8, tp=8)).world_size == MAX_WORLD_SIZE
+    assert config_from_options(options(pp=8, tp=8)).expected_ranks == MAX_WORLD_SIZE
 
 
 @pytest.mark.parametrize(

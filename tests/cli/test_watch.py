@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hicache_cli.analysis.report import RunOutcome, build_report, write_report
+from hicache_cli.analysis.report import build_report, write_report
 from hicache_cli.cli.commands import watch as watch_command
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
+from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.progress import UNWRAPPED_WIDTH, PlainProgress, make_console, summary_table
 from hicache_cli.protocol import samples_file as rank_file
 from hicache_cli.sample import LineTail, Sample
@@ -229,7 +230,7 @@ def test_off_a_terminal_the_console_is_wide_and_plain(
 ) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     console = make_console(live=False)
-    assert console.width == UNWRAPPED_WIDTH and console.soft_wrap  # tests/cli/test_plain_output.py
+    assert console.width == UNWRAPPED_WIDTH and console.soft_wrap  # tests/present/test_plain_output.py
     assert console.color_system is None
 
 

@@ -54,7 +54,7 @@ def test_a_report_the_cli_wrote_reads_back_typed_and_round_trips(reap_pp2: Run) 
     assert rank0.verdict is hc.Verdict.LEAK
     assert rank0.work_list.final == reap_pp2.report["ranks"][0]["work_list"]["final"] > 1000
     assert rank0.loop_latency.p99 == reap_pp2.report["ranks"][0]["loop_latency_ms"]["p99"]
-    assert report.config == hc.StressConfig.from_dict(reap_pp2.report["config"])
+    assert report.config == hc.RunConfig.from_dict(reap_pp2.report["config"])
     # rank 1 may leak too (the messages it has not received pile up); the typed list is the JSON's
     expected = [r["rank"] for r in reap_pp2.report["ranks"] if r["verdict"] == "LEAK"]
     assert [r.rank for r in report.leaking_ranks] == expected and 0 in expected

@@ -12,11 +12,10 @@ import pytest
 
 from hicache_cli.analysis.bundles import Bundle
 from hicache_cli.analysis.compare import bundle, summarize
-from hicache_cli.analysis.results import Report
 from hicache_cli.present.html import write_page
 from tests.browser import Chromium, find_chromium
-from tests.cli.conftest import build_pp2_report
 from tests.cli.test_html_page import HOSTILE
+from tests.conftest import build_pp2_report
 from tests.integration.helpers import Run, hicache
 
 CHROMIUM = find_chromium()
@@ -53,7 +52,7 @@ def open_page(browser: Chromium, page: Path, shot: Path) -> dict[str, int]:
 def test_a_run_page_renders_offline_with_a_line_per_rank(browser: Chromium, tmp_path: Path) -> None:
     report = build_pp2_report(leaking=True)
     report["ranks"][0]["verdict_reason"] += " " + HOSTILE  # an injected script would log, or ask for x
-    page = write_page(Report.read(report), tmp_path / "run.html")
+    page = write_page(report, tmp_path / "run.html")
     charts = open_page(browser, page, tmp_path / "run.png")
     assert charts == {"chart-rss": 2, "chart-depth": 2, "chart-p99": 2, "chart-backlog": 1}
 

@@ -52,7 +52,8 @@ def test_the_report_names_the_code_that_ran(leaky: Run) -> None:
     assert target["drain_method"] == "_reap_completed_async_work"
     assert len(target["sha256"]) == 64
     assert target["sends_per_round"] == pytest.approx(2.0, abs=0.01)  # writing_check and loading_check
-    assert leaky.report["config"]["policy"] == f"sglang-{LEAKY}"
+    assert leaky.report["config"]["target"]["kind"] == "sglang"  # its settings: the run's target
+    assert leaky.report["config"]["target"]["version"] == LEAKY
     assert f"SGLang {LEAKY} HiRadixCache" in leaky.proc.stdout
 
 

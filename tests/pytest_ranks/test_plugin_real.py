@@ -205,6 +205,43 @@ def test_pytest_stopped_during_a_marked_test_leaves_no_process(pytester: pytest.
     assert gone(pids) and gone(below)
 
 
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_daemon_a_rank_double_forks_at_once_is_stopped_with_the_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, start: str
+) -> None:
+    """Rank 0 leaves a daemon in a session of its own, its parent gone at once: it is
+    reparented to pytest (spawned ranks) or to the fork server (forked ones), both child
+    subreapers, found there by the run's token and stopped when the test ends."""
+    pid_file = pytester.path / "daemon.pid"
+    monkeypatch.setenv("DAEMON_PID_FILE", str(pid_file))
+    pytester.makepyfile(
+        test_daemon="""
+        import os, sys, time
+        import pytest
+
+        @pytest.mark.hicache_ranks(2, timeout="60s")
+        def test_leaves_a_daemon(rank, world_size):
+            if rank == 0:
+                sys.path.insert(0, os.environ["PROGRAMS"])
+                import double_fork
+                double_fork.main(os.environ["DAEMON_PID_FILE"])
+        """
+    )
+    monkeypatch.setenv("PROGRAMS", str(Path(__file__).resolve().parents[1] / "integration" / "programs"))
+    result = run_inner(pytester, f"--hicache-ranks-start={start}")
+    result.assert_outcomes(passed=1)
+    daemon = int(pid_file.read_text())
+    try:
+        deadline = time.monotonic() + 5
+        while not gone([daemon]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gone([daemon])
+        assert left_of(pytester) == []
+    finally:
+        if not gone([daemon]):
+            os.kill(daemon, signal.SIGKILL)
+
+
 FOREIGN = """
 import pytest
 import torch

@@ -10,6 +10,7 @@ from hicache_cli.errors import UsageError
 from hicache_cli.sglang_target.extract import NotApplicable, file_sha256
 from hicache_cli.sglang_target.locate import SGLangSource, TargetError, TargetSpec
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES, Resolved, pick_class, resolve
+from hicache_cli.targets import ModelTarget
 from tests.sglang_target.families import (
     DRAIN_TAGGED,
     HIRADIX_REL,
@@ -104,15 +105,18 @@ def test_resolve_refuses_an_unknown_class_before_locating(tmp_path: Path) -> Non
 def test_resolve_a_checkout(checkout: Path) -> None:
     resolved = resolve(TargetSpec("path", str(checkout)))
     assert isinstance(resolved, Resolved)
-    assert resolved.label == "sglang-9.9.9"
+    assert resolved.target(ModelTarget()).label == "sglang-9.9.9"
     assert resolved.extracted.class_name == "HiRadixCache"
 
 
-def test_config_entry(tmp_path: Path) -> None:
+def test_the_target_keeps_the_ranks_and_names_the_code(tmp_path: Path) -> None:
     root = make_checkout(tmp_path, hiradix=DRAIN_TAGGED)
     resolved = resolve(TargetSpec("path", str(root)), "auto")
     hiradix = root / "python" / HIRADIX_REL
-    assert resolved.config_entry() == {
+    target = resolved.target(ModelTarget(pp=4, tp=2, faults=("lag:1:5",)))
+    assert (target.pp, target.tp, target.faults, target.workload) == (4, 2, ("lag:1:5",), "idle")
+    code = {k: v for k, v in target.to_dict().items() if k not in ModelTarget().to_dict()}
+    assert code == {
         "version": "9.9.9",
         "origin": "path",
         "location": str(root),
@@ -123,12 +127,12 @@ def test_config_entry(tmp_path: Path) -> None:
         "drain_method": "_drain_async_work",
         "unresolved": "StorageMetrics",  # the synthetic family reads it on its storage path
     }
-    assert all(isinstance(v, str) for v in resolved.config_entry().values())  # JSON as is
+    assert all(isinstance(v, str) for v in code.values())  # JSON as is
 
 
 def test_config_entry_without_tags_or_drain_method(tmp_path: Path) -> None:
     bare = MINIMAL
     root = make_checkout(tmp_path, hiradix=bare, tags=False)
-    entry = resolve(TargetSpec("path", str(root))).config_entry()
-    assert entry["tags_file"] == ""
-    assert entry["drain_method"] == ""
+    target = resolve(TargetSpec("path", str(root))).target(ModelTarget())
+    assert target.tags_file == ""
+    assert target.drain_method == ""

@@ -13,19 +13,20 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import typer
 
 from hicache_cli.analysis.baseline import compare as compare_to_baseline
 from hicache_cli.analysis.baseline import parse_tolerance, workload_difference
-from hicache_cli.analysis.gate import Thresholds, evaluate, exit_code, gate_document
+from hicache_cli.analysis.gate import MARKS, RESULT_WORDS, Thresholds, evaluate, exit_code, gate_document
+from hicache_cli.analysis.kinds import Status
 from hicache_cli.analysis.report import load_report
+from hicache_cli.analysis.results import Report
 from hicache_cli.analysis.settle import Settler
-from hicache_cli.cli.commands import common
-from hicache_cli.cli.commands import trace as trace_command
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
-from hicache_cli.config import DEFAULT_PROBE_HZ, StressConfig
+from hicache_cli.cli import options, running
+from hicache_cli.cli.configure import StressOptions, check_output_paths, check_run_options, config_from_options
+from hicache_cli.cli.output import append_step_summary, print_json, say
+from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.present.github import check_summary, github_annotations
@@ -35,16 +36,18 @@ from hicache_cli.rundir import create_run_dir, write_atomically
 from hicache_cli.units import format_duration, parse_duration, parse_rate_mb_per_h
 
 CHECK_WARMUP = "3s"  # the cache warm-up already ran; a short trend warm-up settles sooner
+CHECK_POLICY = "drain"  # the fix: the gate's question is whether it holds
+CHECK_DURATION = "30s"
 
 
 def check(
     ctx: typer.Context,
-    policy: str = typer.Option(None, "--policy", "-p", help=common.POLICY_HELP + " Default: drain."),
-    target: str = common.TARGET,
-    sglang_class: str = common.SGLANG_CLASS,
-    pp: int = common.PP,
-    tp: int = common.TP,
-    duration: str = typer.Option(None, "--duration", "-d", help="Run exactly this long (default 30s)."),
+    policy: str = options.policy(CHECK_POLICY),
+    target: str = options.TARGET,
+    sglang_class: str = options.SGLANG_CLASS,
+    pp: int = options.PP,
+    tp: int = options.TP,
+    duration: str = options.duration(None, f"Run exactly this long (default {CHECK_DURATION})."),
     max_duration: str = typer.Option(
         None, "--max-duration", help="Stop as soon as the verdict is settled, at the latest after this long."
     ),
@@ -66,46 +69,30 @@ def check(
         "interval, depth=FACTOR, p99=FACTOR. Default: slope=50MB/h, depth=1.5x, p99=3x.",
     ),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per assertion per rank)."),
-    report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
-    workload: str = common.WORKLOAD,
-    seed: int = common.SEED,
-    wait_timeout: str = common.WAIT_TIMEOUT,
+    report: Path = options.REPORT,
+    workload: str = options.WORKLOAD,
+    seed: int = options.SEED,
+    wait_timeout: str = options.WAIT_TIMEOUT,
     warmup: str = typer.Option(
         None,
         "--warmup",
         help=f"Start of the run left out of trends (default {CHECK_WARMUP}; a traced program's: auto).",
     ),
-    fault: list[str] = common.FAULT,
-    stall_timeout: str = common.STALL_TIMEOUT,
-    device: str = common.DEVICE,
-    pp_backend: str = common.PP_BACKEND,
-    run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
-    port: int = common.PORT,
-    no_live: bool = common.NO_LIVE,
-    json_output: bool = typer.Option(
-        False,
-        "--json",
-        help="Print the gate's result, its assertions and the report as one JSON document on stdout; "
-        "everything else goes to stderr.",
-    ),
-    loop: str = trace_command.LOOP,
-    command: list[str] = trace_command.COMMAND,
+    fault: list[str] = options.FAULT,
+    stall_timeout: str = options.STALL_TIMEOUT,
+    device: str = options.DEVICE,
+    pp_backend: str = options.PP_BACKEND,
+    run_dir: Path = options.run_dir("<policy>"),
+    port: int = options.PORT,
+    no_live: bool = options.NO_LIVE,
+    json_output: bool = options.json_document("the gate's result, its assertions and the report as one JSON document"),
+    loop: str = options.LOOP,
+    command: list[str] = options.COMMAND,
 ) -> None:
     """The CI gate: exit 0 when RSS stays bounded and within every threshold, 1 when not."""
     if command:
-        _refuse_model_options(
-            policy=policy is not None,
-            target=target != "model",
-            pp=pp != 2,
-            tp=tp != 1,
-            workload=workload != "mixed",
-            seed=seed != 0,
-            wait_timeout=wait_timeout != "5s",
-            fault=bool(fault),
-            device=device != "auto",
-            pp_backend=pp_backend != "gloo",
-            port=port is not None,
-        )
+        if (option := options.given_any(ctx, options.MODEL_OPTIONS)) is not None:
+            raise UsageError(f"{option} shapes hicache's own workload; with -- COMMAND the program is the workload")
     elif loop is not None:
         raise UsageError("--loop names a function of a traced program: give the program after --")
     elif warmup is None:
@@ -128,8 +115,8 @@ def check(
     if tolerance and baseline is None:
         raise UsageError("--tolerance applies to --baseline: give the report to compare with")
     allowed = parse_tolerance(tolerance)
-    common.check_output_paths(junit=junit)
-    common.check_run_options(4.0, report, port)
+    check_output_paths(junit=junit)
+    check_run_options(4.0, report, port)
     if command:
         config = trace_config(
             command,
@@ -144,28 +131,28 @@ def check(
         config = config_from_options(
             StressOptions.given(
                 ctx,
-                policy=policy if policy is not None or target != "model" else "drain",
-                duration=max_duration or duration or "30s",
+                policy=policy if policy is not None or options.given(ctx, "target") else CHECK_POLICY,
+                duration=max_duration or duration or CHECK_DURATION,
                 warmup=warmup,  # CHECK_WARMUP when not given
                 leak_threshold=limits.max_rss_slope_mb_per_h,
             ),
-            common.say,
+            say,
         )
     base = _load_baseline(baseline, config) if baseline is not None else None
-    directory = create_run_dir(run_dir, config.policy)
+    directory = create_run_dir(run_dir, config.label)
     settler = Settler(config) if max_duration else None
     if command:
-        result, console = trace_command.run_traced(
+        result, console = running.run_traced(
             config, directory, no_live, 4.0, report, early_stop=settler, json_output=json_output
         )
         what = f"trace of {' '.join(command)}"
     else:
-        live = common.wants_live(no_live, json_output)
+        live = running.wants_live(no_live, json_output)
         console = make_console(live, json_output)
         mode = f"until settled, at most {max_duration}" if max_duration else format_duration(config.duration_s)
-        what = f"{config.policy}, pp={config.pp} tp={config.tp}"
+        what = config.title(", ", duration=False)
         console.print(f"hicache check: {what}, {mode}; run directory {directory}")
-        result = common.run_with_progress(
+        result = running.run_with_progress(
             config, directory, console, live, port=port, report_copy=report, early_stop=settler
         )
     rep = result.report
@@ -175,25 +162,24 @@ def check(
     code = exit_code(results)
     if json_output:
         compared = None if base is None else {"report": str(baseline), "tolerance": asdict(allowed)}
-        common.print_json(gate_document(rep, results, limits, compared))
-    common.exit_if_interrupted(rep)
+        print_json(gate_document(rep, results, limits, compared))
+    running.exit_if_interrupted(rep)
     console.print(summary_table(rep, console.width))
     for a in results:
-        mark = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[a.passed]
-        console.print(f"{mark:>9}  {a.name:<14} {a.message}")
-    took = f"{rep['run_s']:.1f} s of workload, {rep['wall_s']:.1f} s in all"
-    if rep.get("stopped_early"):
-        took = f"{rep['stopped_early']}; {took}"
-    verdict = {0: "PASS", 1: "FAIL", 3: "UNDECIDED"}[code]
+        console.print(f"{MARKS[a.passed]:>9}  {a.name:<14} {a.message}")
+    took = f"{rep.run_s or 0:.1f} s of workload, {rep.wall_s or 0:.1f} s in all"
+    if rep.stopped_early:
+        took = f"{rep.stopped_early}; {took}"
+    verdict = RESULT_WORDS[code]
     console.print(f"hicache check {verdict} ({what}): {took}")
     console.print(f"report: {result.report_path}")
     if junit is not None:
-        write_atomically(junit, junit_xml(results, rep, rep["wall_s"]))
+        write_atomically(junit, junit_xml(results, rep, rep.wall_s or 0.0))
         console.print(f"junit: {junit}")
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        for line in github_annotations(results, config.policy):
+        for line in github_annotations(results, config.label):
             print(line, file=sys.stderr if json_output else sys.stdout)  # the runner reads both
-    common.append_step_summary(check_summary(rep, results, verdict, what, str(result.report_path)))
+    append_step_summary(check_summary(rep, results, verdict, what, str(result.report_path)))
     raise typer.Exit(code)
 
 
@@ -205,21 +191,13 @@ def _default_warmup(option: str, duration: str | None) -> str | None:
     return CHECK_WARMUP
 
 
-def _load_baseline(path: Path, config: StressConfig) -> dict[str, Any]:
+def _load_baseline(path: Path, config: RunConfig) -> Report:
     """The report to compare with: a completed run of the same workload, or one line why not."""
     base = load_report(path)
-    if base["status"] != "completed":
-        raise UsageError(f"--baseline {path}: that run {base['status']}; a baseline must be a completed run")
-    if (difference := workload_difference(base["config"], config.to_dict())) is not None:
+    if base.status != Status.COMPLETED:
+        raise UsageError(f"--baseline {path}: that run {base.status}; a baseline must be a completed run")
+    if (difference := workload_difference(base.config, config)) is not None:
         raise UsageError(
             f"--baseline {path}: another workload ({difference}); only the policy and the code under test may differ"
         )
     return base
-
-
-def _refuse_model_options(**given: bool) -> None:
-    """Options that shape hicache's own workload mean nothing for a traced program: say so."""
-    for name, was_given in given.items():
-        if was_given:
-            option = "--" + name.replace("_", "-")
-            raise UsageError(f"{option} shapes hicache's own workload; with -- COMMAND the program is the workload")

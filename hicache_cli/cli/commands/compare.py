@@ -10,16 +10,19 @@ import typer
 
 from cache.policies import POLICIES, not_applicable
 from hicache_cli.analysis.compare import bundle, not_applicable_row, summarize
-from hicache_cli.cli.commands import common
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.analysis.results import Report
+from hicache_cli.cli import options, running
+from hicache_cli.cli.configure import StressOptions, check_output_paths, config_from_options
+from hicache_cli.cli.output import append_step_summary, print_json, say
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.lifecycle import STOPS
 from hicache_cli.present.github import compare_summary
 from hicache_cli.present.plot import plot_reports
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.tables import policy_table, to_markdown, to_rich
 from hicache_cli.rundir import create_run_dir, write_atomically, write_run_file
 from hicache_cli.sglang_target.locate import parse_target
+from hicache_cli.targets import ModelTarget
 
 
 def parse_policies(text: str | None) -> list[str]:
@@ -39,71 +42,73 @@ def parse_policies(text: str | None) -> list[str]:
 def compare_policies(
     ctx: typer.Context,
     policies: str = typer.Option(None, "--policies", help="Comma-separated policies (default: every registered one)."),
-    pp: int = common.PP,
-    tp: int = common.TP,
-    duration: str = typer.Option("30s", "--duration", "-d", help="Workload time per policy."),
-    workload: str = common.WORKLOAD,
-    seed: int = common.SEED,
-    wait_timeout: str = common.WAIT_TIMEOUT,
-    warmup: str = common.WARMUP,
-    fault: list[str] = common.FAULT,
-    stall_timeout: str = common.STALL_TIMEOUT,
-    device: str = common.DEVICE,
-    pp_backend: str = common.PP_BACKEND,
+    pp: int = options.PP,
+    tp: int = options.TP,
+    duration: str = options.duration("30s", "Workload time per policy."),
+    workload: str = options.WORKLOAD,
+    seed: int = options.SEED,
+    wait_timeout: str = options.WAIT_TIMEOUT,
+    warmup: str = options.WARMUP,
+    fault: list[str] = options.FAULT,
+    stall_timeout: str = options.STALL_TIMEOUT,
+    device: str = options.DEVICE,
+    pp_backend: str = options.PP_BACKEND,
     target: list[str] = typer.Option(
         [],
         "--target",
         help="Also run SGLang's own code, next to the policies (repeatable): sglang (installed), "
         "sglang==VERSION or sglang:PATH. See docs/sglang.md.",
     ),
-    sglang_class: str = common.SGLANG_CLASS,
-    output: Path = typer.Option(None, "--output", "-o", help="Also write the JSON bundle of all runs here."),
-    markdown: Path = typer.Option(None, "--markdown", help="Write the table as Markdown (for a PR comment)."),
+    sglang_class: str = options.SGLANG_CLASS,
+    output: Path = options.output("the JSON bundle of all runs"),
+    markdown: Path = options.MARKDOWN,
     plot: Path = typer.Option(None, "--plot", help="Write a PNG of RSS and depth per policy (needs the plot extra)."),
-    run_dir: Path = typer.Option(None, "--run-dir", help="Parent directory (default ./hicache-runs/<time>-compare/)."),
-    no_live: bool = common.NO_LIVE,
-    json_output: bool = typer.Option(
-        False, "--json", help="Print the JSON bundle on stdout (as --output writes it); everything else goes to stderr."
-    ),
+    run_dir: Path = options.run_dir("compare"),
+    no_live: bool = options.NO_LIVE,
+    json_output: bool = options.json_document("the JSON bundle (as --output writes it)"),
 ) -> None:
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
-    common.check_output_paths(output=output, markdown=markdown, plot=plot)
-    options = StressOptions.given(ctx, policy=names[0], target="model")  # --target adds SGLangs, below
-    base = config_from_options(options)
-    configs = [replace(base, policy=name) for name in names]  # checked once; only the policy differs
+    check_output_paths(output=output, markdown=markdown, plot=plot)
+    opts = StressOptions.given(ctx, policy=names[0], target="model")  # --target adds SGLangs, below
+    base = config_from_options(opts)
+    configs = [replace(base, target=replace(base.target, policy=name)) for name in names]  # checked once
     for spec in target:
         if parse_target(spec) is None:
             raise UsageError("--target: compare-policies runs hicache's model through --policies; name an SGLang")
-        configs.append(config_from_options(replace(options, policy=None, target=spec), common.say))
-    if len({c.policy for c in configs}) != len(configs):
+        configs.append(config_from_options(replace(opts, policy=None, target=spec), say))
+    if len({c.label for c in configs}) != len(configs):
         raise UsageError("--target: the same SGLang is named twice")
     parent = create_run_dir(run_dir, "compare")
-    live = common.wants_live(no_live, json_output)
+    live = running.wants_live(no_live, json_output)
     console = make_console(live, json_output)
-    first = configs[0]
+    first, shape = configs[0], base.target
     console.print(
-        f"hicache compare-policies: {', '.join(c.policy for c in configs)}; pp={first.pp} tp={first.tp}, "
-        f"{first.duration_s:g}s each, workload {first.workload}, seed {first.seed} -> {parent}"
+        f"hicache compare-policies: {', '.join(c.label for c in configs)}; pp={shape.pp} tp={shape.tp}, "
+        f"{first.duration_s:g}s each, workload {shape.workload}, seed {shape.seed} -> {parent}"
     )
-    reports, rows = [], []
-    for i, config in enumerate(configs, 1):
-        reason = not_applicable(config.policy, config.pp_backend) if config.target == "model" else None
-        if reason is not None:  # it would fail by design: say so instead of listing a failure
-            rows.append(not_applicable_row(config.policy, config.pp_backend, reason))
-            console.print(f"[{i}/{len(configs)}] {config.policy}: not applicable on {config.pp_backend}: {reason}")
-            continue
-        console.print(f"[{i}/{len(configs)}] {config.policy} ...")
-        result = common.run_with_progress(config, create_run_dir(parent / config.policy, config.policy), console, live)
-        reports.append(result.report)
-        rows.append(row := summarize(result.report))
-        console.print(
-            f"[{i}/{len(configs)}] {config.policy}: {row.verdict} ({row.status}), peak depth {row.peak_depth}"
-        )
-        if result.report["status"] == "interrupted" or STOPS.signal is not None:
-            break
-    dicts = [c.to_dict() for c in configs]
-    common_config = {k: v for k, v in dicts[0].items() if all(d[k] == v for d in dicts)}
+    backend = shape.pp_backend
+
+    # a policy that would fail by design on this backend says so instead of listing a failure
+    reasons = {c.label: not_applicable(c.label, backend) for c in configs if isinstance(c.target, ModelTarget)}
+
+    def step(config: RunConfig) -> running.Step:
+        reason = reasons.get(config.label)
+        why = None if reason is None else f"not applicable on {backend}: {reason}"
+        return running.Step(config.label, lambda: why or config)
+
+    def said(report: Report) -> str:
+        row = summarize(report)
+        return f"{row.verdict} ({row.status}), peak depth {row.peak_depth}"
+
+    done = running.run_series([step(c) for c in configs], parent, console, live, summary=said)
+    reports = [report for _, _, report in done if report is not None]
+    rows = [
+        summarize(report) if report else not_applicable_row(ran.name, backend, reasons.get(ran.name) or "")
+        for ran, _, report in done
+    ]
+    dicts = [{**c.to_dict(), **c.target.to_dict()} for c in configs]  # the target's settings beside the run's
+    common_config = {k: v for k, v in dicts[0].items() if k != "target" and all(d.get(k) == v for d in dicts)}
     data = bundle(reports, common_config, rows)
     text = json.dumps(data, indent=2) + "\n"
     write_run_file(parent / "compare.json", text)
@@ -113,13 +118,13 @@ def compare_policies(
     for row in rows:
         if row.note:
             console.print(row.note)
-    title = f"hicache compare-policies: pp={first.pp} tp={first.tp}, {first.duration_s:g}s, workload {first.workload}"
+    title = f"hicache compare-policies: pp={shape.pp} tp={shape.tp}, {first.duration_s:g}s, workload {shape.workload}"
     if markdown is not None:
         write_atomically(markdown, to_markdown(policy_table(rows), title))
-    common.append_step_summary(compare_summary(rows, reports, title))
+    append_step_summary(compare_summary(rows, reports, title))
     if plot is not None:
-        console.print(f"plot: {plot_reports([(r['config']['policy'], r) for r in reports], plot)}")
+        console.print(f"plot: {plot_reports([(r.config.label, r) for r in reports], plot)}")
     console.print(f"bundle: {parent / 'compare.json'}")
     if json_output:
-        common.print_json(data)
-    common.exit_if_interrupted(*reports)
+        print_json(data)
+    running.exit_if_interrupted(*reports)

@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from hicache_cli.cli.commands import common
+from hicache_cli.cli.configure import check_output_paths
+from hicache_cli.cli.output import say
 from hicache_cli.errors import EXIT_FINDING, EXIT_USAGE, UsageError
 from hicache_cli.lint.engine import lint as run_lint
 from hicache_cli.lint.formats import FORMATS
@@ -63,8 +64,8 @@ def lint(
     """Find async Works kept and never waited (the HiCache leak's shape), statically."""
     if output_format not in FORMATS:
         raise UsageError(f"--format: unknown format {output_format!r}; choose one of: {', '.join(FORMATS)}")
-    common.check_output_paths(output=output)
-    result = run_lint(targets or ["."], select, common.say)
+    check_output_paths(output=output)
+    result = run_lint(targets or ["."], select, say)
     for problem in result.problems:
         print(f"hicache: error: {problem}", file=sys.stderr)
     if output is not None:

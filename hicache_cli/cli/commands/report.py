@@ -8,7 +8,7 @@ import typer
 
 from hicache_cli.analysis.bundles import load_document
 from hicache_cli.analysis.report import load_report
-from hicache_cli.cli.commands.common import check_output_paths
+from hicache_cli.cli.configure import check_output_paths
 from hicache_cli.present.html import default_output, write_page
 from hicache_cli.present.plot import plot_reports
 from hicache_cli.present.progress import make_console

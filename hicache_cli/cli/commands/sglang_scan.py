@@ -8,22 +8,19 @@ from pathlib import Path
 
 import typer
 
-from hicache_cli.cli.commands import common
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.analysis.kinds import Status
+from hicache_cli.analysis.scan import first_change, not_applicable, row_from_report, scan_bundle
+from hicache_cli.cli import options, running
+from hicache_cli.cli.configure import StressOptions, check_output_paths, config_from_options
+from hicache_cli.cli.output import print_json, say
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import EXIT_RUN_FAILED
-from hicache_cli.lifecycle import STOPS
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.tables import release_table, to_markdown, to_rich
 from hicache_cli.rundir import create_run_dir, write_atomically, write_run_file
 from hicache_cli.sglang_target.extract import NotApplicable
-from hicache_cli.sglang_target.locate import release_versions
-from hicache_cli.sglang_target.scan import (
-    first_change,
-    not_applicable,
-    pick_versions,
-    row_from_report,
-    scan_bundle,
-)
+from hicache_cli.sglang_target.locate import pick_versions, release_versions
+from hicache_cli.targets import SGLangTarget
 
 
 def sglang_scan(
@@ -31,45 +28,55 @@ def sglang_scan(
     versions: str = typer.Option(
         "0.5.12..", "--versions", help="Releases: A..B (inclusive; an end may be left open) or A,B,C."
     ),
-    pp: int = common.PP,
-    duration: str = typer.Option("10s", "--duration", "-d", help="Workload time per release."),
-    sglang_class: str = common.SGLANG_CLASS,
-    output: Path = typer.Option(None, "--output", "-o", help="Also write the JSON bundle of all runs here."),
-    markdown: Path = typer.Option(None, "--markdown", help="Write the table as Markdown."),
-    run_dir: Path = typer.Option(
-        None, "--run-dir", help="Parent directory (default ./hicache-runs/<time>-sglang-scan/)."
-    ),
-    no_live: bool = common.NO_LIVE,
-    json_output: bool = typer.Option(
-        False, "--json", help="Print the JSON bundle on stdout (as --output writes it); everything else goes to stderr."
-    ),
+    pp: int = options.PP,
+    duration: str = options.duration("10s", "Workload time per release."),
+    sglang_class: str = options.SGLANG_CLASS,
+    output: Path = options.output("the JSON bundle of all runs"),
+    markdown: Path = options.MARKDOWN,
+    run_dir: Path = options.run_dir("sglang-scan"),
+    no_live: bool = options.NO_LIVE,
+    json_output: bool = options.json_document("the JSON bundle (as --output writes it)"),
 ) -> None:
     """Run SGLang's own PP-sync code from each release in a range: where the leak came and went."""
-    common.check_output_paths(output=output, markdown=markdown)
+    check_output_paths(output=output, markdown=markdown)
     base = StressOptions.given(ctx, tp=1, policy=None, workload="idle", seed=0)
     config_from_options(base)  # the shared options, checked before anything is fetched
-    chosen = pick_versions(versions, release_versions(common.say))
+    chosen = pick_versions(versions, release_versions(say))
     parent = create_run_dir(run_dir, "sglang-scan")
-    live = common.wants_live(no_live, json_output)
+    live = running.wants_live(no_live, json_output)
     console = make_console(live, json_output)
     console.print(
         f"hicache sglang-scan: {len(chosen)} releases ({chosen[0]} .. {chosen[-1]}), pp={pp}, {duration} each"
     )
-    rows, reports = [], {}
-    for i, version in enumerate(chosen, 1):
-        try:
-            config = config_from_options(replace(base, target=f"sglang=={version}"), common.say)
-        except NotApplicable as exc:
-            rows.append(not_applicable(version, str(exc)))
-            console.print(f"[{i}/{len(chosen)}] {version}: not applicable (no PP-sync path)")
-            continue
-        console.print(f"[{i}/{len(chosen)}] {version} ({config.sglang['class']}.{config.sglang['drain_method']}) ...")
-        result = common.run_with_progress(config, create_run_dir(parent / version, config.policy), console, live)
-        reports[version] = result.report
-        rows.append(row_from_report(version, result.report))
-        console.print(f"[{i}/{len(chosen)}] {version}: {rows[-1].verdict}")
-        if result.report["status"] == "interrupted" or STOPS.signal is not None:
-            break
+    notes: dict[str, str] = {}  # why a release is not applicable
+
+    def release(version: str) -> running.Step:
+        def prepare() -> RunConfig | str:
+            try:
+                return config_from_options(replace(base, target=f"sglang=={version}"), say)
+            except NotApplicable as exc:
+                notes[version] = str(exc)
+                return "not applicable (no PP-sync path)"
+
+        return running.Step(version, prepare)
+
+    def code(config: RunConfig) -> str:
+        target = config.target
+        return f" ({target.class_name}.{target.drain_method})" if isinstance(target, SGLangTarget) else ""
+
+    done = running.run_series(
+        [release(v) for v in chosen],
+        parent,
+        console,
+        live,
+        detail=code,
+        summary=lambda report: row_from_report("", report).verdict,
+    )
+    reports = {step.name: report for step, _, report in done if report is not None}
+    rows = [
+        row_from_report(step.name, report) if report else not_applicable(step.name, notes.get(step.name, ""))
+        for step, _, report in done
+    ]
     data = scan_bundle(rows, asdict(base) | {"versions": versions}, reports)
     text = json.dumps(data, indent=2) + "\n"
     write_run_file(parent / "scan.json", text)
@@ -84,7 +91,7 @@ def sglang_scan(
         )
     console.print(f"bundle: {parent / 'scan.json'}")
     if json_output:
-        common.print_json(data)
-    common.exit_if_interrupted(*reports.values())
-    if any(r.status == "failed" for r in rows):
+        print_json(data)
+    running.exit_if_interrupted(*reports.values())
+    if any(r.status == Status.FAILED for r in rows):
         raise typer.Exit(EXIT_RUN_FAILED)

@@ -7,11 +7,13 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from hicache_cli.cli.commands import common
-from hicache_cli.cli.commands.common import StressOptions, config_from_options
+from hicache_cli.analysis.kinds import Status
+from hicache_cli.cli import options, running
+from hicache_cli.cli.configure import StressOptions, check_run_options, config_from_options
+from hicache_cli.cli.output import print_json, say
 from hicache_cli.errors import EXIT_RUN_FAILED, UsageError
+from hicache_cli.execution import RunResult
 from hicache_cli.launch.nodes import NodeSpec, link_summary, node_spec
-from hicache_cli.launch.run import RunResult
 from hicache_cli.lifecycle import exit_code_for
 from hicache_cli.present.progress import make_console, summary_table, verdict_lines
 from hicache_cli.protocol import SECRET_ENV, sample_files
@@ -20,30 +22,28 @@ from hicache_cli.rundir import create_run_dir
 
 def stress(
     ctx: typer.Context,
-    pp: int = common.PP,
-    tp: int = common.TP,
-    policy: str = typer.Option(None, "--policy", "-p", help=common.POLICY_HELP + " Default: reap."),
-    target: str = common.TARGET,
-    sglang_class: str = common.SGLANG_CLASS,
-    duration: str = typer.Option("15s", "--duration", "-d", help="Workload time per rank: 15s, 2m, or seconds."),
-    workload: str = common.WORKLOAD,
-    request_rate: float = common.REQUEST_RATE,
-    prefix_sharing: float = common.PREFIX_SHARING,
-    idle_fraction: float = common.IDLE_FRACTION,
-    seed: int = common.SEED,
-    probe_hz: float = common.PROBE_HZ,
-    wait_timeout: str = common.WAIT_TIMEOUT,
-    warmup: str = common.WARMUP,
-    leak_threshold: float = typer.Option(
-        100.0, "--leak-threshold", help="RSS slope in MB/h above which RSS counts as growing."
-    ),
-    fault: list[str] = common.FAULT,
-    stall_timeout: str = common.STALL_TIMEOUT,
-    device: str = common.DEVICE,
-    pp_backend: str = common.PP_BACKEND,
-    run_dir: Path = typer.Option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/)."),
-    report: Path = typer.Option(None, "--report", help="Also write the JSON report here."),
-    port: int = common.PORT,
+    pp: int = options.PP,
+    tp: int = options.TP,
+    policy: str = options.policy("reap"),
+    target: str = options.TARGET,
+    sglang_class: str = options.SGLANG_CLASS,
+    duration: str = options.duration(options.RUN_DURATION, "Workload time per rank: 15s, 2m, or seconds."),
+    workload: str = options.WORKLOAD,
+    request_rate: float = options.REQUEST_RATE,
+    prefix_sharing: float = options.PREFIX_SHARING,
+    idle_fraction: float = options.IDLE_FRACTION,
+    seed: int = options.SEED,
+    probe_hz: float = options.PROBE_HZ,
+    wait_timeout: str = options.WAIT_TIMEOUT,
+    warmup: str = options.WARMUP,
+    leak_threshold: float = options.LEAK_THRESHOLD,
+    fault: list[str] = options.FAULT,
+    stall_timeout: str = options.STALL_TIMEOUT,
+    device: str = options.DEVICE,
+    pp_backend: str = options.PP_BACKEND,
+    run_dir: Path = options.run_dir("<policy>"),
+    report: Path = options.REPORT,
+    port: int = options.PORT,
     nnodes: int = typer.Option(1, "--nnodes", help="Nodes the ranks span; run hicache on each (docs/multinode.md)."),
     node_rank: int = typer.Option(None, "--node-rank", help="This node's index; node 0 shows the dashboard."),
     nproc_per_node: int = typer.Option(None, "--nproc-per-node", help="Ranks on this node (default pp x tp / nnodes)."),
@@ -61,20 +61,20 @@ def stress(
         help="Across machines: the secret every node of the run is given (16+ characters; the environment "
         "variable keeps it out of `ps`). On loopback node 0 makes one for this user.",
     ),
-    no_live: bool = common.NO_LIVE,
-    refresh: float = common.REFRESH,
-    metrics_port: int = common.METRICS_PORT,
-    metrics_host: str = common.METRICS_HOST,
-    json_output: bool = common.JSON,
+    no_live: bool = options.NO_LIVE,
+    refresh: float = options.REFRESH,
+    metrics_port: int = options.METRICS_PORT,
+    metrics_host: str = options.METRICS_HOST,
+    json_output: bool = options.JSON,
 ) -> None:
     """Run a real multi-rank HiCache PP-sync workload under one drain policy and report on it."""
-    common.check_run_options(refresh, report, port, metrics_port, metrics_host)  # cheap, before a release is fetched
+    check_run_options(refresh, report, port, metrics_port, metrics_host)  # cheap, before a release is fetched
     config = config_from_options(
         StressOptions.given(ctx),
-        common.say,
+        say,
     )
     nodes = node_spec(
-        config.world_size, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port, run_secret
+        config.expected_ranks or 0, nnodes, node_rank, nproc_per_node, rdzv_endpoint, rdzv_id, sample_port, run_secret
     )
     if nodes is not None and port is not None:
         raise UsageError("--port is for one machine; across nodes the rendezvous is --rdzv-endpoint")
@@ -82,18 +82,18 @@ def stress(
         raise UsageError("--report: node 0 writes the report; give it there")
     if nodes is not None and not nodes.is_head and json_output:
         raise UsageError("--json: node 0 writes the report; give it there")
-    metrics = common.serve_metrics(ctx, metrics_port, metrics_host, config)
-    directory = create_run_dir(run_dir, config.policy)
-    live = common.wants_live(no_live, json_output) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
+    metrics = running.serve_metrics(ctx, metrics_port, metrics_host, config)
+    directory = create_run_dir(run_dir, config.label)
+    live = running.wants_live(no_live, json_output) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
     console = make_console(live, json_output)
-    console.print(f"hicache stress: {config.policy}, pp={config.pp} tp={config.tp}, {config.duration_s:g}s")
+    console.print(f"hicache stress: {config.title(', ')}")
     if nodes is not None:
         console.print(
             f"node {nodes.node_rank} of {nodes.nnodes}, {nodes.nproc_per_node} ranks here, "
             f"rendezvous {nodes.endpoint}, samples to node 0 on port {nodes.sample_port}"
         )
     console.print(f"run directory: {directory}")
-    result = common.run_with_progress(
+    result = running.run_with_progress(
         config, directory, console, live, refresh, port, report, nodes=nodes, metrics=metrics
     )
     if result.report is None:  # another node: node 0 has the samples and writes the report
@@ -106,15 +106,15 @@ def stress(
         console.print(dropped)
     console.print(f"report: {result.report_path}")
     if json_output:
-        common.print_json(result.report)
-    common.exit_if_interrupted(result.report)
-    if result.report["status"] == "failed":
+        print_json(result.report.to_dict())
+    running.exit_if_interrupted(result.report)
+    if result.report.status == Status.FAILED:
         raise typer.Exit(EXIT_RUN_FAILED)
 
 
 def _node_summary(console: Console, result: RunResult, nodes: NodeSpec) -> None:
     """What a node other than node 0 says at the end: its ranks, where their samples are."""
-    launched = result.launch
+    launched = result.outcome
     assert launched is not None
     ranks = sorted(sample_files(result.run_dir))
     console.print(
@@ -128,5 +128,5 @@ def _node_summary(console: Console, result: RunResult, nodes: NodeSpec) -> None:
     if launched.interrupted:
         raise typer.Exit(exit_code_for(launched.interrupted_by))
     if launched.killed or launched.exit_code != 0:
-        console.print(f"node {nodes.node_rank}: {launched.reason or f'torchrun exited with {launched.exit_code}'}")
+        console.print(f"node {nodes.node_rank}: {launched.stopped or f'torchrun exited with {launched.exit_code}'}")
         raise typer.Exit(EXIT_RUN_FAILED)

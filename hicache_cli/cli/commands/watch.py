@@ -9,14 +9,11 @@ from pathlib import Path
 import typer
 
 from hicache_cli.analysis.report import load_report
-from hicache_cli.cli.commands import common
-from hicache_cli.config import StressConfig
+from hicache_cli.cli import options, running
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.metrics_exporter import check_metrics_options
 from hicache_cli.present.progress import (
-    LiveView,
-    PlainProgress,
     make_console,
     stdout_is_terminal,
     summary_table,
@@ -31,7 +28,7 @@ STALE_S = 15.0  # no new sample for this long and no report: the run is gone
 CATCH_UP_BYTES = 32 << 20  # of rank files read between two refreshes while catching up (~100k lines, a few s)
 
 
-def follow(run_dir: Path, config: StressConfig, view, refresh_s: float, note=print) -> str:  # noqa: ANN001
+def follow(run_dir: Path, config: RunConfig, view, refresh_s: float, note=print) -> str:  # noqa: ANN001
     """Feed `view` until the run ends; returns why following stopped. What was written
     before watch started is read CATCH_UP_BYTES at a time, refreshing the view between
     reads (a day-long run's files take minutes to read) and saying so with `note`."""
@@ -53,17 +50,17 @@ def follow(run_dir: Path, config: StressConfig, view, refresh_s: float, note=pri
             last_growth, last_count = now, count
         if (run_dir / REPORT_FILE).exists():
             return "finished"
-        if _all_final(samples, config.world_size):
+        if _all_final(samples, config.expected_ranks):
             return "all ranks stopped"
         if now - last_growth > STALE_S:
             return f"no new samples for {STALE_S:.0f} s and no report: the run seems to have stopped"
         time.sleep(refresh_s)
 
 
-def _all_final(samples: dict[int, list[Sample]], world_size: int) -> bool:
-    """Every rank wrote its final line; a trace (world size 0: ranks come as the program
-    starts them) needs at least one."""
-    enough = len(samples) >= max(1, world_size)
+def _all_final(samples: dict[int, list[Sample]], expected: int | None) -> bool:
+    """Every rank wrote its final line; a trace (None: ranks come as the program starts
+    them) needs at least one."""
+    enough = len(samples) >= (expected or 1)
     return enough and all(s and s[-1].kind == "final" for s in samples.values())
 
 
@@ -72,8 +69,8 @@ def watch(
     run_dir: Path = typer.Argument(..., help="The run directory (hicache-runs/<time>-<policy>/)."),
     no_live: bool = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard."),
     refresh: float = typer.Option(4.0, "--refresh", help="Refreshes per second."),
-    metrics_port: int = common.METRICS_PORT,
-    metrics_host: str = common.METRICS_HOST,
+    metrics_port: int = options.METRICS_PORT,
+    metrics_host: str = options.METRICS_HOST,
 ) -> None:
     """Attach the dashboard to a run directory: a run in progress, or one that has finished."""
     if not os.path.lexists(run_dir / CONFIG_FILE):
@@ -81,20 +78,11 @@ def watch(
     if not 0.2 <= refresh <= 20:
         raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
     check_metrics_options(metrics_port, metrics_host)
-    config = StressConfig.load(run_dir)
-    metrics = common.serve_metrics(ctx, metrics_port, metrics_host, config)
+    config = RunConfig.load(run_dir)
+    metrics = running.serve_metrics(ctx, metrics_port, metrics_host, config)
     live = not no_live and stdout_is_terminal()
     console = make_console(live)
-    if metrics is not None:
-        metrics.run_dir = str(run_dir)
-        console.print(f"metrics: {metrics.url}")
-    if live:
-        with LiveView(Dashboard(config, str(run_dir)), console) as live_view:
-            view = live_view if metrics is None else metrics.feeding(live_view)
-            why = follow(run_dir, config, view, 1.0 / refresh, console.print)
-    else:
-        plain = PlainProgress(config.duration_s, write=console.print)
-        view = plain if metrics is None else metrics.feeding(plain)
+    with running.progress_view(config, run_dir, console, live, metrics) as view:
         why = follow(run_dir, config, view, 1.0 / refresh, console.print)
     console.print(f"watch ended: {why}")
     if (run_dir / REPORT_FILE).exists():

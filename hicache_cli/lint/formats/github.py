@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hicache_cli.lint.findings import LintResult
 from hicache_cli.lint.rules import RULES
-from hicache_cli.present.workflow_commands import escape_data, escape_property
+from hicache_cli.workflow_commands import escape_data, escape_property
 
 
 def render(result: LintResult) -> str:

@@ -21,21 +21,20 @@ from hicache_cli.present.html.markup import (
     tag,
     text_cell,
 )
-from hicache_cli.present.html.run_charts import depth_title, is_traced, rank_name, run_charts
+from hicache_cli.present.html.run_charts import depth_title, rank_name, run_charts
+from hicache_cli.targets import RankedTarget, SGLangSection, TraceSection
 
 
 def title(report: Report) -> str:
     """What ran: the policy and shape, the SGLang release, or the traced command."""
-    target, config = report.target, report.config
-    if is_traced(report):
-        command = target.command if target is not None and target.command else None
-        return "trace of " + (" ".join(map(str, command)) if command else "a program")
-    shape = f"pp={config.pp} tp={config.tp}" if config is not None else ""
-    if target is not None and target.kind == "sglang":
+    target, ran = report.target, report.config.target
+    if isinstance(target, TraceSection):
+        return "trace of " + (" ".join(map(str, target.command)) if target.command else "a program")
+    shape = f"pp={ran.pp} tp={ran.tp}" if isinstance(ran, RankedTarget) else ""
+    if isinstance(target, SGLangSection):
         where = ".".join(str(x) for x in (target.class_name, target.drain_method) if x)
         return f"SGLang {target.version or '?'}" + (f" ({where})" if where else "") + f", {shape}"
-    policy = config.policy if config is not None else target.policy if target is not None else "?"
-    return f"{policy}, {shape}"
+    return f"{ran.label}, {shape}"
 
 
 def verdict_badge(verdict: object) -> str:
@@ -65,7 +64,7 @@ def header(report: Report) -> str:
 
 
 def verdicts(report: Report) -> str:
-    traced = is_traced(report)
+    traced = report.traced
     rows = [
         [text_cell(rank_name(r, traced)), Cell(verdict_badge(r.verdict)), text_cell(r.verdict_reason)]
         for r in report.ranks
@@ -76,7 +75,7 @@ def verdicts(report: Report) -> str:
 
 def figures(report: Report) -> str:
     """The report's exact numbers, a column per rank (the charts are thinned; these are not)."""
-    traced = is_traced(report)
+    traced = report.traced
     ranks = [r for r in report.ranks if r.samples]
     if not ranks:
         return ""
@@ -150,7 +149,7 @@ def chart_section(report: Report) -> str:
 
 def sites(report: Report) -> str:
     """Where a traced program's Works were created and what became of them, per rank."""
-    traced = is_traced(report)
+    traced = report.traced
     rows = []
     for r in report.ranks:
         works = r.works
@@ -211,12 +210,11 @@ def run_details(report: Report) -> str:
         parts.append(tag("div", tag("h3", "Target") + definitions(_plain(report.target.to_dict()))))
     if report.environment is not None:
         parts.append(tag("div", tag("h3", "Environment") + definitions(_plain(report.environment.to_dict()))))
-    checks = _plain(report.pp_consistency if isinstance(report.pp_consistency, dict) else {})
+    checks = _plain(report.pp_consistency.to_dict() if report.pp_consistency is not None else {})
     checks += [("torchrun exit", report.torchrun_exit_code), ("program stopped", report.program_stopped)]
     checks += [("start-up s", report.startup_s), ("hicache CPU s", report.launcher_cpu_s)]
     parts.append(tag("div", tag("h3", "Checks and timings") + definitions(checks)))
-    if report.config is not None:
-        parts.append(tag("div", tag("h3", "Configuration") + definitions(_plain(report.config.to_dict()))))
+    parts.append(tag("div", tag("h3", "Configuration") + definitions(_plain(report.config.to_dict()))))
     where = tag("p", "Report: " + tag("code", esc(report.path)), class_="note") if report.path is not None else ""
     return section("run", "The run", tag("div", "".join(parts), class_="details") + where)
 

@@ -22,14 +22,6 @@ def rank_name(rank: RankReport, traced: bool) -> str:
     return f"rank {rank.rank} ({where})"
 
 
-def is_traced(report: Report) -> bool:
-    return (
-        report.target is not None
-        and report.target.kind == "trace"
-        or (report.config is not None and report.config.traced)
-    )
-
-
 def depth_title(traced: bool) -> str:
     return "live Works" if traced else "work-list depth"
 
@@ -60,8 +52,7 @@ MEASURES = {
 
 
 def _column(rank: RankReport, key: str, divisor: float) -> list[float | None]:
-    series = rank.series or {}
-    raw = series.get(key)
+    raw = getattr(rank.series, key, None)
     column = raw if isinstance(raw, list) else []
     return [None if (v := value(x)) is None else v / divisor for x in column]
 
@@ -93,7 +84,7 @@ def _slope_per_s(rank: RankReport, measure: str) -> tuple[float | None, str | No
 
 
 def rank_line(rank: RankReport, index: int, measure: str, name: str, trend: bool = True) -> Line:
-    times = (rank.series or {}).get("t")
+    times = rank.series.t if rank.series is not None else None
     times = times if isinstance(times, list) else []
     values = _column(rank, MEASURES[measure].key, MEASURES[measure].divisor)
     warmup = value(rank.warmup_s)
@@ -118,14 +109,14 @@ def chart(chart_id: str, measure: str, lines: list[Line], traced: bool = False, 
 def run_charts(report: Report) -> list[Chart]:
     """RSS, anonymous memory, depth (live Works), loop p99 and the backlog, each drawn when
     some rank has readings of it; a line per rank that has a series."""
-    traced = is_traced(report)
+    traced = report.traced
     ranks = [r for r in report.ranks if r.series]
     charts = []
     for measure in MEASURES:
         lines = [
             rank_line(r, i, measure, f"{rank_name(r, traced)}: {r.verdict}")
             for i, r in enumerate(ranks)
-            if measure != "backlog" or "unreceived" in (r.series or {})
+            if measure != "backlog" or (r.series is not None and r.series.unreceived is not None)
         ]
         if (c := chart(f"chart-{measure}", measure, lines, traced)).drawable():
             charts.append(c)

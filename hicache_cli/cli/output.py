@@ -1,0 +1,45 @@
+"""What a command writes besides its own text: progress notes on stderr, the one JSON
+document on stdout (`--json`), the GitHub step summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import typer
+
+from hicache_cli.files import append_regular
+from hicache_cli.present.github import STEP_SUMMARY_ENV
+from hicache_cli.present.progress import ensure_stdout
+
+
+def say(message: str) -> None:
+    """Progress of work done before a run starts (fetching a release), on stderr."""
+    typer.echo(f"hicache: {message}", err=True)
+
+
+def print_json(document: dict[str, Any]) -> None:
+    """`--json`: the one JSON document on stdout. A reader that went away (`| head`) is no
+    error: the run's files are written anyway."""
+    ensure_stdout()
+    try:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail again
+
+
+def append_step_summary(markdown: str) -> None:
+    """On GitHub Actions ($GITHUB_STEP_SUMMARY set): add `markdown` to the step's summary,
+    appended to the file GitHub names, never replacing it. A summary that cannot be written
+    is a warning: the command's result stands."""
+    path = os.environ.get(STEP_SUMMARY_ENV)
+    if not path:
+        return
+    try:
+        append_regular(path, (markdown + "\n").encode("utf-8"))  # a FIFO there would block the command's end
+    except OSError as exc:
+        say(f"warning: cannot add to the step summary {path}: {exc.strerror or exc}")

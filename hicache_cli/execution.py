@@ -1,0 +1,102 @@
+"""One run end to end: the run directory's config, the target's strategy followed by the
+supervisor, the report written whatever happened. The API and every command that runs call
+`execute`.
+
+Which strategy runs a target is decided here, by its type (`strategy_for`): a new kind of
+target adds a line to it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_cli.analysis.report import build_report, write_report
+from hicache_cli.analysis.results import Report
+from hicache_cli.config import RunConfig
+from hicache_cli.launch.launcher import LaunchConfig, TorchrunRanks
+from hicache_cli.launch.nodes import NodeSpec
+from hicache_cli.launch.supervisor import EarlyStop, Strategy, follow
+from hicache_cli.launch.trace_launcher import TracedProgram, TraceLaunch
+from hicache_cli.lifecycle import STOPS
+from hicache_cli.outcome import RunOutcome
+from hicache_cli.protocol import STACKS_GLOB
+from hicache_cli.sample import Sample
+from hicache_cli.series import load_run
+from hicache_cli.targets import RankedTarget, TracedCommand
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    report_path: Path | None  # None on a node other than node 0: the report is written there
+    report: Report | None
+    outcome: RunOutcome | None = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to launch, besides the config: one machine's port or a node's part across nodes;
+    a traced program's output passed through (its stdout to our stderr) or kept."""
+
+    port: int | None = None
+    nodes: NodeSpec | None = None
+    passthrough: bool = True
+    passthrough_to_stderr: bool = False
+    refresh_s: float = 0.5
+
+
+def strategy_for(config: RunConfig, run_dir: Path, launch: Launch) -> Strategy:
+    """The supervisor's strategy for the config's kind of target."""
+    target = config.target
+    if isinstance(target, RankedTarget):
+        return TorchrunRanks(
+            LaunchConfig(run_dir, config, port=launch.port, poll_interval_s=launch.refresh_s, nodes=launch.nodes)
+        )
+    if isinstance(target, TracedCommand):
+        return TracedProgram(TraceLaunch(run_dir, config, launch.passthrough, launch.passthrough_to_stderr))
+    raise TypeError(f"no launcher for a {type(target).__name__}")
+
+
+def execute(
+    config: RunConfig,
+    run_dir: Path,
+    on_tick: Callable[[dict[int, list[Sample]], float], None],
+    port: int | None = None,
+    report_copy: Path | None = None,
+    refresh_s: float = 0.5,
+    early_stop: EarlyStop | None = None,
+    nodes: NodeSpec | None = None,
+    passthrough: bool = True,
+    passthrough_to_stderr: bool = False,
+) -> RunResult:
+    """Launch the run in `run_dir`, follow it, and write its report, whatever happened.
+
+    `on_tick` gets the samples so far every `refresh_s` seconds. A traced program's output
+    goes to ours with `passthrough` (its stdout to our stderr with `passthrough_to_stderr`),
+    else to program.log in the run directory.
+    """
+    config.save(run_dir)
+    cpu_before = time.process_time()
+    launch = Launch(port, nodes, passthrough, passthrough_to_stderr, refresh_s)
+    strategy = strategy_for(config, run_dir, launch)
+    outcome = follow(strategy, on_tick, early_stop, refresh_s)
+    with STOPS.finishing():  # a stop signal now must not cost the report
+        _drop_empty_stack_files(run_dir)
+        if nodes is not None and not nodes.is_head:
+            return RunResult(run_dir, None, None, outcome)
+        outcome = outcome.with_run(launcher_cpu_s=time.process_time() - cpu_before)
+        # what the supervisor followed, to the last line: no second reading of a long run's files
+        followed = outcome.followed if outcome.followed is not None else load_run(run_dir)
+        report = build_report(config, followed, outcome, run_dir)
+        path = write_report(report, run_dir, report_copy)
+        return RunResult(run_dir, path, report.at(path), outcome)
+
+
+def _drop_empty_stack_files(run_dir: Path) -> None:
+    """Every rank opens a stack file for the watchdog; only the ones written to matter."""
+    for path in run_dir.glob(STACKS_GLOB):
+        if path.lstat().st_size == 0:  # (a link someone put there is removed, never followed)
+            path.unlink()

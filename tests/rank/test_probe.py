@@ -1,0 +1,165 @@
+"""probe: latency summaries and the samples a probe takes (its thread is never started here)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+
+import pytest
+
+from hicache_cli.histogram import LatencyHistogram, bucket_of
+from hicache_cli.rank import loop_stats
+from hicache_cli.rank.probe import RING, LoopStats, Probe, RankIdentity, Readings, latency_summary
+from hicache_cli.sample import Sample
+
+
+def test_latency_summary_of_nothing() -> None:
+    assert latency_summary([]) == (None, None, None)
+
+
+def test_latency_summary_in_milliseconds() -> None:
+    latencies = [k / 1000 for k in range(100, 0, -1)]  # 1..100 ms, unordered
+    p50, p99, worst = latency_summary(latencies)
+    assert p50 == pytest.approx(51.0)
+    assert p99 == pytest.approx(100.0)
+    assert worst == pytest.approx(100.0)
+    assert latency_summary([0.002]) == pytest.approx((2.0, 2.0, 2.0))
+
+
+class CountingReader:
+    """Stands in for the rank's cache-side read(): returns set readings, counts calls."""
+
+    def __init__(self, readings: Readings) -> None:
+        self.readings = readings
+        self.calls = 0
+
+    def __call__(self) -> Readings:
+        self.calls += 1
+        return self.readings
+
+
+def make_probe(stats: LoopStats, read: CountingReader, out: io.StringIO) -> Probe:
+    now = time.monotonic()
+    return Probe(
+        RankIdentity(rank=3, pp_rank=1, tp_rank=1),
+        stats,
+        read,
+        out,
+        hz=10.0,
+        started=now - 5.0,
+        deadline=now + 60.0,
+        stop_grace_s=1.5,
+    )
+
+
+@pytest.fixture
+def reader() -> CountingReader:
+    return CountingReader(
+        Readings(depth=42, held_bytes=336, sent=100, received=99, blocked_on="recv from rank 1", counters={"w": 1.0})
+    )
+
+
+def test_sample_reports_readings_and_loop_stats(reader: CountingReader) -> None:
+    stats = LoopStats(rounds=4)
+    out = io.StringIO()
+    probe = make_probe(stats, reader, out)  # the probe counts rounds from here on
+    for seconds in (0.001, 0.002, 0.010):
+        stats.record(seconds)
+
+    sample = probe.sample()
+
+    assert (sample.rank, sample.pp_rank, sample.tp_rank) == (3, 1, 1)
+    assert (sample.depth, sample.held_bytes, sample.sent, sample.received) == (42, 336, 100, 99)
+    assert sample.blocked_on == "recv from rank 1"
+    assert sample.counters == {"w": 1.0}
+    assert sample.rounds == 7
+    assert sample.lat_count == 3
+    assert sample.lat_p50_ms == pytest.approx(2.0)
+    assert sample.lat_max_ms == pytest.approx(10.0)
+    assert (sample.state, sample.kind, sample.message) == ("running", "sample", None)
+    assert sample.t >= 5.0
+    assert sample.round_age_s >= 0.0
+    assert isinstance(sample.rss_bytes, int) and sample.rss_bytes > 0
+    assert reader.calls == 1
+    assert probe.sample().lat_count == 0  # taken, so the next sample covers only newer rounds
+    assert out.getvalue() == ""  # taking a sample writes nothing
+
+
+def test_the_latency_histogram_is_cumulative(reader: CountingReader) -> None:
+    stats = LoopStats()
+    probe = make_probe(stats, reader, io.StringIO())
+    for _ in range(4):
+        stats.record(0.001)
+    first = probe.sample()
+    for _ in range(2):
+        stats.record(0.05)
+    second = probe.sample()
+    third = probe.sample()  # no rounds finished since
+
+    assert LatencyHistogram.from_json(first.lat_hist).counts == {bucket_of(0.001): 4}
+    assert LatencyHistogram.from_json(second.lat_hist).counts == {bucket_of(0.001): 4, bucket_of(0.05): 2}
+    assert third.lat_hist == second.lat_hist
+    assert (second.lat_count, third.lat_count) == (2, 0)
+    assert (third.lat_p50_ms, third.lat_p99_ms, third.lat_max_ms) == (None, None, None)
+
+
+def test_an_rss_that_cannot_be_read_is_none(reader: CountingReader, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = make_probe(LoopStats(), reader, io.StringIO())
+
+    def unreadable(*_args: object, **_kwargs: object) -> None:
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(loop_stats, "open", unreadable, raising=False)
+    assert probe.sample().rss_bytes is None
+
+
+def test_finish_writes_one_final_line_once(reader: CountingReader) -> None:
+    out = io.StringIO()
+    probe = make_probe(LoopStats(rounds=9), reader, out)
+    probe.finish("done", "reached the deadline")
+    probe.finish("error", "a second finish is ignored")
+
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1
+    final = Sample.from_dict(json.loads(lines[0]))
+    assert (final.kind, final.state, final.message) == ("final", "done", "reached the deadline")
+    assert final.rounds == 9
+    assert final.depth == 42
+
+
+def test_more_rounds_than_the_ring_holds_are_counted_and_the_newest_kept(reader: CountingReader) -> None:
+    stats = LoopStats()
+    probe = make_probe(stats, reader, io.StringIO())
+    for _ in range(RING):
+        stats.record(0.001)
+    for _ in range(100):
+        stats.record(0.5)  # the newest rounds overwrite the oldest
+    sample = probe.sample()
+    assert sample.lat_count == RING + 100
+    assert sample.lat_max_ms == pytest.approx(500.0)
+    assert LatencyHistogram.from_json(sample.lat_hist).total == RING  # what the ring held
+
+
+def test_two_finishes_at_once_write_one_final_line_from_one_of_them() -> None:
+    """A stop signal (the probe thread) and the loop's error (the main thread) can finish a
+    rank at the same moment; the final line is one caller's state, message and signal."""
+    entered = threading.Event()
+
+    def slow_read() -> Readings:
+        entered.set()
+        time.sleep(0.05)  # the other caller arrives while the final line is being built
+        return Readings()
+
+    out = io.StringIO()
+    probe = make_probe(LoopStats(), slow_read, out)  # type: ignore[arg-type]
+    signalled = threading.Thread(target=probe.finish, args=("interrupted", "stopped by SIGTERM", "SIGTERM"))
+    signalled.start()
+    entered.wait(5)
+    probe.finish("error", "RuntimeError: Connection reset by peer")
+    signalled.join(5)
+
+    (line,) = out.getvalue().splitlines()
+    final = json.loads(line)
+    assert (final["state"], final["message"], final["signal"]) == ("interrupted", "stopped by SIGTERM", "SIGTERM")
