@@ -65,16 +65,17 @@ class Injected:
     marker: str
 
 
-def injected_text(boot: BootArgs, pid: int, marker: str) -> str:
-    """The text the target runs: exec boot.py in a fresh namespace, or refuse an old Python."""
+def injected_text(boot: BootArgs, pid: int, marker: str, script: Path = BOOT) -> str:
+    """The text the target runs: exec `script` (boot.py) in a fresh namespace with ARGS, or
+    refuse an old Python."""
     args = dict(boot.to_dict(), marker=marker)
-    namespace = f"{{'__name__':{AGENT_NAME!r},'__file__':{str(BOOT)!r},'ARGS':{args!r}}}"
+    namespace = f"{{'__name__':{AGENT_NAME!r},'__file__':{str(script)!r},'ARGS':{args!r}}}"
     floor = ".".join(map(str, MIN_PYTHON))
     refusal = (f'{{"pid": {pid}, "state": "refused", "python": "%s", '
                f'"reason": "its Python is older than {floor}, the oldest hicache runs in"}}')  # fmt: skip
     status = str(status_file(Path(boot.run_dir), pid))
     old = f"open({status!r},'w').write({refusal!r}%__import__('sys').version.split()[0])"
-    run = f"exec(compile(open({str(BOOT)!r},'rb').read(),{str(BOOT)!r},'exec'),{namespace})"
+    run = f"exec(compile(open({str(script)!r},'rb').read(),{str(script)!r},'exec'),{namespace})"
     return (
         f"#{marker}\n"
         "try:\n"
@@ -95,14 +96,15 @@ def choose(target: ProcessInfo) -> str:
     return "gdb"
 
 
-def inject(target: ProcessInfo, boot: BootArgs, timeout_s: float = 60.0) -> Injected:
-    """Queue the injected text in `target`; AttachRefused with the reason when it cannot."""
+def inject(target: ProcessInfo, boot: BootArgs, timeout_s: float = 60.0, script: Path = BOOT) -> Injected:
+    """Queue the injected text in `target`; AttachRefused with the reason when it cannot.
+    `script` is boot.py but for tests, which look inside a target the same way."""
     refusal = ptrace_refusal(target)
     if refusal is not None:
         raise AttachRefused(refusal)
     method = choose(target)
     marker = f"hicache-{secrets.token_hex(8)}"
-    text = injected_text(boot, target.pid, marker)
+    text = injected_text(boot, target.pid, marker, script)
     started = time.monotonic()
     if method == "sys.remote_exec":
         # the target reads the file at its next safe point, after remote_exec has returned

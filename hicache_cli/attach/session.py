@@ -44,14 +44,11 @@ class Target:
     status: AgentStatus | None = None
     injected: inject.Injected | None = None
     refusal: str | None = None  # why it is not attached (ours or the agent's), in words
+    attached: bool = False  # its agent said so (it stays True once detached: a census was taken)
 
     @property
     def pid(self) -> int:
         return self.info.pid
-
-    @property
-    def attached(self) -> bool:
-        return self.status is not None and self.status.state == protocol.ATTACHED
 
     def alive(self) -> bool:
         return self.start is not None and process_start(self.pid) == self.start
@@ -115,7 +112,8 @@ class AttachSession:
                 status = self.status(target.pid)
                 if status is not None:
                     target.status = status
-                    target.refusal = status.reason if status.state != protocol.ATTACHED else None
+                    target.attached = status.state == protocol.ATTACHED
+                    target.refusal = None if target.attached else status.reason
                     waiting.remove(target)
                     inject.remote_script(self.run_dir, target.pid).unlink(missing_ok=True)
                 elif not target.alive():
@@ -165,6 +163,10 @@ class AttachSession:
     def running(self) -> list[Target]:
         """The attached targets still running (the supervisor's `exited` is: none left)."""
         return [t for t in self.targets if t.attached and t.alive()]
+
+    def census_end(self, timeout_s: float = 60.0) -> dict[int, Census]:
+        """The census each agent took as it detached (after `detach()`)."""
+        return self.census("end", timeout_s)
 
     # -- detach ---------------------------------------------------------------------------
 
