@@ -86,3 +86,16 @@ def test_the_pytest_plugin_imports_no_torch_in_pytest() -> None:
     # what a marked test loads in pytest: the launcher and the judging, still no torch
     parent = modules_loaded_by("import hicache_cli.pytest_ranks.parent", ["torch", "numpy", "rich", "typer"])
     assert parent == []
+
+
+def test_what_attach_injects_uses_only_the_standard_library() -> None:
+    """`hicache attach` imports its agent into a running program, next to its packages (and
+    into its sys.modules until it detaches): stdlib only, torch from the program's sys.modules."""
+    statement = "import hicache_cli.attach.agent, hicache_cli.attach.census, hicache_cli.attach.protocol"
+    watched = ["torch", "numpy", "psutil", "rich", "typer", "matplotlib"]
+    assert modules_loaded_by(statement, watched) == []
+
+
+def test_attach_on_hicache_s_side_loads_no_torch_and_no_terminal() -> None:
+    statement = "import hicache_cli.attach.session, hicache_cli.attach.inject, hicache_cli.attach.procs"
+    assert modules_loaded_by(statement, ["torch", "rich", "typer", "matplotlib", "psutil"]) == []

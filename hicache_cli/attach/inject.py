@@ -74,8 +74,9 @@ def injected_text(boot: BootArgs, pid: int, marker: str, script: Path = BOOT) ->
     refusal = (f'{{"pid": {pid}, "state": "refused", "python": "%s", '
                f'"reason": "its Python is older than {floor}, the oldest hicache runs in"}}')  # fmt: skip
     status = str(status_file(Path(boot.run_dir), pid))
-    old = f"open({status!r},'w').write({refusal!r}%__import__('sys').version.split()[0])"
-    run = f"exec(compile(open({str(script)!r},'rb').read(),{str(script)!r},'exec'),{namespace})"
+    path = "__import__('pathlib').Path"  # reads and writes that close their file, and bind no name
+    old = f"{path}({status!r}).write_text({refusal!r}%__import__('sys').version.split()[0])"
+    run = f"exec(compile({path}({str(script)!r}).read_bytes(),{str(script)!r},'exec'),{namespace})"
     return (
         f"#{marker}\n"
         "try:\n"
