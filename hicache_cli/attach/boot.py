@@ -56,7 +56,8 @@ def _release_page() -> None:
 
 
 def _why_not() -> str | None:
-    if os.path.exists(os.path.join(ARGS["run_dir"], "attach-stop")):
+    stopped = (os.path.join(ARGS["run_dir"], name) for name in ("attach-stop", f"attach-{os.getpid()}.cancel"))
+    if any(os.path.exists(path) for path in stopped):
         return "hicache stopped waiting for this process before it could run Python"
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
     if "torch" not in sys.modules:

@@ -109,8 +109,13 @@ def inject(target: ProcessInfo, boot: BootArgs, timeout_s: float = 60.0, script:
     started = time.monotonic()
     if method == "sys.remote_exec":
         # the target reads the file at its next safe point, after remote_exec has returned
-        _remote_exec(target, remote_script(Path(boot.run_dir), target.pid), text, timeout_s)
-    else:
+        try:
+            _remote_exec(target, remote_script(Path(boot.run_dir), target.pid), text, timeout_s)
+        except AttachRefused:  # remote debugging disabled in the target (-X disable_remote_debug)
+            if shutil.which("gdb") is None:
+                raise
+            method = "gdb"
+    if method == "gdb":
         with tempfile.TemporaryDirectory(prefix="hicache-attach-") as tmp:
             run_gdb(target, Path(tmp), text, timeout_s)
     return Injected(method, time.monotonic() - started, marker)

@@ -123,7 +123,10 @@ class Namer:
         for ref in refs:
             if id(ref) in node.seen or ref is node.obj:
                 continue
-            outcome = self.classify(node, ref)
+            try:
+                outcome = self.classify(node, ref)
+            except Exception:  # noqa: BLE001 - a program's odd object (a failing descriptor) names nothing
+                continue
             if outcome is not None and (best is None or outcome[0] < best[0]):
                 best = outcome
         return best[1] if best is not None else self.unreferenced(node)

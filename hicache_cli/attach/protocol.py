@@ -10,8 +10,10 @@ the agent answers with files:
 - `census-<pid>.json`: the census of the Works the process held (Census), taken as soon as
   it attached; `census-<pid>-end.json` is the one taken when it detaches;
 - `rank-<N>.jsonl`: samples, exactly as `hicache trace` writes them (tracer/session.py);
-- `attach-stop` (written by hicache): every agent detaches (the trace's stop file, too, so
-  the probe writes its final line).
+- `attach-stop` (written by hicache): every agent detaches (its probe's stop file too, so
+  the probe writes its final line);
+- `attach-<pid>.cancel` (written by hicache): it stopped waiting for that process to run the
+  injected text; if the process ever does, it refuses.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ NO_GROUP = "torch.distributed has no process group initialised"
 
 def status_file(run_dir: Path, pid: int) -> Path:
     return run_dir / f"attach-{pid}.json"
+
+
+def cancel_file(run_dir: Path, pid: int) -> Path:
+    """hicache stopped waiting for `pid` to run the injected text: if it ever does, it refuses."""
+    return run_dir / f"attach-{pid}.cancel"
 
 
 def census_file(run_dir: Path, pid: int, when: str = "start") -> Path:

@@ -125,8 +125,7 @@ class AttachSession:
                 f"{target.info.label} did not run the injected code within {self.answer_s:.0f} s: its main "
                 "thread has not returned to Python (blocked in C code?)"
             )
-        if waiting:  # a late pending call must find hicache gone and refuse on its own
-            (self.run_dir / protocol.STOP_FILE).touch()
+            protocol.cancel_file(self.run_dir, target.pid).touch()  # if it ever runs, it refuses
 
     def _refusal(self) -> str:
         """One line: the refusal of the process named on the command line first."""

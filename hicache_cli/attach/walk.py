@@ -13,6 +13,7 @@ Stdlib only: it runs inside the target.
 
 from __future__ import annotations
 
+import collections
 import gc
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from hicache_cli.attach.protocol import CensusCost
 # Work (a pybind11 object) is untracked: `{rank: work}` or `(work, 3)` is invisible to
 # gc.get_objects(). Such containers are found through the tracked objects that hold them.
 UNTRACKED_KINDS = frozenset({dict, tuple})
+SIZED = frozenset({list, tuple, dict, set, frozenset, collections.deque})
+BIG = 20_000  # items: a container larger than this is swept a slice at a time
 Hits = Callable[[list[Any], list[Any]], bool]  # (chunk, its referents) -> whether any object in it matters
 NARROW_TO = 16  # a chunk that hits is halved until it is this small, then visited object by object
 NESTING = 3  # untracked tuples inside untracked tuples: how deep they are looked into
@@ -70,14 +73,34 @@ class Walker:
             held_since = self.clock()
             chunk = objects[start : start + size]
             start += size
+            chunk, big = _without_big(chunk)
             if chunk_hits(chunk, gc.get_referents(*chunk)):
                 self._narrow(chunk, chunk_hits, visit)
             elapsed = self.clock() - held_since
             self.rest(held_since)
+            for container in big:
+                self._sweep_big(container, chunk_hits, visit)
             # the next chunk sized to take about chunk_s
-            size = max(64, min(200_000, int(size * self.chunk_s / max(elapsed, 1e-5))))
+            size = max(64, min(50_000, int(size * self.chunk_s / max(elapsed, 1e-5))))
         self._size = size
         self.cost.walk_s += self.clock() - began
+
+    def _sweep_big(self, container: Any, chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
+        """A container of more than BIG items is looked at a slice at a time (its items are
+        its referents); if a slice hits, the container is visited whole: that one hold is
+        as long as the container (the leaking list itself, say) is large."""
+        held_since = self.clock()
+        items = list(container.values()) + list(container) if type(container) is dict else list(container)
+        self.rest(held_since)
+        for start in range(0, len(items), BIG):
+            held_since = self.clock()
+            part = items[start : start + BIG]
+            hit = chunk_hits(part, part)
+            if hit:
+                visit(container)
+            self.rest(held_since)
+            if hit:
+                return
 
     def _narrow(self, chunk: list[Any], chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
         """Visit the objects of a chunk that hits, found by halving it: a hit is usually one
@@ -99,6 +122,15 @@ class Walker:
             for item in items[start : start + per_hold]:
                 step(item)
             self.rest(held_since)
+
+
+def _without_big(chunk: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The chunk less its containers of more than BIG items, and those containers."""
+    big = [o for o in compress(chunk, map(SIZED.__contains__, map(type, chunk))) if len(o) > BIG]
+    if not big:
+        return chunk, big
+    ids = set(map(id, big))
+    return [o for o in chunk if id(o) not in ids], big
 
 
 def untracked_containers(refs: list[Any]) -> list[Any]:

@@ -116,12 +116,12 @@ def test_a_python_whose_main_thread_never_returns_to_python(
     tmp_path: Path, running: list[subprocess.Popen[bytes]]
 ) -> None:
     """The injected text runs between two bytecodes of the main thread: one blocked in a
-    single long C call never gets there. hicache says so, and leaves a stop file so that the
-    text, if it ever runs, refuses on its own."""
+    single long C call never gets there. hicache says so, and leaves a file so that the
+    text, if it ever runs, refuses on its own (a cancel file for that process only)."""
     flag = tmp_path / "imported"
     code = f"import torch.distributed, time, pathlib\npathlib.Path({str(flag)!r}).touch()\ntime.sleep(600)"
     pid = start(running, sys.executable, "-c", code)
     ready(flag)
     message = refusal(pid, tmp_path, answer_s=3)
     assert message.startswith(f"pid {pid} (python) did not run the injected code within 3 s")
-    assert (tmp_path / protocol.STOP_FILE).exists()
+    assert protocol.cancel_file(tmp_path, pid).exists() and not (tmp_path / protocol.STOP_FILE).exists()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -46,9 +48,14 @@ class Server:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
+        """Every rank, then torchrun: it starts each rank in a session of its own, and ranks
+        left behind would go on leaking."""
+        for pid in procs.descendants(self.pid) if self.proc.poll() is None else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(30)
+        self.proc.wait(30)
 
 
 def start_server(tmp: Path, policy: str, world: int = 2, timeout: float = 180) -> Server:
