@@ -62,7 +62,8 @@ def start_server(tmp: Path, policy: str, world: int = 2, timeout: float = 180) -
     stop = tmp / f"stop-{policy}-{time.monotonic_ns()}"
     command = [*TORCHRUN, "--nproc-per-node", str(world), str(PROGRAMS / "serving_p2p.py"), "--policy", policy,
                "--stop-file", str(stop)]  # fmt: skip
-    proc = subprocess.Popen(command, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    errors = (tmp / f"{stop.name}.stderr").open("w")  # torchrun's and the ranks' (an agent's failure too)
+    proc = subprocess.Popen(command, cwd=tmp, stdout=subprocess.PIPE, stderr=errors, text=True)
     server = Server(proc, stop)
     threading.Thread(target=lambda: server.lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
     deadline = time.monotonic() + timeout

@@ -63,10 +63,11 @@ def attach(pid: int, run_dir: Path, trace_s: float, server: Server) -> Attached:
     session = AttachSession([pid], run_dir)
     began = time.monotonic()
     targets = session.start()
-    census = session.census()
+    census = session.census(timeout_s=180)  # a census on this loaded 2-core VM can take a while
     refused = {t.pid: t.refusal or "" for t in session.targets if not t.attached}
     record = Attached(run_dir, targets, refused, census, time.monotonic() - began)
-    wait_for(lambda: any(line.get("sites") for line in rank_lines(run_dir, 0)), 60, "rank 0's sites")
+    statuses = [session.status(t.pid) for t in targets]
+    wait_for(lambda: any(line.get("sites") for line in rank_lines(run_dir, 0)), 120, f"rank 0's sites ({statuses})")
     time.sleep(trace_s)
     record.detached = session.detach()
     record.end_census = session.census_end()
