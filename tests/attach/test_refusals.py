@@ -125,3 +125,20 @@ def test_a_python_whose_main_thread_never_returns_to_python(
     message = refusal(pid, tmp_path, answer_s=3)
     assert message.startswith(f"pid {pid} (python) did not run the injected code within 3 s")
     assert protocol.cancel_file(tmp_path, pid).exists() and not (tmp_path / protocol.STOP_FILE).exists()
+
+
+OTHERS = sorted(p for v in ("3.10", "3.12", "3.13") for p in PYENV.glob(f"{v}.*/bin/python{v}"))
+OTHERS += [p for p in (Path("/usr/bin/python3.11"),) if p.exists()]  # Debian's: static, symbols in the executable
+
+
+@pytest.mark.skipif(not Path("/lib/x86_64-linux-gnu/libm.so.6").exists(), reason="needs x86-64 Debian paths")
+@pytest.mark.parametrize("python", OTHERS, ids=[str(p) for p in OTHERS])
+def test_the_injection_reaches_other_pythons(
+    tmp_path: Path, running: list[subprocess.Popen[bytes]], python: Path
+) -> None:
+    """gdb's pending call and boot.py on other CPython versions: the answer comes from boot.py
+    inside the process (it looked at sys.modules: no torch there, only a library named so)."""
+    pid = start(running, str(python), "-c", "import time\nwhile True: time.sleep(0.05)", env=fake_torch(tmp_path))
+    assert refusal(pid, tmp_path).endswith(f"cannot attach to pid {pid} ({python.name}): {protocol.NO_TORCH}")
+    status = protocol.read_json(protocol.status_file(tmp_path, pid))
+    assert status is not None and status["python"].startswith(python.name.removeprefix("python"))
