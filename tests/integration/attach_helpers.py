@@ -59,18 +59,24 @@ class Server:
 
 
 def start_server(tmp: Path, policy: str, world: int = 2, timeout: float = 180) -> Server:
-    stop = tmp / f"stop-{policy}-{time.monotonic_ns()}"
-    command = [*TORCHRUN, "--nproc-per-node", str(world), str(PROGRAMS / "serving_p2p.py"), "--policy", policy,
-               "--stop-file", str(stop)]  # fmt: skip
+    """programs/serving_p2p.py under torchrun, once every rank says it is serving."""
+    return start_program(tmp, "serving_p2p.py", ["--policy", policy], policy, world, timeout)
+
+
+def start_program(tmp: Path, program: str, args: list[str], label: str, world: int = 2, timeout: float = 180) -> Server:
+    """A program of programs/ that takes --stop-file and prints "serving" per rank."""
+    stop = tmp / f"stop-{label}-{time.monotonic_ns()}"
+    command = [*TORCHRUN, "--nproc-per-node", str(world), str(PROGRAMS / program), *args, "--stop-file", str(stop)]
     errors = (tmp / f"{stop.name}.stderr").open("w")  # torchrun's and the ranks' (an agent's failure too)
-    proc = subprocess.Popen(command, cwd=tmp, stdout=subprocess.PIPE, stderr=errors, text=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(command, cwd=tmp, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
     server = Server(proc, stop)
     threading.Thread(target=lambda: server.lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
     deadline = time.monotonic() + timeout
     while sum("serving" in line for line in server.lines) < world:
         if proc.poll() is not None or time.monotonic() > deadline:
             server.kill()
-            raise RuntimeError(f"the server did not start: {server.lines}")
+            raise RuntimeError(f"{program} did not start: {server.lines}")
         time.sleep(0.1)
     return server
 

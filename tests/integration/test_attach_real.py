@@ -28,6 +28,7 @@ from tests.integration.attach_helpers import (
     leftovers,
     rank_lines,
     reference_output,
+    start_program,
     start_server,
     wait_for,
 )
@@ -215,3 +216,27 @@ def test_a_draining_program_shows_no_growing_holder(draining: Draining) -> None:
     final = rank_lines(attached.run_dir, 0)[-1]
     assert final["works"]["waited"] > 0 and final["works"]["live"] <= 1
     assert draining.exit_code == 0
+
+
+@pytest.fixture(scope="module")
+def sglang(tmp_path_factory: pytest.TempPathFactory) -> Attached:
+    """SGLang 0.5.14's own `_pp_sync` (the release that leaked), hosted by programs/sglang_host.py."""
+    tmp = tmp_path_factory.mktemp("attach-sglang")
+    server = start_program(tmp, "sglang_host.py", ["--sglang", "0.5.14"], "sglang")
+    try:
+        time.sleep(2.0)
+        return attach(server.pid, tmp / "run", 1.0, server)
+    finally:
+        server.kill()
+
+
+def test_sglang_s_own_pp_sync_holder_is_named(sglang: Attached) -> None:
+    top = sglang.census_of_rank(0).holders[0]
+    assert (top.path, top.container, top.completed) == ("SGLangHolder.work_list", "list", 0) and top.works > 100
+    site = rank_lines(sglang.run_dir, 0)[-1]["sites"][0]
+    assert (Path(site["file"]).name, site["function"], site["op"], site["peer"]) == (
+        "hiradix_cache.py",
+        "_pp_sync",
+        "isend",
+        1,
+    )
