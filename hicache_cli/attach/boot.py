@@ -22,7 +22,6 @@ import time
 
 ARGS: dict = globals().get("ARGS", {})  # the injected text passes them in this file's namespace
 PACKAGE = "hicache_cli"
-MAX_PAGE = 1 << 16  # the injected text is a few hundred bytes: one page, or a few
 
 
 def _status(state: str, reason: str) -> None:
@@ -35,24 +34,17 @@ def _status(state: str, reason: str) -> None:
 
 
 def _release_page() -> None:
-    """Unmap the page gdb wrote the injected text into (compiled by now, never read again):
-    the anonymous mapping whose first bytes are the text's first line, `#<marker>`."""
-    marker = ("#" + ARGS.get("marker", "")).encode()
-    if len(marker) < 9:
+    """Unmap the page gdb wrote the injected text into: compiled by now, never read again.
+    gdb wrote its address into the text (ARGS["page"]); nothing here reads memory it does
+    not own (another thread may unmap any other mapping at any moment)."""
+    address, size = ARGS.get("page", (0, 0))
+    if not address or not size:
         return
     import ctypes
 
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            if len(fields) != 5 or fields[1] != "rw-p":  # anonymous, private, writable
-                continue
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            if end - start <= MAX_PAGE and ctypes.string_at(start, len(marker)) == marker:
-                libc = ctypes.CDLL(None, use_errno=True)
-                libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-                libc.munmap(ctypes.c_void_p(start), end - start)
-                return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    libc.munmap(ctypes.c_void_p(address), size)
 
 
 def _why_not() -> str | None:

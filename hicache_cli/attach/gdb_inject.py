@@ -129,6 +129,7 @@ def main():
             step("nothread")
             return
         call = HandCall(thread, entry)
+        step("thread", thread.ptid[1], reg("orig_rax"), hex(reg("rip")), len(gdb.selected_inferior().threads()))
     else:
         call = gdb_call
     size = len(text) + (-len(text) % 4096)
@@ -136,6 +137,8 @@ def main():
     if page in (0, (1 << 64) - 1):
         return
     step("page", page)
+    empty = ("(0x%016x,0x%08x)" % (0, size)).encode()  # noqa: UP031 - inject.page_slot's format
+    text = text.replace(empty, ("(0x%016x,0x%08x)" % (page, size)).encode(), 1)  # noqa: UP031
     gdb.selected_inferior().write_memory(page, text)
     queued = call(pending, run_string, page) & 0xFFFFFFFF
     if queued != 0:

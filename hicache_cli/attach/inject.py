@@ -55,6 +55,7 @@ GDB_STEPS = (
 )
 NO_THREAD = "no thread of it is blocked in a system call, where hicache can call into it safely"
 THREAD_TRIES, THREAD_RETRY_S = 8, 0.3
+PAGE_SLOT = "hicache-page-slot"  # in ARGS; replaced by page_slot(): (address, size), filled in by gdb
 REMOTE_EXEC_FROM = (3, 14)
 
 
@@ -68,7 +69,7 @@ class Injected:
 def injected_text(boot: BootArgs, pid: int, marker: str, script: Path = BOOT) -> str:
     """The text the target runs: exec `script` (boot.py) in a fresh namespace with ARGS, or
     refuse an old Python."""
-    args = dict(boot.to_dict(), marker=marker)
+    args = dict(boot.to_dict(), marker=marker, page=PAGE_SLOT)
     namespace = f"{{'__name__':{AGENT_NAME!r},'__file__':{str(script)!r},'ARGS':{args!r}}}"
     floor = ".".join(map(str, MIN_PYTHON))
     refusal = (f'{{"pid": {pid}, "state": "refused", "python": "%s", '
@@ -77,13 +78,25 @@ def injected_text(boot: BootArgs, pid: int, marker: str, script: Path = BOOT) ->
     path = "__import__('pathlib').Path"  # reads and writes that close their file, and bind no name
     old = f"{path}({status!r}).write_text({refusal!r}%__import__('sys').version.split()[0])"
     run = f"exec(compile({path}({str(script)!r}).read_bytes(),{str(script)!r},'exec'),{namespace})"
-    return (
+    text = (
         f"#{marker}\n"
         "try:\n"
         f" {run} if __import__('sys').version_info>={MIN_PYTHON!r} else {old}\n"
         "except BaseException:\n"
         " pass\n"
     )
+    # gdb writes the page's address and size over the slot (the same length): boot.py unmaps it
+    return text.replace(repr(PAGE_SLOT), page_slot(0, page_size(text)), 1)
+
+
+def page_size(text: str) -> int:
+    """The pages the text and its NUL take (the text's length does not change when gdb fills the slot)."""
+    size = len(text.encode()) + 1
+    return size + (-size % 4096)
+
+
+def page_slot(address: int, size: int) -> str:
+    return f"(0x{address:016x},0x{size:08x})"
 
 
 def choose(target: ProcessInfo) -> str:
@@ -117,7 +130,9 @@ def inject(target: ProcessInfo, boot: BootArgs, timeout_s: float = 60.0, script:
             method = "gdb"
     if method == "gdb":
         with tempfile.TemporaryDirectory(prefix="hicache-attach-") as tmp:
-            run_gdb(target, Path(tmp), text, timeout_s)
+            output = run_gdb(target, Path(tmp), text, timeout_s)
+        # what gdb said, kept beside the status: the thread it called on, each step
+        (Path(boot.run_dir) / f".attach-{target.pid}.gdb.log").write_text(output)
     return Injected(method, time.monotonic() - started, marker)
 
 

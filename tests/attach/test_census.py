@@ -14,6 +14,7 @@ import pytest
 
 from hicache_cli.attach.protocol import Census
 
+pytestmark = pytest.mark.slow  # a gloo group and torch in a subprocess
 REPO = Path(__file__).resolve().parents[2]
 HELD = 300  # Works in Syncer.pending
 

@@ -26,7 +26,7 @@ def test_the_text_runs_the_script_with_its_arguments_and_binds_no_name(tmp_path:
     exec(inject.injected_text(boot_args(tmp_path), 42, "hicache-abc", script), namespace)  # as __main__ would
     assert set(namespace) == {"__builtins__"}  # nothing left in the program's __main__
     ran = json.loads((tmp_path / "ran.json").read_text())
-    assert ran == {**boot_args(tmp_path).to_dict(), "marker": "hicache-abc"}
+    assert ran == {**boot_args(tmp_path).to_dict(), "marker": "hicache-abc", "page": [0, 4096]}  # gdb fills the address
 
 
 def test_the_text_never_raises(tmp_path: Path) -> None:
@@ -81,3 +81,16 @@ def test_python_3_14_uses_remote_exec_without_a_debugger(monkeypatch: pytest.Mon
     monkeypatch.setattr(inject.shutil, "which", lambda _name: None)
     newer = ProcessInfo(42, "python", 0, 1, str(exe), None, (3, 14), True, True, 4)
     assert inject.choose(newer) == "sys.remote_exec"
+
+
+def test_gdb_fills_the_page_slot_without_changing_the_text_s_length(tmp_path: Path) -> None:
+    """gdb_inject.py writes the page's address over the slot: same length, still Python, and
+    boot.py gets the address in ARGS["page"]."""
+    script = tmp_path / "script.py"
+    script.write_text(f"open({str(tmp_path / 'ran.json')!r}, 'w').write(__import__('json').dumps(ARGS))\n")
+    text = inject.injected_text(boot_args(tmp_path), 42, "hicache-abc", script)
+    size = inject.page_size(text)
+    filled = text.replace(inject.page_slot(0, size), inject.page_slot(0x7F0012345000, size))
+    assert filled != text and len(filled) == len(text)
+    exec(filled, {})
+    assert json.loads((tmp_path / "ran.json").read_text())["page"] == [0x7F0012345000, 4096]

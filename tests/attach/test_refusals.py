@@ -19,6 +19,7 @@ from hicache_cli.attach.session import AttachSession
 from hicache_cli.errors import AttachRefused, UsageError
 
 PYENV = Path.home() / ".pyenv" / "versions"
+needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb (apt-get install gdb)")
 
 
 def refusal(pid: int, run_dir: Path, answer_s: float = 60) -> str:
@@ -70,6 +71,7 @@ def test_a_python_without_torch(tmp_path: Path, running: list[subprocess.Popen[b
     assert refusal(pid, tmp_path).endswith(": torch is not imported")
 
 
+@needs_gdb
 @pytest.mark.slow
 def test_a_python_with_torch_but_no_process_group(tmp_path: Path, running: list[subprocess.Popen[bytes]]) -> None:
     flag = tmp_path / "imported"
@@ -89,6 +91,8 @@ def fake_torch(tmp_path: Path) -> dict[str, str]:
     return {"LD_PRELOAD": str(lib)}
 
 
+@needs_gdb
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/lib/x86_64-linux-gnu/libm.so.6").exists(), reason="needs x86-64 Debian paths")
 def test_a_python_without_the_symbols(tmp_path: Path, running: list[subprocess.Popen[bytes]]) -> None:
     """Named python3.11 and mapping a torch library, but `sleep` inside: gdb finds no
@@ -104,6 +108,8 @@ def test_a_python_without_the_symbols(tmp_path: Path, running: list[subprocess.P
 OLD = sorted(PYENV.glob("3.9.*/bin/python3.9"))
 
 
+@needs_gdb
+@pytest.mark.slow
 @pytest.mark.skipif(not OLD or not Path("/lib/x86_64-linux-gnu/libm.so.6").exists(), reason="needs a Python 3.9")
 def test_a_python_older_than_the_tracer_runs_in(tmp_path: Path, running: list[subprocess.Popen[bytes]]) -> None:
     """The injected text itself checks the version: the agent is never read by Python 3.9."""
@@ -111,6 +117,7 @@ def test_a_python_older_than_the_tracer_runs_in(tmp_path: Path, running: list[su
     assert refusal(pid, tmp_path).endswith("its Python is older than 3.10, the oldest hicache runs in")
 
 
+@needs_gdb
 @pytest.mark.slow
 def test_a_python_whose_main_thread_never_returns_to_python(
     tmp_path: Path, running: list[subprocess.Popen[bytes]]
@@ -131,6 +138,8 @@ OTHERS = sorted(p for v in ("3.10", "3.12", "3.13") for p in PYENV.glob(f"{v}.*/
 OTHERS += [p for p in (Path("/usr/bin/python3.11"),) if p.exists()]  # Debian's: static, symbols in the executable
 
 
+@needs_gdb
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/lib/x86_64-linux-gnu/libm.so.6").exists(), reason="needs x86-64 Debian paths")
 @pytest.mark.parametrize("python", OTHERS, ids=[str(p) for p in OTHERS])
 def test_the_injection_reaches_other_pythons(

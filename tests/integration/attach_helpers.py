@@ -68,7 +68,7 @@ def start_program(tmp: Path, program: str, args: list[str], label: str, world: i
     stop = tmp / f"stop-{label}-{time.monotonic_ns()}"
     command = [*TORCHRUN, "--nproc-per-node", str(world), str(PROGRAMS / program), *args, "--stop-file", str(stop)]
     errors = (tmp / f"{stop.name}.stderr").open("w")  # torchrun's and the ranks' (an agent's failure too)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONFAULTHANDLER="1")  # a crash says where
     proc = subprocess.Popen(command, cwd=tmp, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
     server = Server(proc, stop)
     threading.Thread(target=lambda: server.lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
@@ -110,8 +110,11 @@ def injected_pages(pid: int) -> int:
             start, end = (int(x, 16) for x in fields[0].split("-"))
             if end - start > 1 << 16:
                 continue
-            mem.seek(start)
-            count += mem.read(9) == b"#hicache-"
+            try:
+                mem.seek(start)
+                count += mem.read(9) == b"#hicache-"
+            except OSError:  # unmapped since maps was read
+                continue
     return count
 
 

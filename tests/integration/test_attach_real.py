@@ -8,6 +8,7 @@ Each scenario runs once (module fixtures) and the tests read what it recorded.""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,10 @@ from tests.integration.attach_helpers import (
 )
 from tests.integration.helpers import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb (apt-get install gdb)"),
+]
 DRIVER = REPO / "tests" / "attach" / "attach_driver.py"
 
 
