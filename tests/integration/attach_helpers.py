@@ -63,12 +63,16 @@ def start_server(tmp: Path, policy: str, world: int = 2, timeout: float = 180) -
     return start_program(tmp, "serving_p2p.py", ["--policy", policy], policy, world, timeout)
 
 
-def start_program(tmp: Path, program: str, args: list[str], label: str, world: int = 2, timeout: float = 180) -> Server:
-    """A program of programs/ that takes --stop-file and prints "serving" per rank."""
+def start_program(
+    tmp: Path, program: str, args: list[str], label: str, world: int = 2, timeout: float = 180, path: str = ""
+) -> Server:
+    """A program of programs/ that takes --stop-file and prints "serving" per rank; `path`:
+    its PYTHONPATH (none by default: then nothing of hicache is importable by it)."""
     stop = tmp / f"stop-{label}-{time.monotonic_ns()}"
     command = [*TORCHRUN, "--nproc-per-node", str(world), str(PROGRAMS / program), *args, "--stop-file", str(stop)]
     errors = (tmp / f"{stop.name}.stderr").open("w")  # torchrun's and the ranks' (an agent's failure too)
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONFAULTHANDLER="1")  # a crash says where
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({"PYTHONFAULTHANDLER": "1"}, **({"PYTHONPATH": path} if path else {}))  # a crash says where
     proc = subprocess.Popen(command, cwd=tmp, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
     server = Server(proc, stop)
     threading.Thread(target=lambda: server.lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()

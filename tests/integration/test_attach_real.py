@@ -226,7 +226,7 @@ def test_a_draining_program_shows_no_growing_holder(draining: Draining) -> None:
 def sglang(tmp_path_factory: pytest.TempPathFactory) -> Attached:
     """SGLang 0.5.14's own `_pp_sync` (the release that leaked), hosted by programs/sglang_host.py."""
     tmp = tmp_path_factory.mktemp("attach-sglang")
-    server = start_program(tmp, "sglang_host.py", ["--sglang", "0.5.14"], "sglang")
+    server = start_program(tmp, "sglang_host.py", ["--sglang", "0.5.14"], "sglang", path=str(REPO))
     try:
         time.sleep(2.0)
         return attach(server.pid, tmp / "run", 1.0, server)
