@@ -13,6 +13,11 @@ class UsageError(HicacheError):
     exit_code = 2
 
 
+class AttachRefused(UsageError):
+    """hicache attach cannot attach to a process: no debugger, no permission, not a Python
+    process with a process group, a pid that does not exist (one line, exit 2)."""
+
+
 class RunFailed(HicacheError):
     """The run itself failed (a rank crashed or hung) or no verdict could be reached."""
 

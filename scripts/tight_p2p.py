@@ -4,10 +4,12 @@ nothing else; rank 0 sets the pace and, after --seconds, sends the stop flag.
 
     torchrun --standalone --nproc-per-node 2 scripts/tight_p2p.py --seconds 5
 
-prints `rounds=N seconds=S rate=R` on rank 0. With `--alternate` (hicache importable) the
-run switches the tracer's Work hooks on and off every `--block` seconds, on both ranks at
-the same round, and prints each block's rate: untraced and traced rounds measured in the
-same processes, minutes apart at most, so the machine's drift hits both alike.
+prints `rounds=N seconds=S rate=R` on rank 0; with `--progress S` also `progress t=T rounds=N`
+every S seconds (scripts/attach_cost.py reads rates before and after attaching from them).
+With `--alternate` (hicache importable) the run switches the tracer's Work hooks on and off
+every `--block` seconds, on both ranks at the same round, and prints each block's rate:
+untraced and traced rounds measured in the same processes, minutes apart at most, so the
+machine's drift hits both alike.
 """
 
 import argparse
@@ -23,6 +25,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--alternate", action="store_true", help="switch the tracer's hooks on and off")
     parser.add_argument("--block", type=float, default=1.0, help="seconds per block with --alternate")
+    parser.add_argument("--progress", type=float, default=0.0, help="rank 0 prints its round count this often (s)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -33,9 +36,13 @@ def main() -> None:
     dist.barrier()
     started = block_start = time.perf_counter()
     block_rounds = 0
+    progress_at = started + args.progress
     while True:
         if rank == 0:
             now = time.perf_counter()
+            if args.progress and now >= progress_at:
+                print(f"progress t={now:.4f} rounds={rounds}", flush=True)
+                progress_at += args.progress
             stop = now - started >= args.seconds
             if switch is not None and now - block_start >= args.block:
                 blocks.append((phase, block_rounds, now - block_start))

@@ -114,6 +114,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "sglang_target": frozenset({"core"}),
     "rank": frozenset({"core", "cache", "sglang_target"}),
     "tracer": frozenset({"core", "rank"}),
+    "attach": frozenset({"core", "rank", "tracer"}),
     "launch": frozenset({"core", "tracer"}),
     "analysis": frozenset({"core"}),
     "present": frozenset({"core", "analysis"}),
@@ -205,3 +206,16 @@ def test_an_upward_import_is_found(tmp_path: Path, module: str, source: str, upw
     assert [m for m, name in found if name == upward or name.startswith(upward + ".")] == [
         "hicache_cli." + module.removesuffix(".py").replace("/", ".")
     ]
+
+
+def test_what_attach_injects_uses_only_the_standard_library() -> None:
+    """`hicache attach` imports its agent into a running program, next to its packages (and
+    into its sys.modules until it detaches): stdlib only, torch from the program's sys.modules."""
+    statement = "import hicache_cli.attach.agent, hicache_cli.attach.census, hicache_cli.attach.protocol"
+    watched = ["torch", "numpy", "psutil", "rich", "typer", "matplotlib"]
+    assert modules_loaded_by(statement, watched) == []
+
+
+def test_attach_on_hicache_s_side_loads_no_torch_and_no_terminal() -> None:
+    statement = "import hicache_cli.attach.session, hicache_cli.attach.inject, hicache_cli.attach.procs"
+    assert modules_loaded_by(statement, ["torch", "rich", "typer", "matplotlib", "psutil"]) == []

@@ -1,7 +1,9 @@
 """One observed process: its rank file in the run directory, the probe that samples it,
 and how its last line gets written however it ends.
 
-A process becomes observed when it starts a process group. Its file is `rank-N.jsonl`
+A process becomes observed when it starts a process group (`hicache trace`), or when
+`hicache attach` injects its agent into it (attach/agent.py): then it is a guest, and
+ends as one (Ending). Its file is `rank-N.jsonl`
 with N its torch.distributed rank, or, when that name is taken (a second process group
 with the same ranks: test after test), the next N of the same residue modulo the world
 size. The probe is a daemon thread that waits on an event, so the program's signals stay
@@ -20,7 +22,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,6 +37,23 @@ from hicache_cli.tracer.works import SITES_REPORTED, WorkTable
 SITES_EVERY_S = 1.0  # sites ride on a sample at most this often (and on the final line)
 FINAL_SITES = 50
 ORPHAN_GRACE_S = 3.0  # after SIGTERM to itself, how long an orphaned program gets to end
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How the observing of a process ends.
+
+    `hicache trace` owns the program: its stop file ends the sampling, and when hicache is
+    gone the program is ended as hicache would have ended it. `hicache attach` is a guest in
+    a program it did not start (`guest`): it arms no signal handler, never signals the
+    program, stops observing when hicache is gone, and `Session.detach` undoes the rest."""
+
+    stop_file: str = STOP_FILE
+    stop_message: str = "stopped by hicache at the end of the trace"
+    guest: bool = False
+
+
+TRACED = Ending()
 
 
 def claim_rank_file(run_dir: Path, rank: int, world_size: int, tries: int = 10_000) -> tuple[int, IO[str]]:
@@ -56,10 +75,11 @@ class TracedProbe(Probe):
     signals; it stops when hicache asks (the stop file), at exit, or when hicache is gone.
     A failure of its own ends the sampling, never the program."""
 
-    def __init__(self, *args: Any, stop_file: Path, table: WorkTable, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, stop_file: Path, table: WorkTable, ending: Ending = TRACED, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stop_file = stop_file
         self.table = table
+        self.ending = ending
         self._stopped = threading.Event()
         self._sites_at = 0.0
 
@@ -98,7 +118,7 @@ class TracedProbe(Probe):
                 return
             now = time.monotonic()
             if self.stop_file.exists():
-                self.finish("done", "stopped by hicache at the end of the trace")
+                self.finish("done", self.ending.stop_message)
                 return
             if self.lifeline is not None and now >= check_lifeline_at:
                 check_lifeline_at = now + LIFELINE_EVERY_S
@@ -112,7 +132,11 @@ class TracedProbe(Probe):
 
     def _stop_orphaned(self, why: str) -> None:
         """hicache is gone: nobody watches this program any more, so it is ended as
-        hicache would have ended it (SIGTERM, then SIGKILL if it does not go)."""
+        hicache would have ended it (SIGTERM, then SIGKILL if it does not go). A guest
+        only stops observing: the program was running before hicache came."""
+        if self.ending.guest:
+            self.finish("interrupted", f"detached: {why}")
+            return
         self.finish("interrupted", f"stopped: {why}")
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(ORPHAN_GRACE_S)
@@ -122,17 +146,25 @@ class TracedProbe(Probe):
         self._stopped.set()
         self.finish(state, message)
 
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the sampling thread to end (whatever ended it); whether it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
 
 class Session:
     """The observed process: started once, when its first process group is."""
 
-    def __init__(self, env: TraceEnv, table: WorkTable, loop: LoopStats, rank: int, world_size: int) -> None:
+    def __init__(
+        self, env: TraceEnv, table: WorkTable, loop: LoopStats, rank: int, world_size: int, ending: Ending = TRACED
+    ) -> None:
         self.env = env
         self.table = table
         self.rank = rank
         self.world_size = world_size
         self.slot, out = claim_rank_file(env.run_dir, rank, world_size)
-        self._stacks = _arm_stack_dumps(env.run_dir, self.slot)
+        self.out = out
+        self._stacks = None if ending.guest else _arm_stack_dumps(env.run_dir, self.slot)
         self.error: str | None = None
         now = time.monotonic()
         self.probe = TracedProbe(
@@ -145,8 +177,9 @@ class Session:
             float("inf"),
             0.0,
             lifeline=Lifeline(env.owner) if env.owner else None,
-            stop_file=env.run_dir / STOP_FILE,
+            stop_file=env.run_dir / ending.stop_file,
             table=table,
+            ending=ending,
         )
         self._gpu = _gpu_reader()
         self.pid = os.getpid()
@@ -171,6 +204,24 @@ class Session:
             gpu_bytes=gpu_bytes,
             device_name=device,
         )
+
+    def detach(self, message: str, join_s: float = 5.0) -> list[str]:
+        """Stop observing and put back what the session changed (a guest's end): the final
+        line, the sampling thread ended, sys.excepthook, os._exit and the exit hook. What
+        the program has replaced since (and so may still call) is left and named."""
+        self.probe.close("done", message)
+        leftovers = [] if self.probe.join(join_s) else ["the sampling thread (still running)"]
+        if sys.excepthook == self._excepthook:
+            sys.excepthook = self._previous_hook
+        else:
+            leftovers.append("sys.excepthook (the program replaced it since)")
+        if os._exit == self._os_exit:
+            os._exit = self._real_exit
+        else:
+            leftovers.append("os._exit (the program replaced it since)")
+        atexit.unregister(self._at_exit)
+        self.out.close()
+        return leftovers
 
     def _excepthook(self, kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         self.error = f"{kind.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]

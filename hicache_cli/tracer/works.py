@@ -325,6 +325,16 @@ class WorkTable:
     def counts(self) -> dict[str, int]:
         return self.totals().counts()
 
+    def forget(self) -> None:
+        """Drop every weak reference (hicache attach, detaching): a Work the program still
+        holds then carries no callback into this table, so nothing keeps the table alive."""
+        self._refs.clear()
+        self._gone.clear()
+        self._places.clear()
+        self._kinds.clear()
+        self._peers.clear()
+        self.waiting_on = None
+
     @property
     def blocked_on(self) -> str | None:
         """What the program waits on right now, in words (read by the probe, not per wait)."""
@@ -379,7 +389,8 @@ def install(table: WorkTable, process_group: type, work: type, to_global: Callab
 
 
 def uninstall(process_group: type) -> None:
-    """Put back what `install` replaced (the trace-cost benchmark switches the tracer off)."""
+    """Put back what `install` replaced (the trace-cost benchmark switches the tracer off;
+    hicache attach detaches)."""
     for owner, name, original in process_group.__dict__.get("__hicache_originals__", []):
         setattr(owner, name, original)
     if "__hicache_originals__" in process_group.__dict__:

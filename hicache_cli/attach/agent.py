@@ -1,0 +1,155 @@
+"""The agent: the thread `hicache attach` runs inside a process it did not start.
+
+boot.py starts it on the program's main thread and returns at once. Here, on its own
+thread, the agent:
+
+1. takes the census of the Works the process already holds (census.py), before any hook
+   exists, and writes it to the run directory;
+2. installs the tracer `hicache trace` uses (tracer/works.py: ProcessGroup methods and
+   Work.wait wrapped) and starts its probe (tracer/session.py, as a guest): from then on
+   the process writes `rank-N.jsonl` with the Sample contract, new Works by creation site;
+3. detaches when hicache asks (the stop file) or is gone (its pid, watched by the probe's
+   lifeline every half second): the hooks are put back, the weak references dropped, the
+   probe's thread ended, the census taken again (when hicache is still there to read it),
+   and hicache's modules removed from sys.modules. The program was never stopped or
+   signalled, and keeps nothing of hicache once the collector has run.
+
+Stdlib and the program's torch only.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from hicache_cli.attach import protocol
+from hicache_cli.attach.census import take_census
+from hicache_cli.attach.protocol import AgentStatus, BootArgs
+from hicache_cli.lifecycle import Lifeline
+from hicache_cli.rank.loop_stats import LoopStats
+from hicache_cli.tracer import works
+from hicache_cli.tracer.protocol import TraceEnv
+from hicache_cli.tracer.session import Ending, Session
+
+C10D = "torch.distributed.distributed_c10d"
+GUEST = Ending(stop_file=protocol.STOP_FILE, stop_message="detached: hicache asked", guest=True)
+POLL_S = 0.2  # without the tracer: how often the stop file and hicache's pid are looked at
+
+
+class Refused(Exception):
+    """This process is not one to attach to (said in the status file, nothing installed)."""
+
+
+class Agent:
+    def __init__(self, boot: BootArgs, status: AgentStatus) -> None:
+        self.boot = boot
+        self.run_dir = Path(boot.run_dir)
+        self.status = status
+        self.c10d: Any = sys.modules[C10D]
+        self.torch: Any = sys.modules["torch"]
+        self.table: works.WorkTable | None = None
+        self.session: Session | None = None
+        self.lifeline = Lifeline(boot.owner)
+
+    def attach(self) -> None:
+        c10d = self.c10d
+        if "__hicache_originals__" in c10d.ProcessGroup.__dict__:
+            raise Refused("its torch.distributed is already traced by hicache (hicache trace)")
+        self.status.rank, self.status.world_size = int(c10d.get_rank()), int(c10d.get_world_size())
+        self.write_status()
+        if self.boot.census:
+            self.census("start")
+        if self.boot.tracer:
+            torch_dir = os.path.dirname(self.torch.__file__) + os.sep
+            self.table = works.WorkTable(skip_prefixes=(torch_dir,))
+            works.install(self.table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank)
+            env = TraceEnv(self.run_dir, self.boot.hz, None, self.boot.owner)
+            self.session = Session(env, self.table, LoopStats(), self.status.rank, self.status.world_size, GUEST)
+            self.status.rank_file = f"rank-{self.session.slot}.jsonl"
+            self.write_status()
+
+    def wait(self) -> str:
+        """Until hicache asks to detach or is gone; why."""
+        if self.session is not None:
+            self.session.probe.join()
+        stop = self.run_dir / protocol.STOP_FILE
+        while True:
+            if stop.exists():
+                return "hicache asked"
+            if (lost := self.lifeline.lost()) is not None:
+                return lost
+            if self.session is not None:  # the probe ended on its own (its failure): detach too
+                return "the probe stopped"
+            time.sleep(POLL_S)
+
+    def detach(self, reason: str) -> None:
+        """Undo, in the order that leaves nothing half done: the probe's final line, the
+        hooks, the weak references; each step on its own, so one failure skips no other."""
+        leftovers = self.status.leftovers
+        if self.session is not None:
+            leftovers += _guarded(lambda: self.session.detach(f"detached: {reason}"), "the probe")
+        if self.table is not None:
+            leftovers += _guarded(lambda: works.uninstall(self.c10d.ProcessGroup), "the Work hooks")
+            self.table.forget()
+        self.session = self.table = None
+        if self.boot.census and reason == "hicache asked":  # hicache waits for this one
+            leftovers += _guarded(lambda: self.census("end"), "the census at detach")
+        self.status.detach_reason = reason
+
+    def census(self, when: str) -> None:
+        taken = take_census(self.c10d.Work, self.torch.Tensor, os.getpid(), self.status.rank, when)
+        protocol.write_json_atomic(protocol.census_file(self.run_dir, os.getpid(), when), taken.to_dict())
+
+    def write_status(self) -> None:
+        protocol.write_json_atomic(protocol.status_file(self.run_dir, os.getpid()), self.status.to_dict())
+
+
+def run(args: dict[str, Any], added: list[str], injected_at: float) -> None:
+    """The agent thread's body (boot.py); never raises."""
+    boot = BootArgs(**{k: v for k, v in args.items() if k in BootArgs.__dataclass_fields__})
+    status = AgentStatus(os.getpid(), protocol.ATTACHED, python=sys.version.split()[0], attached_at=injected_at)
+    agent: Agent | None = None
+    reason = "the agent failed"
+    try:
+        agent = Agent(boot, status)
+        agent.attach()
+        reason = agent.wait()
+    except Refused as exc:
+        status.state, status.reason = protocol.REFUSED, str(exc)
+    except BaseException as exc:  # noqa: BLE001 - the program goes on; what failed is reported
+        status.state, status.reason = protocol.FAILED, f"{type(exc).__name__}: {exc}"
+        sys.stderr.write(f"hicache attach: pid {os.getpid()}:\n{traceback.format_exc()}")
+    finally:
+        if agent is not None:
+            agent.detach(reason)
+        if status.state != protocol.REFUSED:
+            status.state = protocol.FAILED if status.reason else protocol.DETACHED
+            status.detached_at = time.time()
+        _guarded(lambda: protocol.write_json_atomic(protocol.status_file(Path(boot.run_dir), os.getpid()),
+                                                    status.to_dict()), "the status file")  # fmt: skip
+        unload(added, boot.root)
+
+
+def unload(added: list[str], root: str) -> None:
+    """hicache's modules out of sys.modules (only those this attach imported), and the
+    import system's and linecache's entries for hicache's tree."""
+    for name in added:
+        sys.modules.pop(name, None)
+    for key in [k for k in list(sys.path_importer_cache) if k.startswith(root)]:
+        sys.path_importer_cache.pop(key, None)
+    for key in [k for k in list(linecache.cache) if k.startswith(root)]:
+        linecache.cache.pop(key, None)
+
+
+def _guarded(step: Any, what: str) -> list[str]:
+    """Run one undo step; what it left behind (its own list, or its failure in words)."""
+    try:
+        left = step()
+    except Exception as exc:  # noqa: BLE001 - the other steps must still run
+        return [f"{what}: {type(exc).__name__}: {exc}"]
+    return list(left) if isinstance(left, list) else []

@@ -1,0 +1,156 @@
+"""The census: every live Work a process's Python objects hold, grouped by what holds them.
+
+Taken inside the target as soon as the agent starts, before any hook is installed, so it
+sees exactly what the program had accumulated: "list `Syncer.pending` holds 1,662 Works,
+0 completed". Three steps, all in chunks that release the GIL between them (walk.py):
+
+1. find every container that holds a Work directly (a Work is a pybind11 object the
+   collector does not track, so it is found as what tracked objects refer to);
+2. name each container by the path that reaches it (naming.py), one sweep per level;
+3. count: Works per holder, how many say is_completed(), and the bytes of the tensors
+   held beside them in the same containers (a record's other fields, a tuple's items).
+
+What it cannot see: Works only C++ holds, and Works held only by a local variable of a
+running function that no frame object exposes (those of other threads are looked up in
+the threads' frames by identity, when the container itself is found).
+
+Stdlib only; the Work and Tensor types come from the program's torch, passed in.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from hicache_cli.attach.naming import CONTAINERS, Named, Namer, Node, attr_of, instance_dict
+from hicache_cli.attach.protocol import Census, Holder
+from hicache_cli.attach.walk import NESTING, Walker, holds_any, of_kinds, untracked_containers
+
+OWN_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)  # hicache_cli/
+PLAIN = (list, set, frozenset)  # containers that hold nothing beside the Works worth counting
+
+
+@dataclass
+class Found:
+    obj: Any
+    works: list[Any]
+
+
+def subclasses(base: type) -> frozenset[type]:
+    out, todo = {base}, [base]
+    while todo:
+        for sub in type.__subclasses__(todo.pop()):
+            if sub not in out:
+                out.add(sub)
+                todo.append(sub)
+    return frozenset(out)
+
+
+def take_census(
+    work_type: type,
+    tensor_type: type | None,
+    pid: int,
+    rank: int | None,
+    when: str = "start",
+    walker: Walker | None = None,
+) -> Census:
+    kinds = subclasses(work_type)
+    walker = walker or Walker()
+    try:
+        found, parents = find_containers(walker, kinds)
+        starts = [start_node(f, kinds) for f in found.values()]
+        names = Namer(walker, OWN_FILES).name_all(starts, parents) if starts else {}
+        holders, total = tally(walker, found, names, subclasses(tensor_type) if tensor_type else frozenset())
+    finally:
+        walker.release()
+    return Census(pid, rank, time.time(), total, holders, walker.cost, when)
+
+
+def find_containers(walker: Walker, kinds: frozenset[type]) -> tuple[dict[int, Found], dict[int, Any]]:
+    """Every object holding a Work directly, by id; and for the untracked ones among them
+    (dicts, tuples), the tracked object that holds each."""
+    found: dict[int, Found] = {}
+    parents: dict[int, Any] = {}
+
+    def collect(holder: Any, refs: list[Any], parent: Any, depth: int) -> None:
+        works = of_kinds(refs, kinds)
+        if works and id(holder) not in found:
+            found[id(holder)] = Found(holder, works)
+            if parent is not None:
+                parents[id(holder)] = parent
+        if depth < NESTING:
+            for inner in untracked_containers(refs):
+                collect(inner, gc.get_referents(inner), holder, depth + 1)
+
+    def visit(obj: Any) -> None:
+        if not _own(obj):
+            collect(obj, gc.get_referents(obj), None, 0)
+
+    walker.sweep(lambda _chunk, refs: holds_any(refs, kinds), visit)
+    return found, parents
+
+
+def start_node(found: Found, kinds: frozenset[type]) -> Node:
+    obj, direct = found.obj, [id(found.obj)]
+    if type(obj) is dict:
+        return Node(obj, "", direct, keys=[k for k, v in list(obj.items()) if type(v) in kinds], holds_works=True)
+    if isinstance(obj, types.FrameType):  # a local variable of a frame the collector tracks
+        return Node(obj, "", direct, keys=[found.works[0]], holds_works=True)
+    if type(obj) in CONTAINERS or type(obj) is types.CellType:
+        return Node(obj, "", direct, holds_works=True)
+    attr = attr_of(obj, found.works[0]) or "?"
+    name = f"{type(obj).__qualname__}.{attr}"  # a record: named so unless it sits in a container
+    return Node(obj, f".{attr}", direct, fallback=name, holds_works=True)
+
+
+def tally(
+    walker: Walker, found: dict[int, Found], names: dict[int, Named], tensor_kinds: frozenset[type]
+) -> tuple[list[Holder], int]:
+    groups: dict[tuple[str, str], list[Found]] = {}
+    for key, item in found.items():
+        named = names.get(key, Named(f"(a {type(item.obj).__qualname__})", False))
+        groups.setdefault((named.path, type(item.obj).__qualname__), []).append(item)
+    unnamed = {n.path for n in names.values() if not n.named}
+    holders, everything = [], set()
+    for (path, container), items in groups.items():
+        works = list({id(w): w for item in items for w in item.works}.values())
+        everything.update(map(id, works))
+        completed = [0]
+
+        def check(work: Any, done: list[int] = completed) -> None:
+            try:
+                done[0] += bool(work.is_completed())
+            except Exception:  # noqa: BLE001 - a Work in error is not completed; the census goes on
+                pass
+
+        walker.each(works, check)
+        tensors = _tensor_bytes(items, tensor_kinds) if type(items[0].obj) not in PLAIN else None
+        holders.append(Holder(path, container, len(works), completed[0], len(items), tensors, path not in unnamed))
+    holders.sort(key=lambda h: (-h.works, h.path))
+    return holders, len(everything)
+
+
+def _tensor_bytes(items: list[Found], tensor_kinds: frozenset[type]) -> int | None:
+    if not tensor_kinds:
+        return None
+    seen: dict[int, int] = {}
+    for item in items:
+        refs = gc.get_referents(item.obj)
+        attributes = instance_dict(item.obj)  # a record's other fields (once its __dict__ exists)
+        if attributes is not None:
+            refs.extend(gc.get_referents(attributes))
+        for tensor in of_kinds(refs, tensor_kinds):
+            try:
+                seen[id(tensor)] = int(tensor.nbytes)
+            except (AttributeError, RuntimeError, TypeError):
+                continue
+    return sum(seen.values()) if seen else None
+
+
+def _own(obj: Any) -> bool:
+    code = getattr(obj, "f_code", None) if isinstance(obj, types.FrameType) else None
+    return code is not None and code.co_filename.startswith(OWN_FILES)

@@ -1,0 +1,298 @@
+"""Naming what holds the Works: the attribute path that reaches each container.
+
+From each container that holds Works directly, the namer climbs to what refers to it, one
+level per sweep of the heap (all open containers at once), until a level names it:
+
+- an attribute of an instance: `Syncer.pending`; of a class: `Syncer.pending` too;
+- a module global: `app.PENDING`;
+- a closure variable: `make_sender.<locals>.works`; a local of a running function:
+  `main.<locals>.pending` (read from the threads' frames when nothing else refers to it);
+- on the way up, anonymous containers add `[*]` (a list, tuple, deque or set) or a key
+  pattern (`[<int>]`, a dict), and a record holding a Work in an attribute adds `.handle`:
+  `Backend.ongoing_reqs[*].handle`. A record that sits in no container is named by its
+  own class: `Record.handle`.
+
+Stdlib only: it runs inside the target.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import sys
+import threading
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from hicache_cli.attach.walk import Walker
+
+MAX_LEVELS = 6
+CONTAINERS = (list, tuple, set, frozenset, collections.deque)
+CO_OPTIMIZED = 0x1  # a function's frame (its locals are fast locals, not a dict)
+PEP_667 = sys.version_info >= (3, 13)  # frame.f_locals is a live view, not a snapshot dict
+
+
+@dataclass
+class Node:
+    """A step of a climb: `obj`, and the path from it down to the container of the Works."""
+
+    obj: Any
+    below: str  # e.g. "" (obj is the container), ".handle", "[*].handle", "[<int>]"
+    direct: list[int]  # ids of the containers (holding Works) whose name this climb decides
+    # a record (an instance holding a Work in an attribute) climbs only through anonymous
+    # containers; anywhere else it is named by its own class: this name (None once inside one)
+    fallback: str | None = None
+    keys: list[Any] | None = None  # obj is a dict reached from its child: the child's keys
+    holds_works: bool = False  # obj is the container of the Works itself
+    seen: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Named:
+    path: str
+    named: bool = True
+
+
+ANONYMOUS, NAMED, OTHER = 3, 0, 6  # priorities: a name beats a container beats a guess
+
+
+class Namer:
+    def __init__(self, walker: Walker, own_files: tuple[str, ...]) -> None:
+        self.walker = walker
+        self.own_files = own_files
+        # a module under two names (multiprocessing aliases __main__ as __mp_main__): its own name
+        self.module_dicts = {id(vars(m)): name for name, m in list(sys.modules.items()) if m is not None}
+        self.module_dicts.update({id(vars(m)): m.__name__ for m in list(sys.modules.values()) if m is not None})
+        self.me = threading.get_ident()
+
+    # -- the climb -----------------------------------------------------------------------
+
+    def name_all(self, starts: list[Node], parents: dict[int, Any]) -> dict[int, Named]:
+        """The name of every direct container; `parents`: untracked containers' holders
+        (nothing else can refer to an untracked container: no sweep needed for them)."""
+        names: dict[int, Named] = {}
+        open_nodes = starts
+        for _level in range(MAX_LEVELS):
+            if not open_nodes:
+                break
+            targets = {id(n.obj) for n in open_nodes if id(n.obj) not in parents}
+            found = self.referrers(targets) if targets else {}
+            next_nodes: dict[tuple[int, str, str | None], Node] = {}
+            for node in open_nodes:
+                refs = [parents[id(node.obj)]] if id(node.obj) in parents else found.get(id(node.obj), [])
+                outcome = self.step(node, refs)
+                if isinstance(outcome, Named):
+                    for direct in node.direct:
+                        names.setdefault(direct, outcome)
+                    continue
+                key = (id(outcome.obj), outcome.below, outcome.fallback)
+                if key in next_nodes:
+                    next_nodes[key].direct.extend(outcome.direct)
+                else:
+                    next_nodes[key] = outcome
+            open_nodes = list(next_nodes.values())
+        for node in open_nodes:  # still climbing after MAX_LEVELS
+            for direct in node.direct:
+                names.setdefault(direct, Named(node.fallback or f"(deep in a {_type(node.obj)}){node.below}", False))
+        return names
+
+    def referrers(self, targets: set[int]) -> dict[int, list[Any]]:
+        """What refers to each target: one chunked sweep of the heap."""
+        found: dict[int, list[Any]] = {}
+
+        def hits(_chunk: list[Any], refs: list[Any]) -> bool:
+            return not targets.isdisjoint(map(id, refs))
+
+        def visit(obj: Any) -> None:
+            for ref in gc.get_referents(obj):
+                if id(ref) in targets and not self.is_own(obj):
+                    found.setdefault(id(ref), []).append(obj)
+
+        self.walker.sweep(hits, visit)
+        return found
+
+    def step(self, node: Node, refs: list[Any]) -> Node | Named:
+        """One level up from `node`: a name, or the next node to climb from."""
+        if node.holds_works and id(node.obj) in self.module_dicts:  # Works kept as module globals
+            return Named(f"{self.module_dicts[id(node.obj)]}.{_first(node.keys)}")
+        if isinstance(node.obj, types.FrameType):  # Works in a local of a frame the collector tracks
+            frame = node.obj
+            return Named(f"{_code_name(frame.f_code)}.<locals>.{self.local_name(frame, _first_obj(node.keys)) or '?'}")
+        best: tuple[int, Node | Named] | None = None
+        for ref in refs:
+            if id(ref) in node.seen or ref is node.obj:
+                continue
+            try:
+                outcome = self.classify(node, ref)
+            except Exception:  # noqa: BLE001 - a program's odd object (a failing descriptor) names nothing
+                continue
+            if outcome is not None and (best is None or outcome[0] < best[0]):
+                best = outcome
+        return best[1] if best is not None else self.unreferenced(node)
+
+    def classify(self, node: Node, ref: Any) -> tuple[int, Node | Named] | None:
+        """(priority, outcome) for `ref`, which refers to node.obj; lower priority wins."""
+        obj = node.obj
+        seen = node.seen | {id(obj)}
+        if node.keys is not None and type(obj) is dict:
+            owned = self.owned_dict(node, ref)
+            if owned is not None:
+                return owned
+            # an anonymous dict: its key pattern joins the path, and it is climbed like a list
+            node = Node(obj, f"[{_pattern(obj)}]{node.below}", node.direct, None, None, node.holds_works, node.seen)
+        below = node.below
+        if id(ref) in self.module_dicts:
+            return NAMED, Named(node.fallback or f"{self.module_dicts[id(ref)]}.{_key_of(ref, obj)}{below}")
+        kind = type(ref)
+        if kind is dict:
+            keys = [k for k, v in list(ref.items()) if v is obj]
+            return ANONYMOUS, Node(ref, below, node.direct, node.fallback, keys, False, seen)
+        if kind in CONTAINERS:
+            if kind is tuple and type(obj) is types.CellType:  # a closure: its function is next
+                return ANONYMOUS, Node(ref, below, node.direct, None, [obj], False, seen)
+            return ANONYMOUS, Node(ref, "[*]" + below, node.direct, None, None, False, seen)
+        if kind is types.CellType:
+            return 2, Node(ref, below, node.direct, None, None, False, seen)
+        if node.fallback is not None:
+            return 5, Named(node.fallback)
+        return self.named_by(node, ref)
+
+    def owned_dict(self, node: Node, ref: Any) -> tuple[int, Node | Named] | None:
+        """When node.obj is the attribute dict of `ref` (an instance's __dict__, a class's
+        namespace), the child is an attribute of `ref`; None for an anonymous dict."""
+        obj, key, below = node.obj, _first(node.keys), node.below
+        if isinstance(ref, type) and any(r is obj for r in gc.get_referents(ref)):
+            return NAMED, Named(node.fallback or f"{ref.__qualname__}.{key}{below}")
+        if instance_dict(ref) is not obj:
+            return None
+        if node.holds_works:  # Works in an instance's attributes: the instance is a record
+            name = f"{type(ref).__qualname__}.{key}"
+            return 2, Node(ref, f".{key}", node.direct, name, None, False, node.seen | {id(obj)})
+        return NAMED, Named(node.fallback or f"{type(ref).__qualname__}.{key}{below}")
+
+    def named_by(self, node: Node, ref: Any) -> tuple[int, Node | Named] | None:
+        obj, below = node.obj, node.below
+        if isinstance(ref, types.FunctionType):
+            if ref.__closure__ is obj and node.keys:
+                index = next(i for i, cell in enumerate(obj) if cell is node.keys[0])
+                return 1, Named(f"{_outer(ref.__qualname__)}.<locals>.{ref.__code__.co_freevars[index]}{below}")
+            return 4, Named(f"{ref.__qualname__}(){below}")
+        if isinstance(ref, types.FrameType):
+            var = self.local_name(ref, obj)
+            return (1, Named(f"{_code_name(ref.f_code)}.<locals>.{var}{below}")) if var else None
+        if isinstance(ref, (types.GeneratorType, types.CoroutineType)):
+            frame = getattr(ref, "gi_frame", None) or getattr(ref, "cr_frame", None)
+            var = self.local_name(frame, obj) if frame is not None else None
+            return (1, Named(f"{ref.__qualname__}.<locals>.{var}{below}")) if var else None
+        if isinstance(ref, (type, types.ModuleType)):
+            return None  # they refer to their namespace dict, met above
+        attr = attr_of(ref, obj)
+        if attr is None:
+            return OTHER, Named(f"{_type(ref)}(?){below}", False)
+        return NAMED, Named(f"{_type(ref)}.{attr}{below}")
+
+    def unreferenced(self, node: Node) -> Named:
+        """Nothing the collector tracks refers to node.obj: a running function's local, or
+        something only C++ holds."""
+        obj, below = node.obj, node.below
+        if type(obj) is dict and node.keys is not None:
+            below = f"[{_pattern(obj)}]{below}"
+        for frame in self.frames():
+            var = self.local_name(frame, obj)
+            if var:
+                return Named(node.fallback or f"{_code_name(frame.f_code)}.<locals>.{var}{below}")
+        if node.fallback is not None:
+            return Named(node.fallback)
+        return Named(f"(a {_type(obj)} no Python object refers to){below}", False)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def frames(self) -> list[types.FrameType]:
+        out = []
+        for ident, frame in sys._current_frames().items():
+            if ident == self.me:
+                continue
+            while frame is not None:
+                out.append(frame)
+                frame = frame.f_back
+        return out
+
+    def local_name(self, frame: types.FrameType, obj: Any) -> str | None:
+        """The local variable of `frame` that is `obj`. Before 3.13, reading f_locals of a
+        function's frame leaves a snapshot dict on the frame that would keep every local
+        of that moment alive until the function returns: it is emptied after reading."""
+        code = frame.f_code
+        if code.co_filename.startswith(self.own_files):
+            return None
+        function = bool(code.co_flags & CO_OPTIMIZED)
+        if not function:
+            return None  # a module's body: its locals are its globals, named as such
+        local_vars = frame.f_locals
+        try:
+            return next((k for k, v in list(local_vars.items()) if v is obj), None)
+        finally:
+            if not PEP_667 and type(local_vars) is dict:
+                local_vars.clear()
+
+    def is_own(self, obj: Any) -> bool:
+        """Our own frames (the census's locals refer to everything it looks at)."""
+        code = getattr(obj, "f_code", None) or getattr(obj, "gi_code", None)
+        return code is not None and code.co_filename.startswith(self.own_files)
+
+
+def _key_of(mapping: Any, value: Any) -> str:
+    try:
+        return next((str(k) for k, v in list(mapping.items()) if v is value), "?")
+    except (AttributeError, TypeError):
+        return "?"
+
+
+def _pattern(mapping: dict[Any, Any]) -> str:
+    """`<int>` for a dict keyed by ints: the types of all its keys."""
+    kinds = sorted({type(k).__name__ for k in list(mapping)})
+    return "<" + "|".join(kinds) + ">" if kinds else "<?>"
+
+
+def _first(keys: list[Any] | None) -> str:
+    return str(keys[0]) if keys else "?"
+
+
+def _first_obj(keys: list[Any] | None) -> Any:
+    return keys[0] if keys else None
+
+
+def _type(obj: Any) -> str:
+    return type(obj).__qualname__
+
+
+def instance_dict(obj: Any) -> Any:
+    try:
+        return object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+
+
+def attr_of(obj: Any, value: Any) -> str | None:
+    """The attribute of `obj` that is `value` (instance dict or __slots__)."""
+    found = _key_of(instance_dict(obj) or {}, value)
+    if found != "?":
+        return found
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            try:
+                if object.__getattribute__(obj, slot) is value:
+                    return slot
+            except AttributeError:
+                continue
+    return None
+
+
+def _outer(qualname: str) -> str:
+    """`make_sender.<locals>.send` -> `make_sender`: the function whose local it was."""
+    return qualname.rsplit(".<locals>.", 1)[0] if ".<locals>." in qualname else qualname
+
+
+def _code_name(code: types.CodeType) -> str:
+    return getattr(code, "co_qualname", code.co_name)

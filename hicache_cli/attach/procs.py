@@ -1,0 +1,142 @@
+"""What /proc says about a process before anything touches it: does it exist, whose is it,
+is it Python (which), has it loaded torch, may this process trace it, what runs below it.
+
+Read from /proc only (no psutil: the launcher side stays light), with `proc` as a parameter
+so tests can lay out a fake tree. Nothing here stops, signals or traces anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_cli.errors import AttachRefused
+
+PROC = Path("/proc")
+YAMA = "sys/kernel/yama/ptrace_scope"
+CAP_SYS_PTRACE = 19
+# a CPython executable or library names its version: python3.11, libpython3.11.so.1.0
+PYTHON_NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")
+TORCH_LIBS = ("/libtorch_python.so", "/libtorch_cpu.so", "/libc10.so")
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    name: str  # comm
+    uid: int
+    ppid: int
+    exe: str  # resolved, "" when unreadable
+    libpython: str | None  # the mapped libpython, None for a static build (symbols in exe)
+    python: tuple[int, int] | None  # from exe or library name; None when not told
+    is_python: bool
+    torch: bool  # a torch library is mapped: torch is imported
+    threads: int
+
+    @property
+    def label(self) -> str:
+        return f"pid {self.pid} ({self.name})"
+
+
+def inspect(pid: int, proc: Path = PROC) -> ProcessInfo:
+    """The facts about `pid`; AttachRefused when there is no such process (or it is a zombie)."""
+    base = proc / str(pid)
+    try:
+        stat = (base / "stat").read_text()
+        status = (base / "status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        raise AttachRefused(f"no process with pid {pid}") from None
+    except PermissionError:
+        raise AttachRefused(f"pid {pid}: cannot read /proc/{pid} (another user's process?)") from None
+    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        raise AttachRefused(f"pid {pid} ({name}) has exited (a zombie)")
+    uid = int(_status_field(status, "Uid").split()[1])  # effective uid
+    exe = _readlink(base / "exe")
+    maps = _mapped_paths(base / "maps")
+    libpython = next((p for p in maps if re.search(r"/libpython\d\.\d+", p)), None)
+    named = PYTHON_NAME.search(libpython or "") or PYTHON_NAME.search(exe)
+    python = (int(named.group(1)), int(named.group(2))) if named else None
+    is_python = python is not None or os.path.basename(exe).startswith("python")
+    torch = any(p.endswith(TORCH_LIBS) or any(lib + "." in p for lib in TORCH_LIBS) for p in maps)
+    threads = int(_status_field(status, "Threads") or 1)
+    return ProcessInfo(pid, name, uid, int(fields[1]), exe, libpython, python, is_python, torch, threads)
+
+
+def descendants(pid: int, proc: Path = PROC) -> list[int]:
+    """Every process below `pid` (children, theirs...), in pid order."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return sorted(found)
+
+
+def ptrace_refusal(target: ProcessInfo, proc: Path = PROC, euid: int | None = None) -> str | None:
+    """Why the kernel will not let this process trace `target`, in words; None when it will."""
+    euid = os.geteuid() if euid is None else euid
+    capable = has_cap_sys_ptrace(proc)
+    scope = yama_scope(proc)
+    fix = "run hicache as root or with CAP_SYS_PTRACE (containers: --cap-add SYS_PTRACE)"
+    if scope == 3:
+        return f"kernel.yama.ptrace_scope is 3: no process may be traced on this machine until reboot ({target.label})"
+    if scope == 2 and not capable:
+        return f"kernel.yama.ptrace_scope is 2: only CAP_SYS_PTRACE may trace {target.label}; {fix}"
+    if target.uid != euid and not capable:
+        return f"{target.label} belongs to uid {target.uid}, not to you (uid {euid}); {fix}, or attach as that user"
+    if scope == 1 and not capable:
+        return (f"kernel.yama.ptrace_scope is 1: only its parent may trace {target.label}; {fix}, "
+                "or set kernel.yama.ptrace_scope=0")  # fmt: skip
+    return None
+
+
+def yama_scope(proc: Path = PROC) -> int:
+    """0 without the Yama module (classic ptrace permissions)."""
+    try:
+        return int((proc / YAMA).read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def has_cap_sys_ptrace(proc: Path = PROC) -> bool:
+    try:
+        caps = int(_status_field((proc / "self" / "status").read_text(), "CapEff"), 16)
+    except (OSError, ValueError):
+        return False
+    return bool(caps >> CAP_SYS_PTRACE & 1)
+
+
+def _status_field(status: str, key: str) -> str:
+    for line in status.splitlines():
+        if line.startswith(key + ":"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return os.readlink(path).removesuffix(" (deleted)")
+    except OSError:
+        return ""
+
+
+def _mapped_paths(maps: Path) -> list[str]:
+    try:
+        text = maps.read_text()
+    except OSError:
+        return []
+    return sorted({line.split(None, 5)[5] for line in text.splitlines() if line.count(" ") >= 5 and "/" in line})

@@ -1,0 +1,181 @@
+"""What `hicache attach` and the code it injects into a running process agree on.
+
+Both sides import this module: hicache, and the agent inside the target (next to the
+target's own packages), so it is stdlib only. The run directory stays the one contract:
+per attached process, hicache writes the bootstrap's arguments into the injected text and
+the agent answers with files:
+
+- `attach-<pid>.json`: the agent's status (AgentStatus), rewritten at each step:
+  refused (and why), attached (its rank and rank file), detached;
+- `census-<pid>.json`: the census of the Works the process held (Census), taken as soon as
+  it attached; `census-<pid>-end.json` is the one taken when it detaches;
+- `rank-<N>.jsonl`: samples, exactly as `hicache trace` writes them (tracer/session.py);
+- `attach-stop` (written by hicache): every agent detaches (its probe's stop file too, so
+  the probe writes its final line);
+- `attach-<pid>.cancel` (written by hicache): it stopped waiting for that process to run the
+  injected text; if the process ever does, it refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The tracer and the agent are hicache's own modules, imported by the target's Python:
+# the oldest Python they run on is the project's (pyproject requires-python); the
+# bootstrap itself is written for any Python 3 so that an older one is refused in words.
+MIN_PYTHON = (3, 10)
+STOP_FILE = "attach-stop"
+STATUS_GLOB = "attach-*.json"
+AGENT_NAME = "__hicache_attach__"  # the bootstrap's module name inside the target
+THREAD_NAME = "hicache-attach"
+
+# AgentStatus.state
+REFUSED = "refused"
+ATTACHED = "attached"
+DETACHED = "detached"
+FAILED = "failed"  # attached, then the agent itself failed (it detached what it could)
+
+# AgentStatus.reason when refused: torch.distributed's two ways of not being there
+NO_TORCH = "torch is not imported"
+NO_GROUP = "torch.distributed has no process group initialised"
+
+
+def status_file(run_dir: Path, pid: int) -> Path:
+    return run_dir / f"attach-{pid}.json"
+
+
+def cancel_file(run_dir: Path, pid: int) -> Path:
+    """hicache stopped waiting for `pid` to run the injected text: if it ever does, it refuses."""
+    return run_dir / f"attach-{pid}.cancel"
+
+
+def census_file(run_dir: Path, pid: int, when: str = "start") -> Path:
+    return run_dir / (f"census-{pid}.json" if when == "start" else f"census-{pid}-{when}.json")
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Readers never see half a file: write beside it, then rename over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class BootArgs:
+    """What the bootstrap needs, written into the injected text as a dict literal."""
+
+    run_dir: str
+    root: str  # the directory holding the hicache_cli package, put on sys.path for the import
+    owner: str  # lifecycle.owner_token of hicache: the agent detaches when it is gone
+    hz: float = 10.0
+    census: bool = True
+    tracer: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class AgentStatus:
+    """What an agent says about itself (attach-<pid>.json)."""
+
+    pid: int
+    state: str
+    reason: str | None = None  # why refused or failed
+    python: str = ""  # the target's sys.version, first word
+    rank: int | None = None
+    world_size: int | None = None
+    rank_file: str | None = None  # the rank-N.jsonl its samples go to
+    attached_at: float | None = None  # time.time()
+    detached_at: float | None = None
+    detach_reason: str | None = None
+    leftovers: list[str] = field(default_factory=list)  # what detaching could not undo
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AgentStatus:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Holder:
+    """One container (or one kind of container) holding Works, named by the path that
+    reaches it: `Syncer.pending`, `module.GLOBAL`, `make.<locals>.works`,
+    `Scheduler.pending[<int>]`, `Backend.ongoing_reqs[*].handle`."""
+
+    path: str
+    container: str  # the type of the object that holds the Works directly: list, dict, Record...
+    works: int
+    completed: int  # of those, how many said is_completed() == True
+    containers: int = 1  # how many such containers (a Record each, say) were grouped here
+    tensor_bytes: int | None = None  # tensors held beside the Works in the same containers
+    named: bool = True  # False when nothing Python can see names the container
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Holder:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class CensusCost:
+    """What the census cost the process: its longest hold of the GIL and its total."""
+
+    objects: int = 0  # objects the garbage collector tracks (the walk's size)
+    snapshot_s: float = 0.0  # gc.get_objects(): one hold of the GIL, not divisible
+    walk_s: float = 0.0  # wall time of the chunked walks (passes), pauses between included
+    busy_s: float = 0.0  # time the walks held the GIL
+    max_hold_s: float = 0.0  # the longest single hold (the snapshot included)
+    chunks: int = 0
+    passes: int = 0
+    truncated: bool = False  # the budget ran out: the census is partial
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CensusCost:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    @property
+    def pause_per_million_s(self) -> float:
+        """The GIL held per million tracked objects (snapshot + walks)."""
+        return (self.snapshot_s + self.busy_s) * 1e6 / max(1, self.objects)
+
+
+@dataclass
+class Census:
+    """Every live Work the process's Python objects hold, by holder, largest first."""
+
+    pid: int
+    rank: int | None
+    taken_at: float  # time.time()
+    works: int  # Works found (held by a container Python can see)
+    holders: list[Holder]
+    cost: CensusCost
+    when: str = "start"  # "start" (on attaching) or "end" (on detaching)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Census:
+        return cls(
+            pid=int(data["pid"]),
+            rank=data.get("rank"),
+            taken_at=float(data.get("taken_at", 0.0)),
+            works=int(data.get("works", 0)),
+            holders=[Holder.from_dict(h) for h in data.get("holders", [])],
+            cost=CensusCost.from_dict(data.get("cost", {})),
+            when=str(data.get("when", "start")),
+        )

@@ -1,0 +1,154 @@
+"""Walking every object of a live process without stopping it for long.
+
+The census needs two kinds of sweep over the objects the garbage collector tracks: which
+of them hold Works, and which of them refer to given containers. Each sweep goes through
+one `gc.get_objects()` snapshot in chunks: a chunk is examined with C-speed calls
+(`gc.get_referents` over the whole chunk, then `map`/`set` over what it refers to), and
+only a chunk that hits is looked at object by object. Between chunks the walk sleeps, which
+releases the GIL, so the program runs on: each hold is a few milliseconds, and the walk
+takes at most about half of the process's Python time while it runs.
+
+Stdlib only: it runs inside the target.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import time
+from collections.abc import Callable
+from itertools import compress, filterfalse
+from typing import Any
+
+from hicache_cli.attach.protocol import CensusCost
+
+# The garbage collector untracks dicts and tuples that hold only untracked objects, and a
+# Work (a pybind11 object) is untracked: `{rank: work}` or `(work, 3)` is invisible to
+# gc.get_objects(). Such containers are found through the tracked objects that hold them.
+UNTRACKED_KINDS = frozenset({dict, tuple})
+SIZED = frozenset({list, tuple, dict, set, frozenset, collections.deque})
+BIG = 20_000  # items: a container larger than this is swept a slice at a time
+Hits = Callable[[list[Any], list[Any]], bool]  # (chunk, its referents) -> whether any object in it matters
+NARROW_TO = 16  # a chunk that hits is halved until it is this small, then visited object by object
+NESTING = 3  # untracked tuples inside untracked tuples: how deep they are looked into
+
+
+class Walker:
+    """Chunked sweeps over one snapshot, with their cost recorded in `cost`."""
+
+    def __init__(self, chunk_s: float = 0.004, rest_s: float = 0.004, budget_s: float = 60.0) -> None:
+        self.chunk_s = chunk_s
+        self.rest_s = rest_s
+        self.clock = time.perf_counter
+        started = self.clock()
+        self.objects: list[Any] = gc.get_objects()
+        snapshot = self.clock() - started
+        self.cost = CensusCost(objects=len(self.objects), snapshot_s=snapshot, max_hold_s=snapshot)
+        self.deadline = started + budget_s
+        self._size = 256
+
+    def release(self) -> None:
+        self.objects = []
+
+    def out_of_time(self) -> bool:
+        if self.clock() >= self.deadline:
+            self.cost.truncated = True
+        return self.cost.truncated
+
+    def rest(self, held_since: float) -> None:
+        """End a hold of the GIL: account for it, then sleep (the program runs meanwhile)."""
+        held = self.clock() - held_since
+        self.cost.busy_s += held
+        self.cost.max_hold_s = max(self.cost.max_hold_s, held)
+        self.cost.chunks += 1
+        time.sleep(self.rest_s)
+
+    def sweep(self, chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
+        """For each chunk of the snapshot: `chunk_hits(chunk, its referents)` says (fast)
+        whether any object in it matters; if so `visit(obj)` is called on each of them."""
+        objects, size, start = self.objects, self._size, 0
+        began = self.clock()
+        self.cost.passes += 1
+        while start < len(objects) and not self.out_of_time():
+            held_since = self.clock()
+            chunk = objects[start : start + size]
+            start += size
+            chunk, big = _without_big(chunk)
+            if chunk_hits(chunk, gc.get_referents(*chunk)):
+                self._narrow(chunk, chunk_hits, visit)
+            elapsed = self.clock() - held_since
+            self.rest(held_since)
+            for container in big:
+                self._sweep_big(container, chunk_hits, visit)
+            # the next chunk sized to take about chunk_s
+            size = max(64, min(50_000, int(size * self.chunk_s / max(elapsed, 1e-5))))
+        self._size = size
+        self.cost.walk_s += self.clock() - began
+
+    def _sweep_big(self, container: Any, chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
+        """A container of more than BIG items is looked at a slice at a time (its items are
+        its referents); if a slice hits, the container is visited whole: that one hold is
+        as long as the container (the leaking list itself, say) is large."""
+        held_since = self.clock()
+        items = list(container.values()) + list(container) if type(container) is dict else list(container)
+        self.rest(held_since)
+        for start in range(0, len(items), BIG):
+            held_since = self.clock()
+            part = items[start : start + BIG]
+            hit = chunk_hits(part, part)
+            if hit:
+                visit(container)
+            self.rest(held_since)
+            if hit:
+                return
+
+    def _narrow(self, chunk: list[Any], chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
+        """Visit the objects of a chunk that hits, found by halving it: a hit is usually one
+        object among thousands, and visiting each of them would be a Python call apiece."""
+        if len(chunk) <= NARROW_TO:
+            for obj in chunk:
+                if obj is not self.objects:
+                    visit(obj)
+            return
+        half = len(chunk) // 2
+        for part in (chunk[:half], chunk[half:]):
+            if chunk_hits(part, gc.get_referents(*part)):
+                self._narrow(part, chunk_hits, visit)
+
+    def each(self, items: list[Any], step: Callable[[Any], None], per_hold: int = 2000) -> None:
+        """`step` over many items (is_completed() on every Work, say), a hold per `per_hold`."""
+        for start in range(0, len(items), per_hold):
+            held_since = self.clock()
+            for item in items[start : start + per_hold]:
+                step(item)
+            self.rest(held_since)
+
+
+def _without_big(chunk: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The chunk less its containers of more than BIG items, and those containers."""
+    big = [o for o in compress(chunk, map(SIZED.__contains__, map(type, chunk))) if len(o) > BIG]
+    if not big:
+        return chunk, big
+    ids = set(map(id, big))
+    return [o for o in chunk if id(o) not in ids], big
+
+
+def untracked_containers(refs: list[Any]) -> list[Any]:
+    """The untracked dicts and tuples among `refs` (C-speed: no Python loop per object)."""
+    return list(filterfalse(gc.is_tracked, compress(refs, map(UNTRACKED_KINDS.__contains__, map(type, refs)))))
+
+
+def holds_any(refs: list[Any], kinds: frozenset[type]) -> bool:
+    """Whether `refs`, or the untracked containers among them (nested), hold an object of `kinds`."""
+    for _ in range(NESTING):
+        if not kinds.isdisjoint(map(type, refs)):
+            return True
+        inner = untracked_containers(refs)
+        if not inner:
+            return False
+        refs = gc.get_referents(*inner)
+    return False
+
+
+def of_kinds(refs: list[Any], kinds: frozenset[type]) -> list[Any]:
+    return list(compress(refs, map(kinds.__contains__, map(type, refs))))

@@ -1,0 +1,179 @@
+"""What `hicache attach` costs the process it attaches to, each figure measured in one run.
+
+    .venv/bin/python scripts/attach_cost.py tracer      # gdb before/after, tracer rounds/s ratio
+    .venv/bin/python scripts/attach_cost.py census --millions 1 2 4
+
+`tracer`: the tight isend/recv loop (scripts/tight_p2p.py) runs under torchrun and prints
+its round count twice a second. On rank 0, a plain `gdb -p PID -batch` (every library's
+symbols read, as gdb does by default) and then hicache's own injection are timed, each with
+how long the target was stopped (its /proc state polled every half millisecond). Then,
+--cycles times, hicache attaches to both ranks and detaches: the rate of rounds in the
+window before each attach and in the one after its census (tracer hooks and probe running)
+are compared, in the same processes seconds apart; the median of the cycles' ratios is the
+tracer's cost after attach (this machine is shared: a single window is noisy).
+
+`census`: a one-rank process holding N million objects and 1000 never-waited Works, whose
+main thread measures the longest gap in a 1 ms sleep loop (what the program feels); hicache
+attaches, and the census's own accounting (snapshot, longest hold, GIL time in total) is
+printed beside the program's worst gap, per million tracked objects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hicache_cli.attach import inject, procs  # noqa: E402
+from hicache_cli.attach.session import AttachSession  # noqa: E402
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+HEAP = REPO / "scripts" / "attach_heap.py"
+
+
+def stopped_while(pid: int, command: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall seconds of `command`, seconds `pid` spent stopped by a tracer meanwhile)."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    began, stopped, last = time.monotonic(), 0.0, None
+    while proc.poll() is None:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+        now = time.monotonic()
+        if text[text.rindex(")") + 2] == "t":
+            stopped += now - last if last is not None else 0.0
+            last = now
+        else:
+            last = None
+        time.sleep(0.0005)
+    return time.monotonic() - began, stopped
+
+
+def rate(progress: list[tuple[float, int]], start: float, end: float) -> float:
+    inside = [(t, r) for t, r in progress if start <= t <= end]
+    (t0, r0), (t1, r1) = inside[0], inside[-1]
+    return (r1 - r0) / (t1 - t0)
+
+
+def tracer(args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="attach-cost-"))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [*TORCHRUN, str(REPO / "scripts" / "tight_p2p.py"), "--seconds", str(args.seconds), "--progress", "0.5"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp)
+    progress: list[tuple[float, int]] = []
+
+    def read() -> None:
+        for line in proc.stdout:
+            if line.startswith("progress"):
+                fields = dict(part.split("=") for part in line.split()[1:])
+                progress.append((float(fields["t"]), int(fields["rounds"])))
+
+    threading.Thread(target=read, daemon=True).start()
+    while len(progress) < 4:
+        time.sleep(0.2)
+    rank0 = min(p for p in procs.descendants(proc.pid) if procs.inspect(p).torch)
+    plain = stopped_while(rank0, ["gdb", "-nx", "-batch", "-p", str(rank0)])
+    print(f"plain gdb -p -batch (all symbols): {plain[0]:.2f} s, target stopped {plain[1]:.2f} s")
+    text = tmp / "text.py"
+    text.write_text("pass\n")  # a harmless pending call: only the injection is timed
+    gdb_env = dict(os.environ, HICACHE_GDB_ARGS=json.dumps({"pid": rank0, "text_file": str(text)}))
+    trimmed = stopped_while(rank0, inject.gdb_command(rank0), gdb_env)
+    print(f"hicache's injection (libc + libpython symbols only): {trimmed[0]:.2f} s, target stopped {trimmed[1]:.2f} s")
+    ratios, holds = [], []
+    (tmp / "run").mkdir()
+    for cycle in range(args.cycles):  # unattached, then attached, each window next to the other
+        time.sleep(args.window)
+        before_end = time.perf_counter()
+        run_dir = tmp / "run" / str(cycle)
+        run_dir.mkdir()
+        session = AttachSession([proc.pid], run_dir)
+        session.start()
+        holds += [c.cost.max_hold_s for c in session.census().values()]
+        after_start = time.perf_counter() + 0.5
+        time.sleep(args.window + 0.5)
+        after_end = time.perf_counter()
+        session.detach()
+        before, after = rate(progress, before_end - args.window, before_end), rate(progress, after_start, after_end)
+        ratios.append(after / before)
+        print(f"cycle {cycle + 1}: rounds/s unattached {before:.0f}, attached after the census {after:.0f}: "
+              f"ratio {after / before:.3f}")  # fmt: skip
+    _end(proc)
+    print(f"median ratio over {len(ratios)} cycles: {statistics.median(ratios):.3f}; "
+          f"census's longest hold of the GIL {max(holds) * 1000:.1f} ms")  # fmt: skip
+
+
+def census(args: argparse.Namespace) -> None:
+    for millions in args.millions:
+        tmp = Path(tempfile.mkdtemp(prefix="attach-heap-"))
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        proc = subprocess.Popen([sys.executable, str(HEAP), str(millions)], stdout=subprocess.PIPE, text=True,
+                                env=env)  # fmt: skip
+        gaps: list[tuple[float, float]] = []  # (when, the worst gap of the 100 sleeps before)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("ready")
+        threading.Thread(target=_collect, args=(proc.stdout, gaps), daemon=True).start()
+        time.sleep(2.0)
+        quiet = max(g for _, g in gaps[-10:])
+        (tmp / "run").mkdir()
+        session = AttachSession([proc.pid], tmp / "run")
+        began = time.time()
+        session.start()  # gdb's stop, the agent's start (imports) in the process
+        attached = time.time()
+        taken = next(iter(session.census(timeout_s=600).values()))
+        time.sleep(1.5)
+        session.detach()
+        _end(proc)
+        injecting = max(g for t, g in gaps if began <= t <= attached + 0.2)
+        walking = max(g for t, g in gaps if attached + 0.2 < t <= taken.taken_at + 0.2)
+        cost = taken.cost
+        per_m = 1e6 / cost.objects
+        print(
+            f"{cost.objects / 1e6:.2f} M objects: snapshot {cost.snapshot_s * 1000:.0f} ms, longest hold "
+            f"{cost.max_hold_s * 1000:.0f} ms, GIL held {cost.snapshot_s + cost.busy_s:.2f} s in all "
+            f"({(cost.snapshot_s + cost.busy_s) * per_m:.2f} s per million) over {cost.walk_s:.1f} s. The "
+            f"program's worst 1 ms-sleep gap: quiet {quiet * 1000:.0f} ms, while injected and the agent "
+            f"started {injecting * 1000:.0f} ms, during the census {walking * 1000:.0f} ms. "
+            f"Top holder {taken.holders[0].path}: {taken.holders[0].works}"
+        )
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """The ranks, then torchrun (each rank runs in a session of its own)."""
+    for pid in procs.descendants(proc.pid):
+        os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+
+
+def _collect(lines: Any, into: list[tuple[float, float]]) -> None:
+    for line in lines:
+        when, gap = line.split()
+        into.append((float(when), float(gap)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    one = sub.add_parser("tracer")
+    one.add_argument("--seconds", type=float, default=600.0, help="the tight loop's longest run")
+    one.add_argument("--window", type=float, default=6.0, help="seconds of rounds counted before and after")
+    one.add_argument("--cycles", type=int, default=3, help="attach and detach this many times")
+    two = sub.add_parser("census")
+    two.add_argument("--millions", type=float, nargs="+", default=[1.0, 2.0])
+    args = parser.parse_args()
+    {"tracer": tracer, "census": census}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()

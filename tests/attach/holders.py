@@ -1,0 +1,93 @@
+"""A process that keeps real Works (a one-rank gloo group) in every shape the census names,
+then takes a census from another thread (as the agent does) and prints it as JSON.
+
+Run by test_census.py in a subprocess: a process group is not something to start inside
+pytest's own process.
+"""
+
+import collections
+import json
+import sys
+import threading
+
+import torch
+import torch.distributed as dist
+
+from hicache_cli.attach.census import take_census
+from hicache_cli.attach.walk import Walker
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def work():
+    return dist.all_reduce(torch.ones(2), async_op=True)
+
+
+class Syncer:  # a list in an instance attribute (the incident's shape)
+    def __init__(self, n):
+        self.pending = [work() for _ in range(n)]
+
+
+class Scheduler:  # a dict keyed by request id
+    def __init__(self):
+        self.pending = {i: work() for i in range(7)}
+
+
+class Record:  # a record holding its Work beside a tensor
+    def __init__(self):
+        self.handle = work()
+        self.buf = torch.zeros(256)
+
+
+class Backend:  # records in a list
+    def __init__(self):
+        self.ongoing_reqs = [Record() for _ in range(5)]
+
+
+class Slotted:
+    __slots__ = ("work",)
+
+    def __init__(self):
+        self.work = work()
+
+
+class Registry:  # a class attribute
+    in_flight = [work() for _ in range(3)]
+
+
+def make_sender():  # a closure variable
+    works = []
+
+    def send():
+        works.append(work())
+
+    return send
+
+
+SEND = make_sender()
+for _ in range(4):
+    SEND()
+QUEUE = collections.deque(work() for _ in range(6))  # a module global
+INFLIGHT = [(work(), torch.zeros(100)) for _ in range(2)]  # (Work, tensor) pairs in a list
+KEEP = [Syncer(int(sys.argv[1])), Scheduler(), Backend(), Slotted()]
+
+
+def main():
+    pending = [work() for _ in range(9)]  # a local of a running function
+    result = {}
+    progress = [0]
+
+    def census():
+        walker = Walker(chunk_s=0.001, rest_s=0.001)
+        result["census"] = take_census(dist.Work, torch.Tensor, 0, 0, walker=walker).to_dict()
+
+    thread = threading.Thread(target=census)
+    thread.start()
+    while thread.is_alive():  # the main thread keeps running Python while the census walks
+        progress[0] += 1
+    result["main_thread_progress"] = progress[0]
+    result["pending_len"] = len(pending)
+    print(json.dumps(result))
+
+
+main()

@@ -1,0 +1,51 @@
+"""Injected into a process after `hicache attach` detached (tests only, through inject.py):
+what of hicache is still in it, written as JSON to the run directory. Stdlib only, and it
+imports nothing of hicache itself."""
+
+import gc
+import json
+import os
+import sys
+import threading
+import types
+import weakref
+
+
+def look():
+    root = os.path.join(ARGS["root"], "hicache_cli")  # noqa: F821 - given by the injected text
+    gc.collect()
+    found = {"modules": sorted(m for m in sys.modules if m == "hicache_cli" or m.startswith("hicache_cli."))}
+    functions, classes, instances = [], [], []
+    for obj in gc.get_objects():
+        if isinstance(obj, types.FunctionType) and obj.__code__.co_filename.startswith(root):
+            functions.append(obj.__qualname__)
+        elif isinstance(obj, type) and str(getattr(obj, "__module__", "")).startswith("hicache_cli"):
+            classes.append(obj.__qualname__)
+        elif str(getattr(type(obj), "__module__", "")).startswith("hicache_cli"):
+            instances.append(type(obj).__qualname__)
+    found.update(functions=sorted(set(functions)), classes=sorted(set(classes)), instances=sorted(set(instances)))
+    found["threads"] = sorted(t.name for t in threading.enumerate() if t.name.startswith("hicache"))
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+    group = c10d.ProcessGroup.__dict__
+    found["hooks"] = sorted(
+        n
+        for n in ("send", "recv", "allreduce", "__hicache_originals__")
+        if isinstance(group.get(n), types.FunctionType) or n in group and n.startswith("__")
+    )
+    found["wait_hooked"] = isinstance(c10d.Work.__dict__.get("wait"), types.FunctionType)
+    found["excepthook"] = getattr(sys.excepthook, "__module__", "") or ""
+    found["os_exit_builtin"] = isinstance(os._exit, types.BuiltinFunctionType)
+    found["sys_path"] = [p for p in sys.path if p == ARGS["root"]]  # noqa: F821
+    found["importer_cache"] = [p for p in sys.path_importer_cache if p == ARGS["root"] or p.startswith(root)]  # noqa: F821
+    works = [
+        w for w in gc.get_referents(*[o for o in gc.get_objects() if isinstance(o, list)]) if isinstance(w, c10d.Work)
+    ]
+    found["works_seen"] = len(works)
+    found["works_with_weakrefs"] = sum(1 for w in works if weakref.getweakrefs(w))
+    return found
+
+
+_path = os.path.join(ARGS["run_dir"], f"leftovers-{os.getpid()}.json")  # noqa: F821
+with open(_path + ".tmp", "w") as out:
+    json.dump(look(), out)
+os.replace(_path + ".tmp", _path)

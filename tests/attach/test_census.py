@@ -1,0 +1,63 @@
+"""The census on real Works (a one-rank gloo group in a subprocess, holders.py), in every
+shape users keep them: it names each holder by the path that reaches it and counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hicache_cli.attach.protocol import Census
+
+pytestmark = pytest.mark.slow  # a gloo group and torch in a subprocess
+REPO = Path(__file__).resolve().parents[2]
+HELD = 300  # Works in Syncer.pending
+
+
+@pytest.fixture(scope="module")
+def census() -> dict[str, Any]:
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("holders.py")), str(HELD)], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def holders(census: dict[str, Any]) -> dict[str, tuple[str, int, int, int | None]]:
+    taken = Census.from_dict(census["census"])
+    return {h.path: (h.container, h.works, h.containers, h.tensor_bytes) for h in taken.holders if h.named}
+
+
+def test_each_holder_is_named_by_the_path_that_reaches_it(census: dict[str, Any]) -> None:
+    assert holders(census) == {
+        "Syncer.pending": ("list", HELD, 1, None),  # an instance attribute
+        "Scheduler.pending[<int>]": ("dict", 7, 1, None),  # a dict by key pattern (untracked by gc)
+        "Backend.ongoing_reqs[*].handle": ("Record", 5, 5, 5 * 256 * 4),  # records in a list, tensors beside
+        "__main__.KEEP[*].work": ("Slotted", 1, 1, None),  # a __slots__ record in a module global
+        "Registry.in_flight": ("list", 3, 1, None),  # a class attribute
+        "make_sender.<locals>.works": ("list", 4, 1, None),  # a closure variable
+        "__main__.QUEUE": ("deque", 6, 1, None),  # a module global
+        "__main__.INFLIGHT[*]": ("tuple", 2, 2, 2 * 100 * 4),  # (Work, tensor) pairs
+        "main.<locals>.pending": ("list", 9, 1, None),  # a local of the running main thread
+    }
+
+
+def test_counts_and_completion(census: dict[str, Any]) -> None:
+    taken = Census.from_dict(census["census"])
+    assert taken.works == sum(h.works for h in taken.holders) == HELD + 7 + 5 + 1 + 3 + 4 + 6 + 2 + 9
+    assert all(h.completed == h.works for h in taken.holders)  # one-rank all_reduces complete at once
+    assert [h.works for h in taken.holders] == sorted((h.works for h in taken.holders), reverse=True)
+
+
+def test_the_walk_lets_the_program_run_between_chunks(census: dict[str, Any]) -> None:
+    """The census thread sleeps between chunks: the main thread, spinning in Python, got
+    the GIL meanwhile. Its cost is recorded with the census."""
+    cost = Census.from_dict(census["census"]).cost
+    assert cost.chunks > 1 and cost.passes >= 2 and not cost.truncated
+    assert cost.objects > 10_000 and cost.max_hold_s <= cost.snapshot_s + cost.busy_s
+    assert census["main_thread_progress"] > 0

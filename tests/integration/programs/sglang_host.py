@@ -1,0 +1,45 @@
+"""SGLang's own PP-sync methods, hosted in a plain torchrun program (no hicache probe).
+
+The methods of a SGLang release's HiRadixCache (``_pp_sync`` and the event round around
+it) are read from the release wheel and bound onto hicache's holder, as ``hicache stress
+--target sglang==V`` does, but the loop here is the program's own: it runs rounds until
+the stop file appears, like a server, and nothing of hicache watches it - for ``hicache
+attach`` to find.
+
+    torchrun --standalone --nproc-per-node 2 sglang_host.py --sglang 0.5.14 --stop-file /tmp/stop
+"""
+
+import argparse
+import os
+import time
+
+import torch.distributed as dist
+
+from cache.pp_sync import Topology, new_groups
+from hicache_cli.sglang_target.bind import CountingCollectives, SGLangHolder, Traffic, build
+from hicache_cli.sglang_target.locate import parse_target
+from hicache_cli.sglang_target.resolve import resolve
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sglang", default="0.5.14")
+    parser.add_argument("--stop-file", required=True)
+    args = parser.parse_args()
+    extracted = resolve(parse_target(f"sglang=={args.sglang}")).extracted
+    dist.init_process_group("gloo")
+    topo = Topology(rank=dist.get_rank(), pp_size=dist.get_world_size(), tp_size=1)
+    groups = new_groups(topo, "gloo")
+    CountingCollectives(Traffic())
+    holder = SGLangHolder(topo.pp_rank, topo.pp_size, groups.pp, groups.tp, topo.tp_size)
+    loop = build(extracted, None, extracted.sha256, holder)
+    print(f"rank {topo.pp_rank}/{topo.pp_size}: serving\n", end="", flush=True)
+    while not os.path.exists(args.stop_file):
+        loop.run_round()
+        time.sleep(0.001)
+    print(f"rank {topo.pp_rank}/{topo.pp_size}: stopped\n", end="", flush=True)
+    os._exit(0)  # the sends SGLang never waited stay unwaited: leave without a group teardown
+
+
+if __name__ == "__main__":
+    main()
