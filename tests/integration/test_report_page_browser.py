@@ -12,6 +12,7 @@ import pytest
 
 from hicache_cli.analysis.bundles import Bundle
 from hicache_cli.analysis.compare import bundle, summarize
+from hicache_cli.analysis.results import Report
 from hicache_cli.present.html import write_page
 from tests.browser import Chromium, find_chromium
 from tests.cli.test_html_page import HOSTILE
@@ -50,9 +51,9 @@ def open_page(browser: Chromium, page: Path, shot: Path) -> dict[str, int]:
 
 
 def test_a_run_page_renders_offline_with_a_line_per_rank(browser: Chromium, tmp_path: Path) -> None:
-    report = build_pp2_report(leaking=True)
-    report["ranks"][0]["verdict_reason"] += " " + HOSTILE  # an injected script would log, or ask for x
-    page = write_page(report, tmp_path / "run.html")
+    data = build_pp2_report(leaking=True).to_dict()
+    data["ranks"][0]["verdict_reason"] += " " + HOSTILE  # an injected script would log, or ask for x
+    page = write_page(Report.from_dict(data), tmp_path / "run.html")
     charts = open_page(browser, page, tmp_path / "run.png")
     assert charts == {"chart-rss": 2, "chart-depth": 2, "chart-p99": 2, "chart-backlog": 1}
 
