@@ -63,7 +63,7 @@ class AttachedPid(Record):
     pid: int = field_spec(required=True, default=0)
     name: str = ""  # its command name (comm)
     rank: int | None = None  # its torch.distributed rank
-    state: str = ""  # refused | detached | failed | attached (hicache ended before it said more)
+    state: str = ""  # refused | detached | failed | unanswered (had not run the injected text when hicache stopped)
     reason: str | None = None  # why refused or failed
     method: str | None = None  # gdb | sys.remote_exec
     inject_s: float | None = None  # the debugger's run (with gdb, the process is stopped for most of it)

@@ -30,6 +30,10 @@ from hicache_cli.targets import AttachedProcess
 from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
 
 OnAttached = Callable[[AttachedPid], None]  # told of each process tried, once its census is read
+# A process injected that had not run the text when hicache stopped (Ctrl-C during the attach):
+# if it ever does, it finds the stop file and refuses.
+UNANSWERED = "unanswered"
+NOT_YET = "it had not run the injected text when hicache stopped (if it ever does, it refuses)"
 
 
 def attach_config(
@@ -145,8 +149,8 @@ def attached_pid(run_dir: Path, target: Target, status: protocol.AgentStatus | N
         pid=target.pid,
         name=target.info.name,
         rank=status.rank if status else None,
-        state=status.state if status else (protocol.REFUSED if target.refusal else protocol.ATTACHED),
-        reason=(status.reason if status else None) or target.refusal,
+        state=status.state if status else (protocol.REFUSED if target.refusal else UNANSWERED),
+        reason=(status.reason if status else None) or target.refusal or (None if status else NOT_YET),
         method=target.injected.method if target.injected else None,
         inject_s=round(target.injected.seconds, 3) if target.injected else None,
         census_s=round(start.taken_at - status.attached_at, 3) if start and status and status.attached_at else None,

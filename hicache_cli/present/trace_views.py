@@ -75,7 +75,7 @@ def attached_lines(process: AttachedPid, end: bool = False) -> list[str]:
     """A process `hicache attach` tried: how it was attached (or why not), what its census
     found by holder, what the census cost; with `end`, the holders' growth and the detach."""
     who = f"pid {process.pid} ({process.name})" + (f" rank {process.rank}" if process.rank is not None else "")
-    if process.state == "refused":
+    if process.state in ("refused", "unanswered"):
         return [f"{who}: not attached: {process.reason}"]
     how = f" by {process.method} in {process.inject_s:.1f} s" if process.method and process.inject_s is not None else ""
     lines = [f"{who}: attached{how}" + (f"; failed: {process.reason}" if process.state == "failed" else "")]

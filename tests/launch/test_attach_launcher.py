@@ -16,7 +16,15 @@ from hicache_cli.attach.protocol import AgentStatus, Census, CensusCost, Holder
 from hicache_cli.attach.session import Target
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
-from hicache_cli.launch.attach_launcher import AttachedProcesses, AttachLaunch, attach_config, attached_pid, holders
+from hicache_cli.launch.attach_launcher import (
+    NOT_YET,
+    UNANSWERED,
+    AttachedProcesses,
+    AttachLaunch,
+    attach_config,
+    attached_pid,
+    holders,
+)
 from hicache_cli.targets import AttachedProcess
 
 RANK0 = ProcessInfo(4242, "python", 0, 4200, "/usr/bin/python3.11", None, (3, 11), True, True, 6)
@@ -74,6 +82,8 @@ def test_a_refused_process_says_why(tmp_path: Path) -> None:
     assert (found.state, found.reason, found.works, found.holders) == ("refused", protocol.NO_GROUP, None, [])
     silent = Target(agent, "1", refusal="pid 4200 (pt_elastic) did not run the injected code within 30 s")
     assert attached_pid(tmp_path, silent, None).state == "refused"
+    cut_short = attached_pid(tmp_path, Target(agent, "1", injected=Injected("gdb", 0.5, "m")), None)  # Ctrl-C
+    assert (cut_short.state, cut_short.reason) == (UNANSWERED, NOT_YET)
 
 
 def test_the_strategy_holds_nothing_it_could_signal(tmp_path: Path) -> None:
