@@ -45,17 +45,37 @@ def attach_config(
     census: bool = True,
     stall_timeout: str = "60s",
 ) -> RunConfig:
-    """The config of an attach from its options as typed (durations as text; duration None:
-    until stopped or every process is gone). Bad values, and what /proc, the debugger and the
-    kernel's ptrace rules already refuse, raise UsageError (AttachRefused) before anything is
-    created or touched."""
+    """The config of an attach from its options as typed (durations as text, e.g. 60s)."""
+    return attached_config(
+        pids,
+        parse_duration(duration, "duration") if duration is not None else None,
+        probe_hz,
+        parse_duration(warmup, "warmup") if warmup is not None else None,
+        leak_threshold_mb_per_h,
+        census,
+        parse_duration(stall_timeout, "stall-timeout", MAX_TIMEOUT_S),
+    )
+
+
+def attached_config(
+    pids: list[int],
+    duration_s: float | None,
+    probe_hz: float,
+    warmup_s: float | None,
+    leak_threshold_mb_per_h: float,
+    census: bool = True,
+    stall_timeout_s: float = 60.0,
+) -> RunConfig:
+    """The config of an attach (duration None: until stopped or every process is gone). Bad
+    values, and what /proc, the debugger and the kernel's ptrace rules already refuse, raise
+    UsageError (AttachRefused) in one line before anything is created or touched."""
     config = RunConfig(
         target=AttachedProcess(pids=tuple(pids), census=census),
-        duration_s=parse_duration(duration, "duration") if duration is not None else None,
+        duration_s=duration_s,
         probe_hz=probe_hz,
-        warmup_s=parse_duration(warmup, "warmup") if warmup is not None else None,
+        warmup_s=warmup_s,
         leak_threshold_mb_per_h=leak_threshold_mb_per_h,
-        stall_timeout_s=parse_duration(stall_timeout, "stall-timeout", MAX_TIMEOUT_S),
+        stall_timeout_s=stall_timeout_s,
     ).validate()
     check(list(pids))
     return config

@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+import hicache_cli as hc
+from hicache_cli.config import RunConfig
+from hicache_cli.errors import UsageError
+from hicache_cli.targets import AttachedProcess
 from tests.conftest import assert_refused
 
 
@@ -76,3 +80,11 @@ def test_bad_attach_options_are_one_line(
 ) -> None:
     argv = [str(os.getpid()) if a == "PID" else a for a in argv]  # this process: Python with torch, ours to trace
     assert_refused(argv, message, capsys, fake_execute, here)
+
+
+def test_the_api_refuses_as_the_command_does(gone: int) -> None:
+    with pytest.raises(UsageError) as caught:
+        hc.attach_to(gone)
+    assert str(caught.value) == f"no process with pid {gone}"
+    with pytest.raises(UsageError, match=r"hicache_cli.attach_to\(pids\)"):
+        hc.run(RunConfig(target=AttachedProcess(pids=(gone,))))

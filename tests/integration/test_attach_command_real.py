@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+import hicache_cli as hc
+from hicache_cli.analysis.results import AttachSection
 from hicache_cli.attach import protocol
 from tests.integration.attach_helpers import (
     PROGRAMS,
@@ -156,25 +158,41 @@ def test_the_server_ran_on_and_ended_as_it_would_have(leaky: Leaky) -> None:
     assert leaky.exit_code == 0
 
 
+@dataclass
+class Draining:
+    gate: Command
+    report: dict[str, Any]
+    by_api: hc.Report
+    exit_code: int
+
+
 @pytest.fixture(scope="module")
-def draining(tmp_path_factory: pytest.TempPathFactory) -> tuple[Command, dict[str, Any], int]:
+def draining(tmp_path_factory: pytest.TempPathFactory) -> Draining:
     tmp = tmp_path_factory.mktemp("attach-cli-drain")
     server = start_server(tmp, "drain")
     try:
         time.sleep(1.0)
         gate = hicache_run("check", "--pid", str(server.pid), "--duration", "12s", "--no-live", "--json",
                            "--run-dir", str(tmp / "check"), cwd=tmp)  # fmt: skip
-        return gate, report_of(tmp / "check"), server.stop()
+        by_api = hc.attach_to(server.ranks()[0], duration_s=3.0, census=False, run_dir=tmp / "api")
+        return Draining(gate, report_of(tmp / "check"), by_api, server.stop())
     finally:
         server.kill()
 
 
-def test_check_pid_on_a_draining_server_passes(draining: tuple[Command, dict[str, Any], int]) -> None:
-    gate, report, server_exit = draining
-    assert gate.proc.returncode == 0, gate.text("err")
-    assert [r["verdict"] for r in report["ranks"]] == ["BOUNDED", "BOUNDED"]
-    assert json.loads(gate.text())["result"] == "PASS"
-    assert server_exit == 0
+def test_check_pid_on_a_draining_server_passes(draining: Draining) -> None:
+    assert draining.gate.proc.returncode == 0, draining.gate.text("err")
+    assert [r["verdict"] for r in draining.report["ranks"]] == ["BOUNDED", "BOUNDED"]
+    assert json.loads(draining.gate.text())["result"] == "PASS"
+    assert draining.exit_code == 0
+
+
+def test_the_api_attaches_without_a_census(draining: Draining) -> None:
+    report = draining.by_api
+    assert isinstance(report.target, AttachSection)
+    (process,) = report.target.processes
+    assert (process.rank, process.state, process.works, process.holders) == (0, "detached", None, [])
+    assert report.rank(0).works is not None and report.rank(0).works.created > 0
 
 
 def test_a_stress_rank_survives_an_attach(tmp_path: Path) -> None:
