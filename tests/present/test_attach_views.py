@@ -8,6 +8,7 @@ import io
 from rich.console import Console
 
 from hicache_cli.attached import AttachedPid, CensusCost, HolderCount
+from hicache_cli.present.html import render
 from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.present.trace_views import HOLDERS_SHOWN, attached_lines
 from tests.analysis.test_attach_report import AGENT, RANK0, attach_report
@@ -56,3 +57,9 @@ def test_the_end_of_an_attach_titles_the_table_by_the_pids_and_lists_the_census(
     assert lines[0].startswith("rank 0 (pid 1000): LEAK - ")
     assert "pid 900 (pt_elastic): not attached: torch.distributed has no process group" in lines
     assert "    detached: hicache asked" in lines
+
+
+def test_the_html_page_of_an_attach_is_titled_by_its_pids_and_names_the_holder() -> None:
+    page = render(attach_report())
+    assert "hicache: attach: pid 900" in page
+    assert "Scheduler.sync_works" in page  # rank 0's reason
