@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -115,18 +116,9 @@ def run_traced(
     console.print(f"run directory: {directory}")
     if live:
         console.print(f"the program's output: {directory / PROGRAM_LOG}")
-    with progress_view(config, directory, console, live, metrics) as view:
-        result = execute(
-            config,
-            directory,
-            view,
-            report_copy=report,
-            refresh_s=1.0 / refresh if live else 0.5,
-            early_stop=early_stop,
-            passthrough=not live,  # on a terminal the dashboard has it: the program's output goes to its log
-            passthrough_to_stderr=json_output,
-        )
-    return result, console
+    # on a terminal the dashboard has it: the program's output goes to its log
+    launch = {"passthrough": not live, "passthrough_to_stderr": json_output}
+    return _observe(config, directory, console, live, refresh, report, early_stop, metrics, launch), console
 
 
 def run_attached(
@@ -150,17 +142,26 @@ def run_attached(
         for line in attached_lines(process):
             console.print(line)
 
+    launch = {"on_attached": attached}
+    return _observe(config, directory, console, live, refresh, report, early_stop, metrics, launch), console
+
+
+def _observe(
+    config: RunConfig,
+    directory: Path,
+    console: Console,
+    live: bool,
+    refresh: float,
+    report: Path | None,
+    early_stop: EarlyStop | None,
+    metrics: MetricsExporter | None,
+    launch: dict[str, Any],
+) -> RunResult:
+    """Someone else's processes (traced or attached to), followed with a progress view."""
     with progress_view(config, directory, console, live, metrics) as view:
-        result = execute(
-            config,
-            directory,
-            view,
-            report_copy=report,
-            refresh_s=1.0 / refresh if live else 0.5,
-            early_stop=early_stop,
-            on_attached=attached,
-        )
-    return result, console
+        refresh_s = 1.0 / refresh if live else 0.5
+        return execute(config, directory, view, report_copy=report, refresh_s=refresh_s, early_stop=early_stop,
+                       **launch)  # fmt: skip
 
 
 @dataclass(frozen=True)
