@@ -209,7 +209,8 @@ def test_a_stress_rank_survives_an_attach(tmp_path: Path) -> None:
     assert attach.proc.returncode == 0, attach.text("err")
     report = report_of(tmp_path / "stress")
     assert report["status"] == "completed" and report["failures"] == []
-    assert {r["stop"] for r in report["ranks"]} == {"reached the deadline"}
+    # each rank ran to its deadline (a drain's last wait may meet its peer gone: not a failure)
+    assert all(r["state"] == "done" and "deadline" in r["stop"] for r in report["ranks"]), report["ranks"]
     assert rank(report_of(tmp_path / "attach"), 0)["works"]["created"] > 0  # it was traced meanwhile
 
 
