@@ -8,6 +8,7 @@ The library API (docs/api.md), loaded on first use so that `import hicache_cli` 
     report.verdict == hc.Verdict.LEAK        # True; report.ranks[0].work_list.max, ...
     hc.load_report("hicache-runs/.../report.json").to_dict()   # the JSON as written
     hc.trace(["torchrun", "--nproc-per-node", "2", "train.py"])  # any torch.distributed program
+    hc.attach_to(12345, duration_s=60)       # a process already running: its census, then the tracer
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 _EXPORTS = {
     "run": "hicache_cli.api",
     "trace": "hicache_cli.api",
+    "attach_to": "hicache_cli.api",
     "load_report": "hicache_cli.api",
     "with_sglang": "hicache_cli.api",
     "StressConfig": "hicache_cli.config",
@@ -25,6 +27,7 @@ _EXPORTS = {
     "ModelTarget": "hicache_cli.targets",
     "SGLangTarget": "hicache_cli.targets",
     "TracedCommand": "hicache_cli.targets",
+    "AttachedProcess": "hicache_cli.targets",
     "Report": "hicache_cli.analysis.results",
     "RankReport": "hicache_cli.analysis.results",
     "Failure": "hicache_cli.analysis.results",

@@ -22,11 +22,12 @@ from hicache_cli.analysis.results import Report
 from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.execution import execute
+from hicache_cli.launch.attach_launcher import attached_config
 from hicache_cli.launch.supervisor import EarlyStop
 from hicache_cli.launch.trace_launcher import traced_config
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import Sample
-from hicache_cli.targets import RankedTarget, TracedCommand
+from hicache_cli.targets import AttachedProcess, RankedTarget, TracedCommand
 
 # Called about twice a second while a run goes on: every rank's samples so far (by rank
 # file), and the seconds since launch. How the dashboard follows a run.
@@ -51,6 +52,8 @@ def run(
     """
     if isinstance(config.target, TracedCommand):
         raise UsageError("a traced program runs with hicache_cli.trace(command)")
+    if isinstance(config.target, AttachedProcess):
+        raise UsageError("a process already running is attached to with hicache_cli.attach_to(pids)")
     config.validate()
     directory = create_run_dir(_path(run_dir), config.label)
     result = execute(config, directory, on_samples or _ignore, report_copy=_path(report_copy), early_stop=early_stop)
@@ -94,6 +97,33 @@ def trace(
     )
     directory = create_run_dir(_path(run_dir), "trace")
     result = execute(config, directory, on_samples or _ignore, early_stop=early_stop, passthrough=not capture_output)
+    assert result.report is not None
+    return result.report
+
+
+def attach_to(
+    pids: int | Sequence[int],
+    *,
+    duration_s: float | None = 60.0,
+    census: bool = True,
+    probe_hz: float = DEFAULT_PROBE_HZ,
+    warmup_s: float | None = None,
+    leak_threshold_mb_per_h: float = 100.0,
+    run_dir: str | os.PathLike[str] | None = None,
+    on_samples: OnSamples | None = None,
+    early_stop: EarlyStop | None = None,
+) -> Report:
+    """Attach to processes already running (as `hicache attach PID...`): the census of the
+    Works each holds, by holder, then the tracer until `duration_s` (None: until every
+    process has ended), then detach, leaving each as it was; the report. A pid may be a rank
+    or a parent (torchrun) of ranks. A process that cannot be attached raises AttachRefused
+    (a UsageError) with the command's one line; `report.target.processes` says how each went.
+    """
+    config = attached_config(
+        [pids] if isinstance(pids, int) else list(pids), duration_s, probe_hz, warmup_s, leak_threshold_mb_per_h, census
+    )
+    directory = create_run_dir(_path(run_dir), "attach")
+    result = execute(config, directory, on_samples or _ignore, early_stop=early_stop)
     assert result.report is not None
     return result.report
 

@@ -24,7 +24,6 @@ from hicache_cli.targets import (
     ModelTarget,
     RankedTarget,
     Target,
-    TracedCommand,
 )
 
 __all__ = [
@@ -47,6 +46,7 @@ OPTIONS = {
     "stall_timeout_s": "stall-timeout",
     "leak_threshold_mb_per_h": "leak-threshold",
     "faults": "fault",
+    "pids": "pid",
 }
 
 
@@ -102,8 +102,8 @@ class RunConfig(Record):
             ("duration", self.duration_s, MAX_RUN_S),
             ("stall-timeout", self.stall_timeout_s, MAX_TIMEOUT_S),
         ):
-            if value is None and isinstance(self.target, TracedCommand):
-                continue  # a traced program runs until it exits
+            if value is None and self.ranked is None:
+                continue  # a traced program runs until it exits; an attach until stopped (or they exit)
             if value is None or not (math.isfinite(value) and 0 < value <= most):
                 got = "none" if value is None else f"{value:g}s"
                 raise UsageError(f"--{name}: must be more than zero and at most {format_limit(most)}, got {got}")
@@ -224,14 +224,22 @@ def _fits(value: Any, hint: Any) -> bool:
             return True
         if origin is str and isinstance(value, str):
             return True
-        if origin is tuple and isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
+        if origin is bool and isinstance(value, bool):
             return True
+        if origin is tuple and isinstance(value, (tuple, list)):
+            item = (typing.get_args(option) or (str,))[0]  # tuple[str, ...], tuple[int, ...]
+            if all(_fits(v, item) for v in value):
+                return True
         if isinstance(origin, type) and issubclass(origin, Target) and isinstance(value, Target):
             return True
     return False
 
 
 def _words(hint: Any) -> str:
-    names = {int: "a whole number", float: "a number", str: "text", tuple: "a list of text", type(None): "None"}
+    names = {int: "a whole number", float: "a number", str: "text", bool: "true or false", type(None): "None"}
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    return " or ".join(names.get(typing.get_origin(o) or o, "a target") for o in options)
+    lists = {str: "a list of text", int: "a list of whole numbers"}
+    return " or ".join(
+        lists.get(typing.get_args(o)[0], "a list") if typing.get_origin(o) is tuple else names.get(o, "a target")
+        for o in options
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 from hicache_cli.analysis.report import build_report, write_report
 from hicache_cli.analysis.results import Report
 from hicache_cli.config import RunConfig
+from hicache_cli.launch.attach_launcher import AttachedProcesses, AttachLaunch, OnAttached
 from hicache_cli.launch.launcher import LaunchConfig, TorchrunRanks
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.supervisor import EarlyStop, Strategy, follow
@@ -25,7 +26,7 @@ from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import STACKS_GLOB
 from hicache_cli.sample import Sample
 from hicache_cli.series import load_run
-from hicache_cli.targets import RankedTarget, TracedCommand
+from hicache_cli.targets import AttachedProcess, RankedTarget, TracedCommand
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,15 @@ class RunResult:
 @dataclass(frozen=True)
 class Launch:
     """How to launch, besides the config: one machine's port or a node's part across nodes;
-    a traced program's output passed through (its stdout to our stderr) or kept."""
+    a traced program's output passed through (its stdout to our stderr) or kept; who hears of
+    each attached process's census."""
 
     port: int | None = None
     nodes: NodeSpec | None = None
     passthrough: bool = True
     passthrough_to_stderr: bool = False
     refresh_s: float = 0.5
+    on_attached: OnAttached | None = None
 
 
 def strategy_for(config: RunConfig, run_dir: Path, launch: Launch) -> Strategy:
@@ -57,6 +60,8 @@ def strategy_for(config: RunConfig, run_dir: Path, launch: Launch) -> Strategy:
         )
     if isinstance(target, TracedCommand):
         return TracedProgram(TraceLaunch(run_dir, config, launch.passthrough, launch.passthrough_to_stderr))
+    if isinstance(target, AttachedProcess):
+        return AttachedProcesses(AttachLaunch(run_dir, config, launch.on_attached))
     raise TypeError(f"no launcher for a {type(target).__name__}")
 
 
@@ -71,16 +76,18 @@ def execute(
     nodes: NodeSpec | None = None,
     passthrough: bool = True,
     passthrough_to_stderr: bool = False,
+    on_attached: OnAttached | None = None,
 ) -> RunResult:
     """Launch the run in `run_dir`, follow it, and write its report, whatever happened.
 
     `on_tick` gets the samples so far every `refresh_s` seconds. A traced program's output
     goes to ours with `passthrough` (its stdout to our stderr with `passthrough_to_stderr`),
-    else to program.log in the run directory.
+    else to program.log in the run directory. `on_attached` hears of each process an attach
+    tried, as soon as its census is read.
     """
     config.save(run_dir)
     cpu_before = time.process_time()
-    launch = Launch(port, nodes, passthrough, passthrough_to_stderr, refresh_s)
+    launch = Launch(port, nodes, passthrough, passthrough_to_stderr, refresh_s, on_attached)
     strategy = strategy_for(config, run_dir, launch)
     outcome = follow(strategy, on_tick, early_stop, refresh_s)
     with STOPS.finishing():  # a stop signal now must not cost the report

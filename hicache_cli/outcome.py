@@ -8,6 +8,7 @@ import signal
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hicache_cli.attached import AttachedPid
 from hicache_cli.series import RunSeries
 from hicache_cli.watchdog import Stall
 
@@ -46,6 +47,7 @@ class RunOutcome:
     lost_nodes: dict[int, str] = field(default_factory=dict)  # across nodes, on node 0: node -> how it was lost
     link_error: str | None = None  # another node: why its samples stopped reaching node 0
     followed: RunSeries | None = None  # every sample read while following, to the last line (bounded)
+    attached: tuple[AttachedPid, ...] = ()  # hicache attach: each process tried, how it went, its census
 
     @property
     def killed(self) -> bool:

@@ -1,6 +1,7 @@
 """What a run measures: a typed target. hicache's own cache model under a drain policy
 (`ModelTarget`), SGLang's own PP-sync methods (`SGLangTarget`), both run by hicache's ranks
-under torchrun; or someone else's program, traced (`TracedCommand`).
+under torchrun; or someone else's program, traced (`TracedCommand`) or attached to while it
+runs (`AttachedProcess`).
 
 Each is a frozen record written with its `kind` (config.json's `target`); each knows its name
 (`label`, where a policy's name goes), its one-line title and how many rank files to expect.
@@ -14,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from hicache_cli.attached import AttachedPid
 from hicache_cli.errors import UsageError
 from hicache_cli.records import Record, ShapeError, field_spec
 
@@ -219,6 +221,32 @@ class TracedCommand(Target):
         return TraceSection(command=list(self.command), cwd=self.cwd, loop=self.loop, processes=facts.processes)
 
 
+@dataclass(frozen=True)
+class AttachedProcess(Target):
+    """Processes already running (`hicache attach PID...`): each pid, and every Python process
+    below it that has a process group, is attached to, censused, traced, then detached."""
+
+    kind: ClassVar[str] = "attach"
+    pids: tuple[int, ...] = field_spec(required=True, default=())
+    census: bool = True  # the Works already held, by holder, at attach and at detach
+    answer_s: float = 30.0  # how long a process has to run the injected text (its main thread back in Python)
+
+    def title(self, duration_s: float | None, sep: str = "  ") -> str:
+        return f"attach: pid {', '.join(map(str, self.pids))}"
+
+    def validate(self) -> None:
+        if not self.pids:
+            raise UsageError("name the process to attach to, e.g. hicache attach 12345")
+        for pid in self.pids:
+            if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+                raise UsageError(f"pid {pid!r}: a process id is a whole number above 0")
+        if not (math.isfinite(self.answer_s) and self.answer_s > 0):
+            raise UsageError(f"answer_s must be more than zero, got {self.answer_s:g}")
+
+    def section(self, facts: RunFacts) -> TargetSection:
+        return AttachSection(pids=list(self.pids), processes=list(facts.attached))
+
+
 # -- what the report says of each target (the report's `target`) ------------------------------
 
 
@@ -230,6 +258,7 @@ class RunFacts:
     processes: int = 0
     rounds: int | None = None
     sent: int | None = None
+    attached: tuple[AttachedPid, ...] = ()  # hicache attach: each pid, how it went, its census
 
 
 @dataclass(frozen=True)
@@ -285,11 +314,26 @@ class TraceSection(TargetSection):
     processes: int | None = None
 
 
-_SECTIONS: dict[str, type[TargetSection]] = {s.kind: s for s in (ModelSection, SGLangSection, TraceSection)}
+@dataclass(frozen=True)
+class AttachSection(TargetSection):
+    """Processes attached to: the pids asked for and, per process tried, how it was attached
+    and detached and its census by holder (attached.py)."""
+
+    kind: str = "attach"
+    pids: list[int] = field(default_factory=list)
+    processes: list[AttachedPid] = field(default_factory=list)
+
+    def process(self, pid: int | None) -> AttachedPid | None:
+        return next((p for p in self.processes if p.pid == pid), None)
 
 
-KINDS: dict[str, type[Target]] = {t.kind: t for t in (ModelTarget, SGLangTarget, TracedCommand)}
-AnyTarget = ModelTarget | SGLangTarget | TracedCommand
+_SECTIONS: dict[str, type[TargetSection]] = {
+    s.kind: s for s in (ModelSection, SGLangSection, TraceSection, AttachSection)
+}
+
+
+KINDS: dict[str, type[Target]] = {t.kind: t for t in (ModelTarget, SGLangTarget, TracedCommand, AttachedProcess)}
+AnyTarget = ModelTarget | SGLangTarget | TracedCommand | AttachedProcess
 
 
 def how_it_frees(drain_method: str | None) -> str:

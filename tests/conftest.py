@@ -241,6 +241,7 @@ class FakeExecute:
         nodes: NodeSpec | None = None,
         passthrough: bool = True,
         passthrough_to_stderr: bool = False,
+        on_attached: Any = None,
     ) -> RunResult:
         self.calls.append(
             {"config": config, "run_dir": run_dir, "report_copy": report_copy, "early_stop": early_stop, "nodes": nodes}

@@ -1,12 +1,14 @@
-"""Test doubles for the cache model, in one place. Each says what it mimics and how it differs."""
+"""Test doubles in one place (the cache model, traced groups, the kernel's siginfo).
+Each says what it mimics and how it differs."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from datetime import timedelta
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -263,3 +265,25 @@ class FakeTracedGroup:
         work = FakeTracedWork(self.table)
         self.table.created_work(work, name, sys._getframe(2), (self, tensors, peer, lambda group, rank: rank))
         return work
+
+
+class FakeSiginfo(NamedTuple):
+    """Mimics the `signal.struct_siginfo` that `signal.sigtimedwait` returns. The defaults
+    are a real delivery: SIGTERM sent with kill() by process 4242, uid 0. Under ptrace on
+    some kernels sigtimedwait returns one nothing filled in (si_signo 0, or stack garbage):
+    `BOGUS` is what gdb's attach and detach made a waiting thread see on this VM."""
+
+    si_signo: int = signal.SIGTERM
+    si_code: int = 0  # SI_USER
+    si_errno: int = 0
+    si_pid: int = 4242
+    si_uid: int = 0
+    si_status: int = 0
+    si_band: int = 4242
+
+
+BOGUS_SIGINFOS = (
+    FakeSiginfo(0, -777262160, 0, -263088725, 235246580, -777662912, 1010376371627726251),
+    FakeSiginfo(-1359559408, -777262160, 22067, -263088725, 235246580, -777662912, 1010376371627726251),
+    FakeSiginfo(signal.SIGINT, -777262160, 22067, -263088725, 235246580, 0, 0),  # a stop signal's number by chance
+)

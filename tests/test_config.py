@@ -13,7 +13,7 @@ from hicache_cli import errors
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.protocol import CONFIG_FILE
 from hicache_cli.records import ShapeError
-from hicache_cli.targets import ModelTarget, SGLangTarget, TracedCommand
+from hicache_cli.targets import AttachedProcess, ModelTarget, SGLangTarget, TracedCommand
 
 SGLANG = SGLangTarget(
     pp=4,
@@ -30,12 +30,13 @@ TARGETS = {
     "model": ModelTarget(pp=3, tp=2, policy="drain", request_rate=0.25, faults=("lag:1:5",)),
     "sglang": SGLANG,
     "trace": TRACED,
+    "attach": AttachedProcess(pids=(4242, 4250), census=False),
 }
 
 
 @pytest.mark.parametrize("kind", TARGETS)
 def test_every_target_round_trips_through_config_json(tmp_path: Path, kind: str) -> None:
-    config = RunConfig(target=TARGETS[kind], duration_s=None if kind == "trace" else 2.5, warmup_s=0.5)
+    config = RunConfig(target=TARGETS[kind], duration_s=None if kind in ("trace", "attach") else 2.5, warmup_s=0.5)
     config.save(tmp_path)
     written = json.loads((tmp_path / CONFIG_FILE).read_text())
     assert written["target"]["kind"] == kind
@@ -44,10 +45,11 @@ def test_every_target_round_trips_through_config_json(tmp_path: Path, kind: str)
 
 
 def test_each_target_names_its_run() -> None:
-    assert [RunConfig(target=t).label for t in TARGETS.values()] == ["drain", "sglang-0.5.14", "trace"]
+    assert [RunConfig(target=t).label for t in TARGETS.values()] == ["drain", "sglang-0.5.14", "trace", "attach"]
     assert RunConfig(target=TARGETS["model"], duration_s=15).title() == "drain  pp=3 tp=2  15s"
     assert RunConfig(target=TRACED, duration_s=None).title() == "trace: torchrun --nproc-per-node 2 train.py"
-    assert [RunConfig(target=t).expected_ranks for t in TARGETS.values()] == [6, 4, None]
+    assert RunConfig(target=TARGETS["attach"], duration_s=60).title() == "attach: pid 4242, 4250"
+    assert [RunConfig(target=t).expected_ranks for t in TARGETS.values()] == [6, 4, None, None]
 
 
 def test_the_flat_constructor_builds_a_model_run() -> None:
@@ -127,7 +129,7 @@ def test_a_trace_config_of_the_previous_version_reads() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"target": {"kind": "attach"}}, "target.kind: 'attach'; expected one of model, sglang, trace"),
+        ({"target": {"kind": "gdb"}}, "target.kind: 'gdb'; expected one of model, sglang, trace, attach"),
         ({"target": {"kind": "model", "pp": "2"}}, "target.pp: a string, expected an integer"),
         ({"target": {"kind": "trace"}}, "target.command: missing"),
         ({**FLAT, "target": "mystery"}, "config.target: 'mystery', expected model, sglang or trace"),
@@ -157,6 +159,21 @@ def test_a_wrong_config_is_one_line(data: dict[str, Any], message: str) -> None:
 def test_validate_checks_types_first_in_the_clis_words(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(errors.UsageError) as caught:
         StressConfig(**settings).validate()
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (AttachedProcess(), "name the process to attach to, e.g. hicache attach 12345"),
+        (AttachedProcess(pids=("12",)), "--pid must be a list of whole numbers, got ('12',)"),  # type: ignore[arg-type]
+        (AttachedProcess(pids=(12, 0)), "pid 0: a process id is a whole number above 0"),
+        (AttachedProcess(pids=(12,), census=1), "--census must be true or false, got 1"),  # type: ignore[arg-type]
+    ],
+)
+def test_an_attach_target_is_checked_in_the_clis_words(target: AttachedProcess, message: str) -> None:
+    with pytest.raises(errors.UsageError) as caught:
+        RunConfig(target=target, duration_s=None).validate()
     assert str(caught.value) == message
 
 

@@ -21,7 +21,7 @@ from hicache_cli.cli.main import app, main
 from hicache_cli.cli.options import FAULT
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.sample import Sample
-from hicache_cli.targets import ModelTarget, SGLangTarget, TracedCommand
+from hicache_cli.targets import AttachedProcess, ModelTarget, SGLangTarget, TracedCommand
 from tests.conftest import build_pp2_report
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -176,7 +176,7 @@ def test_report_md_names_every_config_key() -> None:
     assert missing == []
 
 
-@pytest.mark.parametrize("target", [ModelTarget, SGLangTarget, TracedCommand])
+@pytest.mark.parametrize("target", [ModelTarget, SGLangTarget, TracedCommand, AttachedProcess])
 def test_report_md_names_every_key_of_every_target(target: type) -> None:
     row = report_md_row("config.target")
     missing = [k for k in target().to_dict() if f"`{k}`" not in row]

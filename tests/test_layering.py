@@ -115,7 +115,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "rank": frozenset({"core", "cache", "sglang_target"}),
     "tracer": frozenset({"core", "rank"}),
     "attach": frozenset({"core", "rank", "tracer"}),
-    "launch": frozenset({"core", "tracer"}),
+    "launch": frozenset({"core", "tracer", "attach"}),
     "analysis": frozenset({"core"}),
     "present": frozenset({"core", "analysis"}),
     "lint": frozenset({"core", "sglang_target"}),

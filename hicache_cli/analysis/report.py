@@ -37,6 +37,7 @@ from hicache_cli.analysis.results import (
     WorkList,
 )
 from hicache_cli.analysis.trace_report import top_site_line, works_summary
+from hicache_cli.attached import AttachedPid
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.files import read_bytes
@@ -47,7 +48,7 @@ from hicache_cli.records import ShapeError, replace
 from hicache_cli.rundir import read_run_text, write_atomically, write_run_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RankSeries, RunSeries, Totals
-from hicache_cli.targets import RankedTarget, RunFacts, SGLangTarget, TracedCommand, waits_on_next_stage
+from hicache_cli.targets import RankedTarget, RunFacts, SGLangTarget, waits_on_next_stage
 from hicache_cli.version import hicache_version
 from hicache_cli.watchdog import blocked_frame
 
@@ -86,10 +87,12 @@ def build_report(
     samples = run.samples
     finals = {r: s[-1] for r, s in samples.items() if s and s[-1].kind == "final"}
     tp = config.ranked.tp if config.ranked else 1
+    held = {p.pid: p for p in outcome.attached}  # attach: each process's census, for its verdict's reason
     ranks = [
-        summarize_rank(rank, run.ranks.get(rank) or RankSeries(), samples, config) for rank in slots(config, samples)
+        summarize_rank(rank, run.ranks.get(rank) or RankSeries(), samples, config, held)
+        for rank in slots(config, samples)
     ]
-    traced = isinstance(config.target, TracedCommand)
+    traced = config.ranked is None  # someone else's program (traced or attached): its ends are its own
     ending = Ending(
         interrupted=outcome.interrupted,
         # a traced program stopped at its duration is not a failure; only the watchdog's stop is
@@ -112,7 +115,7 @@ def build_report(
         status=status,
         interruption=stopped,
         config=config,
-        target=target_summary(config, ranks),
+        target=target_summary(config, ranks, outcome.attached),
         environment=environment(config, devices),
         verdict=Verdict.overall(r.verdict for r in ranks),
         failures=failures,
@@ -158,15 +161,17 @@ def _waits_on(config: RunConfig) -> Callable[[int, str | None], int | None]:
     return stage
 
 
-def target_summary(config: RunConfig, ranks: list[RankReport]) -> TargetSection:
+def target_summary(config: RunConfig, ranks: list[RankReport], attached: tuple[AttachedPid, ...] = ()) -> TargetSection:
     """What ran the PP sync, as its target says it (targets.Target.section): for SGLang, which
     code and how many PP-sync messages rank 0 sent a round; for a traced program, the command
-    and how many processes were observed."""
+    and how many processes were observed; for attached processes, how each was attached and
+    its census."""
     first = ranks[0] if ranks else None
     facts = RunFacts(
         processes=sum(1 for r in ranks if r.measured),
         rounds=first.rounds if first else None,
         sent=first.messages.sent if first and first.messages else None,
+        attached=attached,
     )
     return config.target.section(facts)
 
@@ -178,17 +183,28 @@ def slots(config: RunConfig, samples: Mapping[int, list[Sample]]) -> list[int]:
 
 
 def summarize_rank(
-    slot: int, followed: RankSeries, samples: Mapping[int, list[Sample]], config: RunConfig
+    slot: int,
+    followed: RankSeries,
+    samples: Mapping[int, list[Sample]],
+    config: RunConfig,
+    held: Mapping[int, AttachedPid] | None = None,
 ) -> RankReport:
     """A rank of hicache's own (its upstream stage's samples say what it left unreceived), or a
-    traced process."""
+    traced process (an attached one: `held`, its census by pid)."""
     target = config.target
     if isinstance(target, RankedTarget):
         return rank_summary(slot, followed, samples.get(slot - target.tp, []), config, target.tp)
-    return _traced_summary(slot, followed, config)
+    return _traced_summary(slot, followed, config, held or {})
 
 
-def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config: RunConfig, tp: int = 1) -> RankReport:
+def rank_summary(
+    rank: int,
+    followed: RankSeries,
+    upstream: list[Sample],
+    config: RunConfig,
+    tp: int = 1,
+    census: AttachedPid | None = None,
+) -> RankReport:
     """One rank's entry, from its bounded history and exact totals."""
     pp_rank, tp_rank = divmod(rank, tp)
     series, totals = followed.kept, followed.totals
@@ -207,6 +223,9 @@ def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config
     upstream = upstream if tp <= rank else []
     unreceived = _unreceived(upstream[-1], last) if upstream else 0
     reason = verdict.reason
+    holder = census.top if census is not None else None
+    if holder is not None and holder.held and verdict.verdict is not Verdict.BOUNDED:
+        reason += f"; {holder.line()}"  # attach: the container the census found holding the Works
     if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict is Verdict.LEAK:
         reason += f"; {top}"
     if unreceived:
@@ -277,14 +296,14 @@ def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> MemoryKinds | Non
     )
 
 
-def _traced_summary(slot: int, followed: RankSeries, config: RunConfig) -> RankReport:
+def _traced_summary(slot: int, followed: RankSeries, config: RunConfig, held: Mapping[int, AttachedPid]) -> RankReport:
     """A traced process: `rank` is its torch.distributed rank, `slot` its rank file's
     number (the same, unless several process groups used the same ranks); `works` says
     what became of the Works it was handed, by creation site."""
-    summary = rank_summary(slot, followed, [], config)
-    if not followed.kept:
+    last = followed.kept[-1] if followed.kept else None
+    summary = rank_summary(slot, followed, [], config, census=held.get(last.pid) if last else None)
+    if last is None:
         return summary
-    last = followed.kept[-1]
     return replace(
         summary,
         rank=last.rank,

@@ -17,9 +17,10 @@ from typing import Any
 from hicache_cli.analysis.kinds import FailureKind, Status, Verdict
 from hicache_cli.config import RunConfig
 from hicache_cli.records import Record, ShapeError, field_spec, join, record_fields, replace
-from hicache_cli.targets import ModelSection, SGLangSection, TargetSection, TraceSection
+from hicache_cli.targets import AttachSection, ModelSection, SGLangSection, TargetSection, TraceSection
 
 __all__ = [
+    "AttachSection",
     "Backlog",
     "Environment",
     "Failure",
@@ -350,7 +351,8 @@ class Report(Record):
 
     @property
     def traced(self) -> bool:
-        return isinstance(self.target, TraceSection)
+        """Someone else's program, traced or attached to: its processes are read as traced ones."""
+        return isinstance(self.target, (TraceSection, AttachSection))
 
     @property
     def interrupted(self) -> bool:

@@ -73,22 +73,10 @@ class AttachSession:
 
     # -- start: resolve, inject, wait for answers -----------------------------------------
 
-    def resolve(self) -> list[ProcessInfo]:
-        """The processes to inject: each PID and its descendants that are Python with torch."""
-        found: dict[int, ProcessInfo] = {}
-        for pid in self.pids:
-            info = procs.inspect(pid)
-            tree = [info] + [_inspect_quietly(child) for child in procs.descendants(pid)]
-            candidates = [p for p in tree if p is not None and p.is_python and p.torch]
-            if not candidates:
-                raise AttachRefused(_why_none(info, [p for p in tree[1:] if p is not None]))
-            found.update((p.pid, p) for p in candidates)
-        return list(found.values())
-
     def start(self) -> list[Target]:
         """Inject into every candidate and wait for each answer; the attached targets.
         AttachRefused (one line, exit 2) when none could be attached."""
-        candidates = self.resolve()
+        candidates = resolve(self.pids)
         self.targets = [Target(info, process_start(info.pid)) for info in candidates]
         with ThreadPoolExecutor(max_workers=min(8, len(self.targets))) as pool:
             list(pool.map(self._inject, self.targets))
@@ -163,6 +151,11 @@ class AttachSession:
         """The attached targets still running (the supervisor's `exited` is: none left)."""
         return [t for t in self.targets if t.attached and t.alive()]
 
+    def _says_attached(self, target: Target) -> bool:
+        status = self.status(target.pid)
+        target.attached = target.attached or (status is not None and status.state == protocol.ATTACHED)
+        return target.attached
+
     def census_end(self, timeout_s: float = 60.0) -> dict[int, Census]:
         """The census each agent took as it detached (after `detach()`)."""
         return self.census("end", timeout_s)
@@ -174,7 +167,9 @@ class AttachSession:
         (self.run_dir / protocol.STOP_FILE).touch()
         deadline = time.monotonic() + timeout_s
         out: dict[int, AgentStatus] = {}
-        pending = [t for t in self.targets if t.attached]
+        # the attached, and any that attached while start() was cut short (Ctrl-C); one that has
+        # not run the text yet never will attach: it finds the stop file and refuses
+        pending = [t for t in self.targets if t.attached or self._says_attached(t)]
         while pending and time.monotonic() < deadline:
             for target in list(pending):
                 status = self.status(target.pid)
@@ -185,6 +180,38 @@ class AttachSession:
                     pending.remove(target)
             time.sleep(POLL_S)
         return out
+
+
+def resolve(pids: list[int]) -> list[ProcessInfo]:
+    """The processes to inject: each PID and its descendants that are Python with torch.
+    AttachRefused, naming which test failed, when a PID has none."""
+    found: dict[int, ProcessInfo] = {}
+    for pid in pids:
+        info = procs.inspect(pid)
+        tree = [info] + [_inspect_quietly(child) for child in procs.descendants(pid)]
+        candidates = [p for p in tree if p is not None and p.is_python and p.torch]
+        if not candidates:
+            raise AttachRefused(_why_none(info, [p for p in tree[1:] if p is not None]))
+        found.update((p.pid, p) for p in candidates)
+    return list(found.values())
+
+
+def check(pids: list[int]) -> list[ProcessInfo]:
+    """What can be said before anything is touched: the processes exist, are Python with
+    torch, a debugger is there and the kernel lets this process trace at least one of them.
+    The candidates, or AttachRefused (one line) naming the first reason."""
+    candidates = resolve(pids)
+    refusals = []
+    for info in candidates:
+        try:
+            why = procs.ptrace_refusal(info)
+            inject.choose(info)
+        except AttachRefused as exc:
+            why = str(exc)
+        if why is None:
+            return candidates
+        refusals.append(why)
+    raise AttachRefused(refusals[0])
 
 
 def _inspect_quietly(pid: int) -> ProcessInfo | None:

@@ -9,6 +9,7 @@ import typer
 from cache.policies import POLICIES, describe
 from hicache_cli.cli import conventions
 from hicache_cli.cli.commands import report
+from hicache_cli.cli.commands.attach import ATTACH_EXAMPLES, attach
 from hicache_cli.cli.commands.check import check
 from hicache_cli.cli.commands.compare import compare_policies
 from hicache_cli.cli.commands.doctor import doctor
@@ -62,6 +63,7 @@ Examples:
 app.command(epilog=STRESS_EXAMPLES)(stress)
 # Everything after the first argument of the program is the program's, not ours.
 app.command(epilog=TRACE_EXAMPLES, context_settings={"allow_interspersed_args": False})(trace)
+app.command(epilog=ATTACH_EXAMPLES)(attach)
 app.command()(watch)
 app.command(context_settings={"allow_interspersed_args": False})(check)
 app.command(name="compare-policies")(compare_policies)

@@ -139,6 +139,22 @@ LOOP = typer.Option(
 TRACE_STALL_TIMEOUT = typer.Option(
     "60s", "--stall-timeout", help="With --loop: a call running longer is a stall: stacks dumped, program stopped."
 )
+# A process already running (`attach PID...`, `check --pid PID`).
+PIDS = typer.Argument(
+    None,
+    metavar="PID",
+    help="The process to attach to: a rank, or a parent (torchrun, a launcher) whose Python processes "
+    "below it with a process group are all attached.",
+)
+PID = typer.Option(
+    [],
+    "--pid",
+    help="Gate a process already running (repeatable): attach to it, trace it, detach. See docs/attach.md.",
+)
+NO_CENSUS = typer.Option(
+    False, "--no-census", help="Skip the census of the Works already held (it holds the GIL: docs/attach.md)."
+)
+
 # The options that shape hicache's own workload (meaningless for a traced program's).
 MODEL_OPTIONS = (
     "policy",

@@ -1,6 +1,7 @@
 """Running workloads from a command: one run with its progress view (the live dashboard
-or plain lines, served as metrics too), a traced program, a series of runs side by side
-(compare-policies, sglang-scan), and the exit code of an interrupted run."""
+or plain lines, served as metrics too), a traced program, processes attached to, a series
+of runs side by side (compare-policies, sglang-scan), and the exit code of an interrupted
+run."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from hicache_cli.analysis.results import Report
+from hicache_cli.attached import AttachedPid
 from hicache_cli.cli.output import say
 from hicache_cli.config import RunConfig
 from hicache_cli.execution import RunResult, execute
@@ -22,6 +25,7 @@ from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.metrics_exporter import MetricsExporter, beyond_loopback
 from hicache_cli.present.progress import LiveView, PlainProgress, human_stream, make_console
+from hicache_cli.present.trace_views import attached_lines
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.tracer.protocol import PROGRAM_LOG
 
@@ -112,18 +116,52 @@ def run_traced(
     console.print(f"run directory: {directory}")
     if live:
         console.print(f"the program's output: {directory / PROGRAM_LOG}")
+    # on a terminal the dashboard has it: the program's output goes to its log
+    launch = {"passthrough": not live, "passthrough_to_stderr": json_output}
+    return _observe(config, directory, console, live, refresh, report, early_stop, metrics, launch), console
+
+
+def run_attached(
+    config: RunConfig,
+    directory: Path,
+    no_live: bool,
+    refresh: float,
+    report: Path | None,
+    early_stop: EarlyStop | None = None,
+    json_output: bool = False,
+    metrics: MetricsExporter | None = None,
+) -> tuple[RunResult, Console]:
+    """Attach to running processes (`attach`, `check --pid`): the dashboard on a terminal,
+    plain lines off one; each process's census said as soon as it is read. Returns the
+    result and the console hicache's output goes to (stderr under `--json`)."""
+    live = wants_live(no_live, json_output)
+    console = make_console(live, to_stderr=json_output)
+    console.print(f"hicache {config.title()}; run directory {directory}")
+
+    def attached(process: AttachedPid) -> None:
+        for line in attached_lines(process):
+            console.print(line)
+
+    launch = {"on_attached": attached}
+    return _observe(config, directory, console, live, refresh, report, early_stop, metrics, launch), console
+
+
+def _observe(
+    config: RunConfig,
+    directory: Path,
+    console: Console,
+    live: bool,
+    refresh: float,
+    report: Path | None,
+    early_stop: EarlyStop | None,
+    metrics: MetricsExporter | None,
+    launch: dict[str, Any],
+) -> RunResult:
+    """Someone else's processes (traced or attached to), followed with a progress view."""
     with progress_view(config, directory, console, live, metrics) as view:
-        result = execute(
-            config,
-            directory,
-            view,
-            report_copy=report,
-            refresh_s=1.0 / refresh if live else 0.5,
-            early_stop=early_stop,
-            passthrough=not live,  # on a terminal the dashboard has it: the program's output goes to its log
-            passthrough_to_stderr=json_output,
-        )
-    return result, console
+        refresh_s = 1.0 / refresh if live else 0.5
+        return execute(config, directory, view, report_copy=report, refresh_s=refresh_s, early_stop=early_stop,
+                       **launch)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,18 @@
 """How a traced program's report reads: one row per observed process (its Works, its
-memory, its verdict), and the lines that name the sites leaking Works."""
+memory, its verdict), and the lines that name the sites leaking Works; for processes
+attached to (`hicache attach`), how each was attached and what its census found, by holder."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from hicache_cli.analysis.results import Report, TraceSection
+from hicache_cli.analysis.results import AttachSection, Report, TraceSection
 from hicache_cli.analysis.trace_report import NOTHING_TRACED, nothing_traced, site_text
+from hicache_cli.attached import AttachedPid, HolderCount
 from hicache_cli.units import format_bytes
 
 SITES_SHOWN = 3  # per process, in the lines under the table
+HOLDERS_SHOWN = 5  # per process, the census's largest holders
 
 
 def traced_command(report: Report) -> list[str]:
@@ -28,6 +31,9 @@ def trace_table(report: Report, width: int = 160) -> Table:
         f"trace: {command_text(report)}  status={report.status}  verdict={report.verdict}"
         f"  exit={'n/a' if exit_code is None else exit_code} ({ended})"
     )
+    if isinstance(report.target, AttachSection):
+        ended = f"detached: {report.program_stopped}" if report.program_stopped else "every process ended by itself"
+        title = f"{report.config.title()}  status={report.status}  verdict={report.verdict}  ({ended})"
     wide = width >= 110
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1), pad_edge=False)
     names = ["rank", "pid", "verdict", "RSS end", "slope MB/h [95%]", "live max/final", "created", "waited"]
@@ -56,8 +62,49 @@ def trace_lines(report: Report) -> list[str]:
         for site in (r.works.sites if r.works else [])[:SITES_SHOWN]:
             if site.live > 0:
                 lines.append(f"    {site.live:>8} live  {site.created:>8} created  {site_text(site)}  ({site.file})")
-    if not report.measured_ranks:
+    if isinstance(report.target, AttachSection):
+        lines += [line for process in report.target.processes for line in attached_lines(process, end=True)]
+    elif not report.measured_ranks:
         why = nothing_traced(traced_command(report))
         lines.append(why if why != NOTHING_TRACED else f"{why}: nothing to trace")
     lines += [f"failure: {f.line()}" for f in report.failures]
     return lines
+
+
+def attached_lines(process: AttachedPid, end: bool = False) -> list[str]:
+    """A process `hicache attach` tried: how it was attached (or why not), what its census
+    found by holder, what the census cost; with `end`, the holders' growth and the detach."""
+    who = f"pid {process.pid} ({process.name})" + (f" rank {process.rank}" if process.rank is not None else "")
+    if process.state in ("refused", "unanswered"):
+        return [f"{who}: not attached: {process.reason}"]
+    how = f" by {process.method} in {process.inject_s:.1f} s" if process.method and process.inject_s is not None else ""
+    lines = [f"{who}: attached{how}" + (f"; failed: {process.reason}" if process.state == "failed" else "")]
+    if process.works is not None:
+        after = f" {process.census_s:.1f} s after attaching" if process.census_s is not None else ""
+        held = f"{process.works:,} Works held" if process.works else "no Work held by any Python object"
+        lines.append(f"    census{after}: {held}")
+        lines += [f"      {_holder_text(h, end)}" for h in process.holders[:HOLDERS_SHOWN]]
+        if len(process.holders) > HOLDERS_SHOWN:
+            lines.append(f"      ... {len(process.holders) - HOLDERS_SHOWN} more holders in the report")
+    if (cost := process.cost) is not None:
+        per_million = f", {cost.pause_per_million_s:.2f} s per million objects" if cost.pause_per_million_s else ""
+        lines.append(
+            f"    census cost: GIL held {cost.snapshot_s + cost.busy_s:.2f} s in all, longest hold "
+            f"{cost.max_hold_s * 1000:.0f} ms, {cost.objects / 1e6:.2f} M objects tracked{per_million}"
+            + ("; cut short (partial)" if cost.truncated else "")
+        )
+    if end and process.detach_reason:
+        left = f"; left behind: {', '.join(process.leftovers)}" if process.leftovers else ""
+        lines.append(f"    detached: {process.detach_reason}{left}")
+    return lines
+
+
+def _holder_text(holder: HolderCount, end: bool) -> str:
+    name = f"`{holder.path}`" if holder.named else holder.path
+    grouped = f", {holder.containers} of them" if holder.containers > 1 else ""
+    tensors = f", {format_bytes(holder.tensor_bytes)} of tensors beside" if holder.tensor_bytes else ""
+    counts = f"{holder.works:>8,} Works {holder.completed:,} completed"
+    if end and holder.works_end is not None:
+        grew = f"{holder.works_end:,} Works ({holder.growth or 0:+,})"
+        counts = f"{holder.works:>8,} -> {grew}, {holder.completed_end or 0:,} completed"
+    return f"{counts}  {name} ({holder.container}{grouped}{tensors})"

@@ -32,7 +32,7 @@ from hicache_cli.protocol import (
     log_file,
     stacks_file,
 )
-from hicache_cli.rank.probe import RING_MASK
+from hicache_cli.rank.probe import RING_MASK, wait_for_signal
 
 END_SKEW_S = 0.5
 
@@ -50,12 +50,12 @@ def _guard_start_up(lifeline: Lifeline, probing: threading.Event) -> None:
     """Until the probe runs: leave at once when stopped or orphaned (there are no samples
     to lose yet, and a rank stuck in the rendezvous would otherwise wait out its timeout)."""
     while not probing.is_set():
-        info = signal.sigtimedwait(STOP_SIGNALS, LIFELINE_EVERY_S)
-        if info is not None and probing.is_set():
-            os.kill(os.getpid(), info.si_signo)  # the probe has started: it is the probe's to take
+        signo = wait_for_signal(STOP_SIGNALS, LIFELINE_EVERY_S)  # a bogus wake-up under ptrace is ignored
+        if signo is not None and probing.is_set():
+            os.kill(os.getpid(), signo)  # the probe has started: it is the probe's to take
             return
-        if info is not None and info.si_signo != EARLY_STOP:
-            os._exit(128 + info.si_signo)
+        if signo is not None and signo != EARLY_STOP:
+            os._exit(128 + signo)
         if (lost := lifeline.lost()) is not None:
             print(f"hicache rank: {lost} before the workload started; leaving", flush=True)
             os._exit(ORPHANED_EXIT)

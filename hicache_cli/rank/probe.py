@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import IO, Any
 
 from hicache_cli.lifecycle import Lifeline
@@ -171,12 +171,12 @@ class Probe:
         check_lifeline_at = next_at + LIFELINE_EVERY_S
         while True:
             next_at += self.interval
-            info = signal.sigtimedwait(STOP_SIGNALS, max(0.0, next_at - time.monotonic()))
-            if info is not None and info.si_signo == EARLY_STOP:
+            signo = wait_for_signal(STOP_SIGNALS, max(0.0, next_at - time.monotonic()))
+            if signo == EARLY_STOP:
                 self.deadline = min(self.deadline, time.monotonic())
                 self.stop_reason = "stopped early: the verdict was settled"
-            elif info is not None:
-                self._stop_on_signal(info.si_signo)
+            elif signo is not None:
+                self._stop_on_signal(signo)
                 return
             now = time.monotonic()
             if self.lifeline is not None and now >= check_lifeline_at:
@@ -214,6 +214,39 @@ class Probe:
         """Left behind (hicache or torchrun killed): record it and leave, never run on unwatched."""
         self.finish("interrupted", f"stopped before the deadline: {why}")
         os._exit(ORPHANED_EXIT)
+
+
+# siginfo's si_code of a signal someone sent (kill, sigqueue, tgkill) or the kernel raised
+# (a terminal's Ctrl-C or hang-up): the only ways a stop signal reaches a rank.
+SI_USER, SI_QUEUE, SI_TKILL, SI_KERNEL = 0, -1, -6, 0x80
+SENT_CODES = (SI_USER, SI_QUEUE, SI_TKILL)
+
+
+def plausible(info: Any, signals: Collection[int]) -> bool:
+    """Whether a siginfo sigtimedwait returned is a signal that was delivered: one of the
+    waited set, sent by a process (its pid and uid) or raised by the kernel. On some kernels
+    (this VM's Linux 6.18) a ptrace attach and detach (gdb, `hicache attach` into this
+    process) makes a wait in progress return a siginfo nothing filled in: si_signo 0 or
+    stack garbage (docs/attach.md)."""
+    if info.si_signo not in signals:
+        return False
+    if info.si_code == SI_KERNEL:
+        return True
+    return info.si_code in SENT_CODES and info.si_pid > 0 and info.si_uid >= 0
+
+
+def wait_for_signal(signals: Collection[int], timeout_s: float) -> int | None:
+    """signal.sigtimedwait that returns only a delivered signal (its number), or None once
+    `timeout_s` has passed; a bogus wake-up (not `plausible`) goes on waiting."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = signal.sigtimedwait(signals, max(0.0, deadline - time.monotonic()))
+        if info is None:
+            return None
+        if plausible(info, signals):
+            return int(info.si_signo)
+        if time.monotonic() >= deadline:
+            return None
 
 
 def _ms(value: float | None) -> float | None:

@@ -7,7 +7,6 @@ import io
 import math
 import sys
 import time
-import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from hicache_cli.protocol import EARLY_STOP
 from hicache_cli.rank import probe as probe_module
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample, decode_lines
+from tests.fakes import FakeSiginfo
 
 MakeRun = Callable[..., dict[int, list[Sample]]]
 MakeSeries = Callable[..., list[Sample]]
@@ -219,7 +219,7 @@ def test_early_stop_moves_the_deadline_to_now_and_says_why(monkeypatch: pytest.M
         seen_when_stopping.append((stats.stop_requested, probe.state))
         probe.finish("done", probe.stop_reason)
 
-    early_stop = types.SimpleNamespace(si_signo=EARLY_STOP)
+    early_stop = FakeSiginfo(si_signo=EARLY_STOP)
     monkeypatch.setattr(probe_module.signal, "sigtimedwait", ScriptedSignals([None, early_stop, loop_finishes]))
 
     probe._sample_until_stopped()  # returns once the final line is written

@@ -141,3 +141,57 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+@dataclass
+class Command:
+    """`hicache ...` run in a subprocess; each line it wrote, with when it came (seconds after start)."""
+
+    proc: subprocess.Popen[str]
+    began: float
+    out: list[tuple[float, str]] = field(default_factory=list)
+    err: list[tuple[float, str]] = field(default_factory=list)
+    readers: list[threading.Thread] = field(default_factory=list)
+
+    def wait(self, timeout: float = 300) -> int:
+        code = self.proc.wait(timeout)
+        for reader in self.readers:
+            reader.join(10)
+        return code
+
+    def first(self, text: str, stream: str = "err") -> float | None:
+        """When the first line containing `text` came."""
+        return next((t for t, line in getattr(self, stream) if text in line), None)
+
+    def text(self, stream: str = "out") -> str:
+        return "".join(line for _, line in getattr(self, stream))
+
+
+def start_hicache(*args: str, cwd: Path, sigint_default: bool = False) -> Command:
+    """The real CLI; with `sigint_default`, SIGINT reaches it as a terminal's Ctrl-C would."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hicache_cli", *args],
+        cwd=cwd,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint_default else None,
+    )
+    command = Command(proc, time.monotonic())
+
+    def read(stream: Any, lines: list[tuple[float, str]]) -> None:
+        for line in iter(stream.readline, ""):
+            lines.append((time.monotonic() - command.began, line))
+
+    for stream, lines in ((proc.stdout, command.out), (proc.stderr, command.err)):
+        reader = threading.Thread(target=read, args=(stream, lines), daemon=True)
+        reader.start()
+        command.readers.append(reader)
+    return command
+
+
+def hicache_run(*args: str, cwd: Path, timeout: float = 300) -> Command:
+    command = start_hicache(*args, cwd=cwd)
+    command.wait(timeout)
+    return command

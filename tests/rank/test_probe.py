@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from hicache_cli.histogram import LatencyHistogram, bucket_of
+from hicache_cli.protocol import EARLY_STOP, STOP_SIGNALS
 from hicache_cli.rank import loop_stats
+from hicache_cli.rank import probe as probe_module
 from hicache_cli.rank.probe import RING, LoopStats, Probe, RankIdentity, Readings, latency_summary
 from hicache_cli.sample import Sample
+from tests.fakes import BOGUS_SIGINFOS, FakeSiginfo
 
 
 def test_latency_summary_of_nothing() -> None:
@@ -163,3 +168,56 @@ def test_two_finishes_at_once_write_one_final_line_from_one_of_them() -> None:
     (line,) = out.getvalue().splitlines()
     final = json.loads(line)
     assert (final["state"], final["message"], final["signal"]) == ("interrupted", "stopped by SIGTERM", "SIGTERM")
+
+
+# a siginfo nothing filled in (ptrace on some kernels) is not a signal
+
+
+@pytest.mark.parametrize("bogus", BOGUS_SIGINFOS)
+def test_a_bogus_siginfo_is_not_a_signal_and_the_wait_goes_on(monkeypatch: pytest.MonkeyPatch, bogus: Any) -> None:
+    waits: list[float] = []
+    script = [bogus, FakeSiginfo(si_signo=signal.SIGTERM)]
+
+    def sigtimedwait(signals: Any, timeout: float) -> Any:
+        waits.append(timeout)
+        return script.pop(0)
+
+    monkeypatch.setattr(probe_module.signal, "sigtimedwait", sigtimedwait)
+    assert not probe_module.plausible(bogus, STOP_SIGNALS)
+    assert probe_module.wait_for_signal(STOP_SIGNALS, 30.0) == signal.SIGTERM
+    assert len(waits) == 2 and 0 < waits[1] <= 30.0  # the rest of the same wait, not a new one
+
+
+def test_a_bogus_siginfo_at_the_end_of_the_wait_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = [BOGUS_SIGINFOS[0], None]
+    monkeypatch.setattr(probe_module.signal, "sigtimedwait", lambda signals, timeout: script.pop(0))
+    assert probe_module.wait_for_signal(STOP_SIGNALS, 0.05) is None
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        FakeSiginfo(si_signo=signal.SIGTERM),  # kill() from torchrun or hicache
+        FakeSiginfo(si_signo=signal.SIGINT, si_code=probe_module.SI_KERNEL, si_pid=0),  # a terminal's Ctrl-C
+        FakeSiginfo(si_signo=signal.SIGHUP, si_code=probe_module.SI_TKILL),  # tgkill
+        FakeSiginfo(si_signo=EARLY_STOP, si_code=probe_module.SI_QUEUE, si_uid=1000),  # sigqueue
+    ],
+)
+def test_every_real_way_a_stop_signal_arrives_is_plausible(info: Any) -> None:
+    assert probe_module.plausible(info, STOP_SIGNALS)
+
+
+def test_a_signal_outside_the_waited_set_is_not_plausible() -> None:
+    assert not probe_module.plausible(FakeSiginfo(si_signo=signal.SIGUSR1), STOP_SIGNALS)
+
+
+def test_a_real_sigtimedwait_still_returns_a_signal_sent_to_the_thread() -> None:
+    """The wrapper over the real call: a signal sent with pthread_kill is taken."""
+    waited = {signal.SIGUSR2}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    try:
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)
+        assert probe_module.wait_for_signal(waited, 5.0) == signal.SIGUSR2
+        assert probe_module.wait_for_signal(waited, 0.01) is None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -1,5 +1,5 @@
-"""The CI gate: run one policy (or, after --, any program, traced) and exit 0 when RSS is
-bounded and every threshold holds.
+"""The CI gate: run one policy (or, after --, any program, traced; or, with --pid, a process
+already running, attached to) and exit 0 when RSS is bounded and every threshold holds.
 
 Exit codes: 0 bounded and within every threshold; 1 a leak or a threshold exceeded (the
 message says which and by how much); 2 bad input; 3 the run failed or no verdict could be
@@ -28,6 +28,7 @@ from hicache_cli.cli.configure import StressOptions, check_output_paths, check_r
 from hicache_cli.cli.output import append_step_summary, print_json, say
 from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
+from hicache_cli.launch.attach_launcher import attach_config
 from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.present.github import check_summary, github_annotations
 from hicache_cli.present.junit import junit_xml
@@ -87,12 +88,18 @@ def check(
     no_live: bool = options.NO_LIVE,
     json_output: bool = options.json_document("the gate's result, its assertions and the report as one JSON document"),
     loop: str = options.LOOP,
+    pid: list[int] = options.PID,
     command: list[str] = options.COMMAND,
 ) -> None:
     """The CI gate: exit 0 when RSS stays bounded and within every threshold, 1 when not."""
-    if command:
+    if pid and command:
+        raise UsageError("give --pid (a process already running) or -- COMMAND (a program to start), not both")
+    if pid and loop is not None:
+        raise UsageError("--loop names a function of a traced program; an attached process takes none")
+    if command or pid:
         if (option := options.given_any(ctx, options.MODEL_OPTIONS)) is not None:
-            raise UsageError(f"{option} shapes hicache's own workload; with -- COMMAND the program is the workload")
+            what = "-- COMMAND the program" if command else "--pid the process"
+            raise UsageError(f"{option} shapes hicache's own workload; with {what} is the workload")
     elif loop is not None:
         raise UsageError("--loop names a function of a traced program: give the program after --")
     elif warmup is None:
@@ -117,7 +124,11 @@ def check(
     allowed = parse_tolerance(tolerance)
     check_output_paths(junit=junit)
     check_run_options(4.0, report, port)
-    if command:
+    if pid:
+        config = attach_config(
+            pid, max_duration or duration or CHECK_DURATION, DEFAULT_PROBE_HZ, warmup, limits.max_rss_slope_mb_per_h
+        )
+    elif command:
         config = trace_config(
             command,
             loop,
@@ -141,7 +152,12 @@ def check(
     base = _load_baseline(baseline, config) if baseline is not None else None
     directory = create_run_dir(run_dir, config.label)
     settler = Settler(config) if max_duration else None
-    if command:
+    if pid:
+        result, console = running.run_attached(
+            config, directory, no_live, 4.0, report, early_stop=settler, json_output=json_output
+        )
+        what = f"attach to pid {', '.join(map(str, pid))}"
+    elif command:
         result, console = running.run_traced(
             config, directory, no_live, 4.0, report, early_stop=settler, json_output=json_output
         )

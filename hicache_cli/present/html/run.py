@@ -30,7 +30,9 @@ def title(report: Report) -> str:
     target, ran = report.target, report.config.target
     if isinstance(target, TraceSection):
         return "trace of " + (" ".join(map(str, target.command)) if target.command else "a program")
-    shape = f"pp={ran.pp} tp={ran.tp}" if isinstance(ran, RankedTarget) else ""
+    if not isinstance(ran, RankedTarget):  # processes attached to: `attach: pid 4242`
+        return ran.title(None)
+    shape = f"pp={ran.pp} tp={ran.tp}"
     if isinstance(target, SGLangSection):
         where = ".".join(str(x) for x in (target.class_name, target.drain_method) if x)
         return f"SGLang {target.version or '?'}" + (f" ({where})" if where else "") + f", {shape}"

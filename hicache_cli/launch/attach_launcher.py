@@ -1,0 +1,227 @@
+"""`hicache attach PID...`: processes hicache did not start, a strategy of the supervisor
+(supervisor.follow).
+
+start: the agent injected into each pid and every Python process below it with a process
+group (attach/session.py), then their census read; exited: every attached process is gone;
+stop: detach (the stop file; each agent puts everything back), then the census each took as
+it detached. Nothing is ever signalled: the strategy's ProcessTree holds nothing, its
+watchdog is off (the watchdog asks stuck processes for their stacks with SIGUSR1, whose
+default would kill a program that did not arm it), and `pids_of` names no process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_cli.attach import protocol
+from hicache_cli.attach.protocol import Census
+from hicache_cli.attach.session import AttachSession, Target, check
+from hicache_cli.attached import AttachedPid, CensusCost, HolderCount
+from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
+from hicache_cli.launch.supervisor import ProcessTree, Stop, Watchdog
+from hicache_cli.lifecycle import owner_token
+from hicache_cli.outcome import RunOutcome
+from hicache_cli.sample import Sample
+from hicache_cli.series import RunFollower
+from hicache_cli.targets import AttachedProcess
+from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
+
+OnAttached = Callable[[AttachedPid], None]  # told of each process tried, once its census is read
+# A process injected that had not run the text when hicache stopped (Ctrl-C during the attach):
+# if it ever does, it finds the stop file and refuses.
+UNANSWERED = "unanswered"
+NOT_YET = "it had not run the injected text when hicache stopped (if it ever does, it refuses)"
+
+
+def attach_config(
+    pids: list[int],
+    duration: str | None = None,
+    probe_hz: float = DEFAULT_PROBE_HZ,
+    warmup: str | None = None,
+    leak_threshold_mb_per_h: float = 100.0,
+    census: bool = True,
+    stall_timeout: str = "60s",
+) -> RunConfig:
+    """The config of an attach from its options as typed (durations as text, e.g. 60s)."""
+    return attached_config(
+        pids,
+        parse_duration(duration, "duration") if duration is not None else None,
+        probe_hz,
+        parse_duration(warmup, "warmup") if warmup is not None else None,
+        leak_threshold_mb_per_h,
+        census,
+        parse_duration(stall_timeout, "stall-timeout", MAX_TIMEOUT_S),
+    )
+
+
+def attached_config(
+    pids: list[int],
+    duration_s: float | None,
+    probe_hz: float,
+    warmup_s: float | None,
+    leak_threshold_mb_per_h: float,
+    census: bool = True,
+    stall_timeout_s: float = 60.0,
+) -> RunConfig:
+    """The config of an attach (duration None: until stopped or every process is gone). Bad
+    values, and what /proc, the debugger and the kernel's ptrace rules already refuse, raise
+    UsageError (AttachRefused) in one line before anything is created or touched."""
+    config = RunConfig(
+        target=AttachedProcess(pids=tuple(pids), census=census),
+        duration_s=duration_s,
+        probe_hz=probe_hz,
+        warmup_s=warmup_s,
+        leak_threshold_mb_per_h=leak_threshold_mb_per_h,
+        stall_timeout_s=stall_timeout_s,
+    ).validate()
+    check(list(pids))
+    return config
+
+
+@dataclass(frozen=True)
+class AttachLaunch:
+    run_dir: Path
+    config: RunConfig  # its target an AttachedProcess
+    on_attached: OnAttached | None = None
+
+    @property
+    def target(self) -> AttachedProcess:
+        assert isinstance(self.config.target, AttachedProcess)
+        return self.config.target
+
+
+class AttachedProcesses:
+    """The supervisor's strategy for processes already running: attached, followed, detached;
+    ended by the duration, a settled verdict, a stop signal to hicache, or their own exits."""
+
+    def __init__(self, launch: AttachLaunch) -> None:
+        self.launch = launch
+        target = launch.target
+        self.follower = RunFollower(launch.run_dir)
+        self.tree = ProcessTree()  # holds nothing: an attached process is not hicache's to signal
+        self.watchdog: Watchdog | None = None
+        self.session = AttachSession(
+            list(target.pids),
+            launch.run_dir,
+            launch.config.probe_hz,
+            census=target.census,
+            answer_s=target.answer_s,
+            owner=owner_token(),
+        )
+        self.started: float | None = None
+
+    def pids_of(self, samples: dict[int, list[Sample]]) -> list[int]:
+        return []  # never put into the tree: nothing of it is ever signalled
+
+    def start(self) -> None:
+        self.session.start()
+        if self.launch.target.census:
+            self.session.census()
+        self.started = time.monotonic()
+        if self.launch.on_attached is not None:
+            for process in self.processes():
+                self.launch.on_attached(process)
+
+    def exited(self) -> bool:
+        return self.started is not None and not self.session.running()
+
+    def check(self, samples: dict[int, list[Sample]], now: float) -> Stop | None:
+        duration = self.launch.config.duration_s
+        if self.started is not None and duration is not None and now - self.started >= duration:
+            return Stop(f"reached the duration ({duration:g} s)")
+        return None
+
+    def may_stop_early(self, samples: dict[int, list[Sample]]) -> bool:
+        return bool(samples)
+
+    def stop_early(self, samples: dict[int, list[Sample]], reason: str, now: float) -> Stop | None:
+        return Stop(reason)
+
+    def stop(self, stop: Stop | None) -> None:
+        """Detach every agent (they put back what they changed), then read the census each
+        took as it detached. The processes run on."""
+        self.session.detach()
+        if self.launch.target.census:
+            self.session.census_end()
+
+    def outcome(self, stop: Stop | None) -> RunOutcome:
+        return RunOutcome(
+            exit_code=None,  # not ours: an attached process's exit code is its parent's to read
+            stopped=stop.reason if stop is not None else None,
+            attached=self.processes(),
+        )
+
+    def processes(self) -> tuple[AttachedPid, ...]:
+        """Each process tried, as the run directory and the injection say it now."""
+        return tuple(attached_pid(self.launch.run_dir, t, self.session.status(t.pid)) for t in self.session.targets)
+
+
+def attached_pid(run_dir: Path, target: Target, status: protocol.AgentStatus | None) -> AttachedPid:
+    """One process tried: its agent's last status, its censuses merged by holder."""
+    status = status or target.status
+    start = _census(run_dir, target.pid, "start")
+    end = _census(run_dir, target.pid, "end")
+    cost = start.cost if start is not None else None
+    return AttachedPid(
+        pid=target.pid,
+        name=target.info.name,
+        rank=status.rank if status else None,
+        state=status.state if status else (protocol.REFUSED if target.refusal else UNANSWERED),
+        reason=(status.reason if status else None) or target.refusal or (None if status else NOT_YET),
+        method=target.injected.method if target.injected else None,
+        inject_s=round(target.injected.seconds, 3) if target.injected else None,
+        census_s=round(start.taken_at - status.attached_at, 3) if start and status and status.attached_at else None,
+        works=start.works if start else None,
+        works_end=end.works if end else None,
+        holders=holders(start, end),
+        cost=CensusCost(
+            objects=cost.objects,
+            snapshot_s=round(cost.snapshot_s, 4),
+            busy_s=round(cost.busy_s, 4),
+            max_hold_s=round(cost.max_hold_s, 4),
+            walk_s=round(cost.walk_s, 4),
+            pause_per_million_s=round(cost.pause_per_million_s, 4) if cost.objects else None,
+            truncated=cost.truncated,
+        )
+        if cost is not None
+        else None,
+        detach_reason=status.detach_reason if status else None,
+        leftovers=list(status.leftovers) if status else [],
+    )
+
+
+def holders(start: Census | None, end: Census | None) -> list[HolderCount]:
+    """The holders at attach, each with its count at detach (0 when it was gone by then), and
+    those that appeared while attached; most held first."""
+    before = {h.path: h for h in start.holders} if start else {}
+    after = {h.path: h for h in end.holders} if end else {}
+    out = []
+    for path in [*before, *(p for p in after if p not in before)]:
+        first, last = before.get(path), after.get(path)
+        latest = last or first
+        assert latest is not None
+        works, completed = (first.works, first.completed) if first else (0, 0)
+        works_end = (last.works if last else 0) if end is not None else None
+        out.append(
+            HolderCount(
+                path=path,
+                container=latest.container,
+                works=works,
+                completed=completed,
+                containers=latest.containers,
+                tensor_bytes=latest.tensor_bytes,
+                named=latest.named,
+                works_end=works_end,
+                completed_end=(last.completed if last else 0) if end is not None else None,
+                growth=works_end - works if works_end is not None else None,
+            )
+        )
+    return sorted(out, key=lambda h: -h.held)
+
+
+def _census(run_dir: Path, pid: int, when: str) -> Census | None:
+    data = protocol.read_json(protocol.census_file(run_dir, pid, when))
+    return Census.from_dict(data) if data else None

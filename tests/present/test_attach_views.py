@@ -1,0 +1,65 @@
+"""How an attach reads: each process tried as soon as its census is read, and at the end the
+holders' growth and the detach under the per-process table."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from hicache_cli.attached import AttachedPid, CensusCost, HolderCount
+from hicache_cli.present.html import render
+from hicache_cli.present.progress import summary_table, verdict_lines
+from hicache_cli.present.trace_views import HOLDERS_SHOWN, attached_lines
+from tests.analysis.test_attach_report import AGENT, RANK0, attach_report
+
+
+def test_a_refused_process_is_one_line() -> None:
+    assert attached_lines(AGENT) == ["pid 900 (pt_elastic): not attached: torch.distributed has no process group"]
+
+
+def test_an_attached_process_with_its_census_and_its_cost() -> None:
+    assert attached_lines(RANK0) == [
+        "pid 1000 (python) rank 0: attached by gdb in 1.2 s",
+        "    census 0.4 s after attaching: 845 Works held",
+        "           845 Works 0 completed  `Scheduler.sync_works` (list)",
+        "    census cost: GIL held 0.20 s in all, longest hold 0 ms, 0.17 M objects tracked",
+    ]
+
+
+def test_at_the_end_each_holder_s_growth_and_the_detach() -> None:
+    lines = attached_lines(RANK0, end=True)
+    assert "           845 -> 1,900 Works (+1,055), 0 completed  `Scheduler.sync_works` (list)" in lines
+    assert lines[-1] == "    detached: hicache asked"
+
+
+def test_a_census_with_many_holders_shows_the_largest() -> None:
+    many = [HolderCount(f"Owner.list{i}", "list", 100 - i, 0) for i in range(HOLDERS_SHOWN + 2)]
+    process = AttachedPid(pid=7, name="python", rank=0, state="detached", works=500, holders=many,
+                          cost=CensusCost(objects=1_000_000, snapshot_s=0.1, busy_s=0.8, max_hold_s=0.12,
+                                          pause_per_million_s=0.9, truncated=True))  # fmt: skip
+    lines = attached_lines(process)
+    assert sum("`Owner.list" in line for line in lines) == HOLDERS_SHOWN
+    assert "      ... 2 more holders in the report" in lines
+    assert lines[-1] == (
+        "    census cost: GIL held 0.90 s in all, longest hold 120 ms, 1.00 M objects tracked, "
+        "0.90 s per million objects; cut short (partial)"
+    )
+
+
+def test_the_end_of_an_attach_titles_the_table_by_the_pids_and_lists_the_census() -> None:
+    report = attach_report()
+    console = Console(file=io.StringIO(), width=160, force_terminal=True, color_system=None)
+    console.print(summary_table(report, 160))
+    table = console.file.getvalue()  # type: ignore[attr-defined]
+    assert table.splitlines()[0].startswith("attach: pid 900  status=completed  verdict=LEAK  (detached: reached")
+    lines = verdict_lines(report)
+    assert lines[0].startswith("rank 0 (pid 1000): LEAK - ")
+    assert "pid 900 (pt_elastic): not attached: torch.distributed has no process group" in lines
+    assert "    detached: hicache asked" in lines
+
+
+def test_the_html_page_of_an_attach_is_titled_by_its_pids_and_names_the_holder() -> None:
+    page = render(attach_report())
+    assert "hicache: attach: pid 900" in page
+    assert "Scheduler.sync_works" in page  # rank 0's reason
