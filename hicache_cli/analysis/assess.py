@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hicache_cli.analysis import stats
+from hicache_cli.analysis import growth, stats
 from hicache_cli.sample import Sample
 
 RSS_QUANTUM = 4096  # RSS moves in pages
@@ -59,6 +59,7 @@ def assess_rank(
         span_s=span,
         live_works=bool(series) and series[-1].works is not None,  # a traced process
         anon=anon,
+        growth=growth.growth([(s.t, float(s.depth)) for s in after]),  # issue 25: stepwise growth
     )
     grew = bool(after) and after[-1].depth - after[0].depth >= 1000
     per_work = rss.slope / depth.slope if grew and rss and depth and depth.slope > 0 else None

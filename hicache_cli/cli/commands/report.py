@@ -1,4 +1,4 @@
-"""Read reports back: show one, diff two, plot any."""
+"""Read reports back: show one, diff two, plot any; build one from a run directory."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ from pathlib import Path
 import typer
 
 from hicache_cli.analysis.report import load_report
+from hicache_cli.cli.commands import report_build
 from hicache_cli.cli.commands.common import check_output_paths
 from hicache_cli.present.plot import output_path, plot_reports
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.report_views import report_diff, report_summary
 
-app = typer.Typer(no_args_is_help=True, help="Read reports back: show one, diff two, plot any.")
+app = typer.Typer(
+    no_args_is_help=True, help="Read reports back: show one, diff two, plot any; build one from a run directory."
+)
+app.command("build")(report_build.build)  # issue 25: its own module
 
 
 @app.command()
