@@ -16,6 +16,9 @@ class Thresholds:
     max_rss_slope_mb_per_h: float = 200.0
     max_depth: int | None = None
     max_p99_ms: float | None = None
+    # the RSS limit was asked for (`check --max-rss-slope`): only then is a traced program's
+    # memory gated, when it grows for a reason other than Works (issue 25, analysis/causes.py)
+    rss_slope_given: bool = True
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,11 @@ def evaluate(report: dict[str, Any], limits: Thresholds) -> list[Assertion]:
         results += _program(report)
     for r in report["ranks"]:
         rank = r["rank"]
-        decided = {"BOUNDED": True, "LEAK": False}.get(r["verdict"])
-        results.append(Assertion(rank, "bounded", decided, f"rank {rank} {r['verdict']}: {r['verdict_reason']}"))
+        results.append(_bounded(r, traced, limits))
         if r.get("samples", 0) == 0:
             continue
-        results.append(_slope(rank, r["rss"], limits.max_rss_slope_mb_per_h))
+        if not traced or limits.rss_slope_given:  # a traced program's memory: gated when asked
+            results.append(_slope(rank, r["rss"], limits.max_rss_slope_mb_per_h))
         if limits.max_depth is not None:
             peak = r["work_list"]["max"]
             over = peak - limits.max_depth
@@ -58,6 +61,17 @@ def evaluate(report: dict[str, Any], limits: Thresholds) -> list[Assertion]:
                 )
                 results.append(Assertion(rank, "max-p99", over <= 0, f"rank {rank} {text}"))
     return results
+
+
+def _bounded(rank: dict[str, Any], traced: bool, limits: Thresholds) -> Assertion:
+    """The verdict. A traced rank whose memory grows for a reason other than Works or
+    messages is no Work leak: it fails only when a memory limit was asked for."""
+    n, text = rank["rank"], f"rank {rank['rank']} {rank['verdict']}: {rank['verdict_reason']}"
+    if traced and (rank.get("cause") or {}).get("kind") == "memory":
+        if limits.rss_slope_given:
+            return Assertion(n, "bounded", False, f"{text} (--max-rss-slope {limits.max_rss_slope_mb_per_h:g} MB/h)")
+        return Assertion(n, "bounded", True, f"{text} (no Work leak; --max-rss-slope gates memory)")
+    return Assertion(n, "bounded", {"BOUNDED": True, "LEAK": False}.get(rank["verdict"]), text)
 
 
 def _program(report: dict[str, Any]) -> list[Assertion]:

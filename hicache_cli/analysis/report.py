@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.analysis import stats
-from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.causes import Cause, judge
 from hicache_cli.analysis.histogram import LatencyHistogram
 from hicache_cli.analysis.report_schema import ReportShapeError, check_report
 from hicache_cli.analysis.torchrun_log import WorkerExit, signal_name
@@ -91,6 +91,7 @@ def build_report(
             run.ranks.get(rank) or RankSeries(),
             [] if config.traced else samples.get(rank - config.tp, []),
             config,
+            samples,
         )
         for rank in slots(config, samples)
     ]
@@ -170,12 +171,19 @@ def slots(config: StressConfig, samples: dict[int, list[Sample]]) -> list[int]:
     return sorted(set(range(config.world_size)) | set(samples))
 
 
-def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config: StressConfig) -> dict[str, Any]:
-    """One rank's entry, from its bounded history and exact totals."""
+def rank_summary(
+    rank: int,
+    followed: RankSeries,
+    upstream: list[Sample],
+    config: StressConfig,
+    run: Mapping[int, list[Sample]] | None = None,
+) -> dict[str, Any]:
+    """One rank's entry, from its bounded history and exact totals (and `run`, every rank's
+    history, for the backlogs of its messages)."""
     pp_rank, tp_rank = divmod(rank, config.tp)
     series, totals = followed.kept, followed.totals
     if config.traced and series:
-        return _traced_summary(rank, followed, config)
+        return _traced_summary(rank, followed, config, run)
     if not series:
         return {
             "rank": rank,
@@ -186,13 +194,16 @@ def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config
             "samples": 0,
         }
     last = series[-1]
-    assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h)
+    # issue 25: the verdict with its cause, and the messages per peer (analysis/causes.py)
+    judged = judge(run or {rank: series}, rank, config.warmup_s, config.leak_threshold_mb_per_h, tp=config.tp)
+    assessment, finding = judged.assessment, judged.finding
     verdict, rss_trend, depth_trend, cut = assessment.verdict, assessment.rss, assessment.depth, assessment.cut
     latency = _latency(followed, cut)
     up_final = upstream[-1] if upstream and config.tp <= rank else None
     unreceived = max(0, up_final.sent - last.received) if up_final else 0
     reason = verdict.reason
-    if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict == "LEAK":
+    works_cause = finding is None or finding.cause is Cause.WORKS  # a backlog's sender site is in its reason
+    if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict == "LEAK" and works_cause:
         reason += f"; {top}"
     if unreceived:
         # gloo keeps state per pending message on the receiving side too
@@ -230,7 +241,12 @@ def rank_summary(rank: int, followed: RankSeries, upstream: list[Sample], config
         "loop_latency_ms": latency,
         "rounds": last.rounds,
         "rounds_per_s": round(last.rounds / last.t, 1) if last.t > 0 else None,
-        "messages": {"sent": last.sent, "received": last.received},
+        "messages": {
+            "sent": last.sent,
+            "received": last.received,
+            "by_peer": [flow.to_json() for flow in judged.flows],
+        },
+        "cause": finding.to_json() if finding is not None else None,
         "backlog_at_stop": {
             "outstanding_sends": last.depth,
             "unreceived_messages": unreceived,
@@ -265,11 +281,13 @@ def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> dict[str, Any] | 
     }
 
 
-def _traced_summary(slot: int, followed: RankSeries, config: StressConfig) -> dict[str, Any]:
+def _traced_summary(
+    slot: int, followed: RankSeries, config: StressConfig, run: Mapping[int, list[Sample]] | None
+) -> dict[str, Any]:
     """A traced process: `rank` is its torch.distributed rank, `slot` its rank file's
     number (the same, unless several process groups used the same ranks); `works` says
     what became of the Works it was handed, by creation site."""
-    summary = rank_summary(slot, followed, [], replace(config, target="model"))
+    summary = rank_summary(slot, followed, [], replace(config, target="model"), run)
     summary.pop("series", None)
     last = followed.kept[-1]
     works = works_summary(followed.totals)

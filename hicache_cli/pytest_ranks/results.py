@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.analysis import stats
-from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.causes import judge
 from hicache_cli.analysis.trace_report import site_text, works_summary
 from hicache_cli.pytest_ranks.protocol import FAILED, SKIPPED, Outcome
 from hicache_cli.pytest_ranks.spec import RanksSpec
@@ -99,6 +99,7 @@ class RankResult:
     sites: tuple[WorkSite, ...]
     verdict: str  # LEAK / BOUNDED / INCONCLUSIVE, as `hicache trace` would say
     verdict_reason: str
+    cause: str | None  # why memory grows: "works", "backlog" or "memory" (analysis/causes.py)
     rss_slope_mb_per_h: float | None
     rss_slope_ci_mb_per_h: tuple[float, float] | None  # 95%
     samples: int
@@ -184,7 +185,8 @@ def assess(
     """`samples`: as the launcher followed them (RunSeries), or whole."""
     run = samples if isinstance(samples, RunSeries) else RunSeries.of(samples)
     ranks = tuple(
-        _rank_result(end, run.ranks.get(end.rank) or RankSeries(), spec) for end in sorted(ends, key=lambda e: e.rank)
+        _rank_result(end, run.ranks.get(end.rank) or RankSeries(), spec, run.samples)
+        for end in sorted(ends, key=lambda e: e.rank)
     )
     failures = _failures(spec, ranks, ends, test_file)
     skips = [e.reported.error for e in ends if e.reported is not None and e.reported.status == SKIPPED]
@@ -196,19 +198,21 @@ def assess(
     return RanksResult(nodeid, spec, ranks, tuple(failures), skipped, run_dir, wall_s, startup, forked)
 
 
-def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec) -> RankResult:
+def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec, run: Mapping[int, list[Sample]]) -> RankResult:
     series = followed.kept
     works = works_summary(followed.totals) or {}
     sites = tuple(WorkSite.from_json(s) for s in works.get("sites", []))
     top = max(sites, key=lambda s: (s.live_max, s.live, s.created), default=None)
     threshold = spec.max_rss_slope_mb_per_h or DEFAULT_RSS_THRESHOLD_MB_PER_H
-    verdict, reason, slope, ci = "INCONCLUSIVE", "no samples", None, None
+    verdict, reason, slope, ci, cause = "INCONCLUSIVE", "no samples", None, None, None
     if series:
-        judged = assess_rank(series, None, threshold)
+        judged = judge(run, end.rank, None, threshold)
         verdict, reason = judged.verdict.verdict, judged.verdict.reason
-        if judged.rss is not None:
-            slope = stats.per_hour_mb(judged.rss.slope)
-            ci = (stats.per_hour_mb(judged.rss.lo), stats.per_hour_mb(judged.rss.hi))
+        cause = judged.finding.cause.value if judged.finding is not None else None
+        if judged.assessment.rss is not None:
+            rss = judged.assessment.rss
+            slope = stats.per_hour_mb(rss.slope)
+            ci = (stats.per_hour_mb(rss.lo), stats.per_hour_mb(rss.hi))
     reported = end.reported
     body_s = None
     if reported is not None and reported.body_started and reported.body_ended:
@@ -230,6 +234,7 @@ def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec) -> RankRes
         sites=sites,
         verdict=verdict,
         verdict_reason=reason,
+        cause=cause,
         rss_slope_mb_per_h=slope,
         rss_slope_ci_mb_per_h=ci,
         samples=followed.totals.samples,
@@ -279,7 +284,7 @@ def _failures(spec: RanksSpec, ranks: Sequence[RankResult], ends: Sequence[RankE
                 out.append(_live_line(r, spec.max_live_works))
     if spec.max_rss_slope_mb_per_h is not None:
         for r in ranks:
-            if r.verdict == "LEAK":
+            if r.verdict == "LEAK" or r.cause == "memory":  # memory not from Works: failed when a limit is asked
                 out.append(f"rank {r.rank}: {r.verdict_reason} (max_rss_slope={spec.max_rss_slope_mb_per_h:g} MB/h)")
     for r in ranks:
         if r.outcome is RankOutcome.TIMED_OUT:

@@ -161,6 +161,7 @@ class Session:
             blocked_on=self.table.blocked_on,
             counters={"world_size": self.world_size},
             works=totals.counts(),
+            peers=self.table.messages.snapshot(),
             gpu_bytes=gpu_bytes,
             device_name=device,
         )

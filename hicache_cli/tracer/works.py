@@ -7,7 +7,8 @@ collectives and direct `group.send` calls are all seen, whatever names the progr
 imported them under, and nothing the program holds is replaced.
 
 A Work is *live* from its creation until it is waited or the program drops its last
-reference to it. The table holds one weak reference per live Work (never the Work) and
+reference to it. Point-to-point messages, blocking ones included, are counted per peer as
+they pass `send` and `recv` (messages.py). The table holds one weak reference per live Work (never the Work) and
 at most MAX_SITES sites; the rest are pooled in one "other sites" entry.
 
 Stdlib only; the classes to patch are passed in, so the table is tested with fakes.
@@ -23,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from hicache_cli.tracer.messages import PeerMessages, counting, nbytes
 
 # ProcessGroup methods that return a Work; those a torch lacks are skipped.
 WORK_METHODS = (
@@ -108,8 +111,8 @@ class Totals:
     completed: int = 0
     dropped: int = 0
     live_bytes: int = 0
-    sent: int = 0  # point-to-point sends handed out
-    received: int = 0
+    sent: int = 0  # point-to-point messages sent (blocking or not: every ProcessGroup.send)
+    received: int = 0  # ... and receives posted
 
     @property
     def live(self) -> int:
@@ -126,12 +129,14 @@ class Totals:
 
 
 class _WorkRef(weakref.ref):
-    """The table's only hold on a Work: weak, with the site it was made at. (No Python
-    __init__: the slots are set after creation, which keeps a Work's cost down.)"""
+    """The table's only hold on a Work: weak, with the site it was made at and the Work's
+    id, its key in the table. (No Python __init__: the slots are set after creation, which
+    keeps a Work's cost down.)"""
 
-    __slots__ = ("site", "seen_complete")
+    __slots__ = ("site", "seen_complete", "key")
     site: Site
     seen_complete: bool
+    key: int
 
 
 class WorkTable:
@@ -147,8 +152,11 @@ class WorkTable:
     def __init__(self, skip_prefixes: tuple[str, ...] = (), max_sites: int = MAX_SITES) -> None:
         self.skip_prefixes = tuple(os.path.normcase(p) for p in skip_prefixes)
         self.max_sites = max_sites
+        self.messages = PeerMessages()
         self.sites: dict[tuple[Any, ...], Site] = {}
         self.waiting_on: Site | None = None  # the site of the Work the program waits on right now
+        # live Works by id(work); a dead Work's id can be reused before its reference is
+        # flushed, so an entry is only ever removed by the reference it holds
         self._refs: dict[int, _WorkRef] = {}
         self._gone: deque[_WorkRef] = deque()
         self._new_site = threading.Lock()  # only when a site is added
@@ -156,6 +164,15 @@ class WorkTable:
         self._async_ops: set[str] = set()  # c10d functions that hand out their Work when async_op=True
         self._peers: dict[tuple[int, int], int | None] = {}
         self._places: dict[tuple[Any, ...], Site] = {}  # (code, instruction offset, op, peer) -> site
+
+    def reset(self) -> None:
+        """Forget every Work and message (a forked child is a new process), emptying in
+        place what the patched methods hold."""
+        self.messages.clear()
+        for held in (self.sites, self._refs, self._gone, self._peers, self._places):
+            held.clear()
+        self.waiting_on = None
+        self._new_site = threading.Lock()  # (a lock held by another thread at the fork stays held)
 
     # -- the program's side ------------------------------------------------------------
 
@@ -172,46 +189,55 @@ class WorkTable:
             peer = self.peer_of(sent[0], sent[2], sent[3])
         site = self._site(call, peer, frame)
         if sent and not site.created:
-            site.bytes_per_work = _nbytes(sent[1])
+            site.bytes_per_work = nbytes(sent[1])
         try:
             ref = _WorkRef(work, self._collected)
         except TypeError:  # a Work type without weak references: counted as created and waited
             site.created += 1
             site.waited += 1
             return
-        ref.site, ref.seen_complete = site, False
+        ref.site, ref.seen_complete, ref.key = site, False, id(work)
         if self._gone:
             self._flush()
-        self._refs[id(ref)] = ref
+        self._refs[ref.key] = ref
         site.created += 1
         live = site.created - site.waited - site.dropped
         if live > site.live_max:
             site.live_max = live
 
     def waited_work(self, ref: _WorkRef) -> None:
-        if self._refs.pop(id(ref), None) is None:
+        if self._refs.get(ref.key) is not ref:
             return  # waited before: counted once
+        del self._refs[ref.key]
         site = ref.site
         site.waited += 1
         if not ref.seen_complete:
             ref.seen_complete = True
             site.completed += 1
 
+    def ref_of(self, work: object) -> _WorkRef | None:
+        """The table's reference to a live Work; None for one not counted, or no longer live."""
+        ref = self._refs.get(id(work))
+        return ref if ref is not None and ref() is work else None
+
     def seen_complete(self, work: object) -> None:
-        ref = _ref_of(work)
+        ref = self.ref_of(work)
         if ref is not None and not ref.seen_complete:
             ref.seen_complete = True
             ref.site.completed += 1
 
     def _collected(self, ref: _WorkRef) -> None:
         """The program let go of a Work it never waited (weakref callback: count, queue)."""
-        if id(ref) in self._refs:
+        if self._refs.get(ref.key) is ref:
             ref.site.dropped += 1
             self._gone.append(ref)
 
     def _flush(self) -> None:
+        refs = self._refs
         while self._gone:
-            self._refs.pop(id(self._gone.popleft()), None)
+            ref = self._gone.popleft()
+            if refs.get(ref.key) is ref:  # (a new Work with the same id keeps its entry)
+                del refs[ref.key]
 
     # -- where a Work was created -----------------------------------------------------
 
@@ -297,17 +323,14 @@ class WorkTable:
     def totals(self) -> Totals:
         if self._gone:
             self._flush()
-        created = waited = completed = dropped = live_bytes = sent = received = 0
+        created = waited = completed = dropped = live_bytes = 0
         for site in list(self.sites.values()):
             created += site.created
             waited += site.waited
             completed += site.completed
             dropped += site.dropped
             live_bytes += site.live * site.bytes_per_work
-            if site.op in SENDS:
-                sent += site.created
-            elif site.op in RECVS:
-                received += site.created
+        sent, received = self.messages.totals()
         return Totals(created, waited, completed, dropped, live_bytes, sent, received)
 
     def counts(self) -> dict[str, int]:
@@ -327,22 +350,6 @@ class WorkTable:
         return [s.to_json() for s in ranked[:n]]
 
 
-def _ref_of(work: object) -> _WorkRef | None:
-    for ref in weakref.getweakrefs(work):
-        if type(ref) is _WorkRef:
-            return ref
-    return None
-
-
-def _nbytes(tensors: Any) -> int:
-    try:
-        if len(tensors) == 1:  # send/recv: one tensor
-            return int(tensors[0].nbytes)
-        return sum(int(t.nbytes) for t in tensors)
-    except (TypeError, AttributeError):
-        return 0
-
-
 def install(table: WorkTable, process_group: type, work: type, to_global: Callable[[Any, int], int]) -> list[str]:
     """Patch `process_group`'s Work-returning methods and `work`'s waits to report to
     `table`; returns the methods patched. Patching twice is refused (once per process)."""
@@ -350,12 +357,17 @@ def install(table: WorkTable, process_group: type, work: type, to_global: Callab
         return []
     originals: list[tuple[type, str, Any]] = []
     patched = []
+    table.messages.to_global = to_global
     for name in WORK_METHODS:
         original = process_group.__dict__.get(name)
         if original is None:
             continue
         originals.append((process_group, name, original))
-        setattr(process_group, name, _creating(table, name, original, to_global))
+        if name in POINT_TO_POINT:  # every message, counted per peer (messages.py)
+            wrapped = counting(table.messages, name, original, table.created_work, to_global)
+        else:
+            wrapped = _creating(table, name, original)
+        setattr(process_group, name, wrapped)
         patched.append(name)
     for name, wrap in (*((n, _waiting) for n in WAIT_METHODS), ("is_completed", _polling)):
         original = work.__dict__.get(name)
@@ -374,16 +386,11 @@ def uninstall(process_group: type) -> None:
         delattr(process_group, "__hicache_originals__")
 
 
-def _creating(table: WorkTable, name: str, original: Callable[..., Any], to_global: Callable[[Any, int], int]):  # noqa: ANN202
-    point_to_point = name in POINT_TO_POINT
-
+def _creating(table: WorkTable, name: str, original: Callable[..., Any]):  # noqa: ANN202
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         work = original(self, *args, **kwargs)
         if work is not None:
-            if point_to_point and len(args) >= 2 and type(args[1]) is int:
-                table.created_work(work, name, sys._getframe(1), (self, args[0], args[1], to_global))
-            else:
-                table.created_work(work, name, sys._getframe(1))
+            table.created_work(work, name, sys._getframe(1))
         return work
 
     method.__name__ = name
@@ -393,9 +400,11 @@ def _creating(table: WorkTable, name: str, original: Callable[..., Any], to_glob
 
 
 def _waiting(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
+    refs = table._refs
+
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        ref = _ref_of(self)
-        if ref is None:
+        ref = refs.get(id(self))
+        if ref is None or ref() is not self:  # a Work torch waits itself, or one waited before
             return original(self, *args, **kwargs)
         table.waiting_on = ref.site
         try:

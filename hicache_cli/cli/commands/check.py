@@ -37,6 +37,12 @@ from hicache_cli.units import format_duration, parse_duration, parse_rate_mb_per
 CHECK_WARMUP = "3s"  # the cache warm-up already ran; a short trend warm-up settles sooner
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option was on the command line (or in the environment), not its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
 def check(
     ctx: typer.Context,
     policy: str = typer.Option(None, "--policy", "-p", help=common.POLICY_HELP + " Default: drain."),
@@ -120,6 +126,7 @@ def check(
         max_rss_slope_mb_per_h=parse_rate_mb_per_h(max_rss_slope, "max-rss-slope"),
         max_depth=max_depth,
         max_p99_ms=max_p99_ms,
+        rss_slope_given=_given(ctx, "max_rss_slope"),
     )
     if max_depth is not None and max_depth < 0:
         raise UsageError(f"--max-depth must be 0 or more, got {max_depth}")
