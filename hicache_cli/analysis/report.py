@@ -21,6 +21,7 @@ from hicache_cli.analysis import stats
 from hicache_cli.analysis.causes import Cause, judge
 from hicache_cli.analysis.histogram import LatencyHistogram
 from hicache_cli.analysis.report_schema import ReportShapeError, check_report
+from hicache_cli.analysis.shutdown import hazards
 from hicache_cli.analysis.torchrun_log import WorkerExit, signal_name
 from hicache_cli.analysis.trace_report import top_site_line, works_summary
 from hicache_cli.analysis.watchdog import Stall, blocked_frame
@@ -291,12 +292,20 @@ def _traced_summary(
     summary.pop("series", None)
     last = followed.kept[-1]
     works = works_summary(followed.totals)
+    hazard = hazards(run or {slot: followed.kept}).get(slot)  # issue 25: analysis/shutdown.py
     return {
         **summary,
         "rank": last.rank,
         "slot": slot,
         "world_size": int(last.counters.get("world_size", 0)) or None,
         "works": works,
+        "shutdown": None
+        if hazard is None
+        else {
+            "unwaited_sends": list(hazard.unwaited_sends),
+            "blocked_in": hazard.blocked_in,
+            "lines": hazard.lines(last.rank),
+        },
         "series": _series(followed.kept),
     }
 

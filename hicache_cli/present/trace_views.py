@@ -60,6 +60,7 @@ def trace_lines(report: dict[str, Any]) -> list[str]:
                 lines.append(
                     f"    {site['live']:>8} live  {site['created']:>8} created  {site_text(site)}  ({site['file']})"
                 )
+        lines += [f"    shutdown hazard: {line}" for line in (r.get("shutdown") or {}).get("lines", [])]
     if not any(r.get("samples") for r in report["ranks"]):
         lines.append("no process of the program started a torch.distributed process group: nothing to trace")
     lines += [f"failure: rank {f['rank']} {f['kind']}: {f['message']}" for f in report["failures"]]

@@ -218,14 +218,17 @@ def run_ranks(
     run_dir: Path,
     failed_from_samples: Callable[[RunSeries], bool],
     server: ForkServer | None = None,
+    unwaited_sends_fail: bool = True,
 ) -> Launched:
-    """Run the test body on every rank; return how each ended and every rank's samples."""
+    """Run the test body on every rank; return how each ended and every rank's samples. With
+    `unwaited_sends_fail`, a body that returns with sends it never waited fails the test at
+    once (its peer may wait for them until the timeout)."""
     spawned_wall, started = time.time(), time.monotonic()
     ranks = Ranks(run_dir)
     follower = RunFollower(run_dir)
     try:
         ranks.start(request, server)
-        ends = _supervise(request, run_dir, ranks, follower, failed_from_samples, started)
+        ends = _supervise(request, run_dir, ranks, follower, failed_from_samples, started, unwaited_sends_fail)
     finally:
         ranks.stop()
     follower.poll()
@@ -239,6 +242,7 @@ def _supervise(
     follower: RunFollower,
     failed_from_samples: Callable[[RunSeries], bool],
     started: float,
+    unwaited_sends_fail: bool = True,
 ) -> list[RankEnd]:
     ends: dict[int, RankEnd] = {}
     pending = set(range(request.world_size))
@@ -260,8 +264,11 @@ def _supervise(
             body_started, deadline = True, now + request.timeout_s
         if failed_at is None:
             follower.poll()
-            if any(e.outcome in (RankOutcome.FAILED, RankOutcome.CRASHED) for e in ends.values()) or (
-                failed_from_samples(follower.run)
+            unwaited = unwaited_sends_fail and any(e.reported and e.reported.unwaited_sends for e in ends.values())
+            if (
+                unwaited
+                or any(e.outcome in (RankOutcome.FAILED, RankOutcome.CRASHED) for e in ends.values())
+                or failed_from_samples(follower.run)
             ):
                 failed_at = now
         if failed_at is not None and now - failed_at >= FAIL_GRACE_S:

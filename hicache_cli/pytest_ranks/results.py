@@ -21,6 +21,7 @@ from hicache_cli.pytest_ranks.protocol import FAILED, SKIPPED, Outcome
 from hicache_cli.pytest_ranks.spec import RanksSpec
 from hicache_cli.sample import Sample
 from hicache_cli.series import RankSeries, RunSeries
+from hicache_cli.tracer.hazards import unwaited_text
 
 DEFAULT_RSS_THRESHOLD_MB_PER_H = 100.0  # the verdict's threshold when max_rss_slope is not given (trace's default)
 STACK_FRAMES = 12  # of a hung rank's stack, innermost first
@@ -104,6 +105,9 @@ class RankResult:
     rss_slope_ci_mb_per_h: tuple[float, float] | None  # 95%
     samples: int
     body_s: float | None  # how long the body ran (None: it never returned)
+    unwaited_sends: tuple[dict[str, Any], ...] = ()  # sends the body returned without waiting, by site
+    blocked_on: str | None = None  # at its last sample: the call it was blocked in ("recv from rank 0 at x.py:17")
+    blocked_peer: int | None = None  # ... and the rank it waited on
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,9 @@ def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec, run: Mappi
         rss_slope_ci_mb_per_h=ci,
         samples=followed.totals.samples,
         body_s=body_s,
+        unwaited_sends=tuple(reported.unwaited_sends or ()) if reported is not None else (),
+        blocked_on=series[-1].blocked_on if series else None,
+        blocked_peer=series[-1].blocked_peer if series else None,
     )
 
 
@@ -278,6 +285,10 @@ def _failures(spec: RanksSpec, ranks: Sequence[RankResult], ends: Sequence[RankE
             tail = by_rank[r.rank].log_tail
             last = f"; its last output:\n{_indent(tail)}" if tail else ""
             out.append(f"rank {r.rank} (pid {r.pid}) {r.error}{last}")
+    hazards = {r.rank for r in ranks if r.unwaited_sends} if not spec.allow_unwaited_sends else set()
+    for r in ranks:
+        if r.rank in hazards:  # a shutdown hazard: its peer may wait for these forever
+            out.append(unwaited_text(f"rank {r.rank}", "returned", list(r.unwaited_sends)))
     if spec.max_live_works is not None:
         for r in ranks:
             if r.live_max > spec.max_live_works:
@@ -296,7 +307,9 @@ def _failures(spec: RanksSpec, ranks: Sequence[RankResult], ends: Sequence[RankE
             out.append(f"rank {r.rank} (pid {r.pid}) {what}{where}")
     if out:
         for r in ranks:
-            if r.outcome is RankOutcome.STOPPED:
+            if r.outcome is RankOutcome.STOPPED and r.blocked_peer in hazards and r.blocked_on:
+                out.append(f"rank {r.rank} is blocked in {r.blocked_on}")
+            elif r.outcome is RankOutcome.STOPPED:
                 at = innermost_test_frame(r.traceback or "", test_file)
                 where = f", at {at}" if at else ""
                 out.append(f"rank {r.rank} (pid {r.pid}) was stopped once the test had failed{where}")

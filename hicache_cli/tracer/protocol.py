@@ -15,6 +15,7 @@ LOOP_ENV = "HICACHE_TRACE_LOOP"  # MODULE:QUALNAME whose calls are rounds, or un
 # traced `hicache stress` naming itself owner of its ranks does not hide the tracing one
 OWNER_ENV = "HICACHE_TRACE_OWNER"
 STOP_FILE = "trace-stop"  # hicache creates it: every process writes its final line and stops sampling
+STOPPED_AT_END = "stopped by hicache at the end of the trace"  # that final line's message
 PROGRAM_LOG = "program.log"  # the program's stdout and stderr when the dashboard owns the terminal
 BOOT_DIR = Path(__file__).resolve().parent / "boot"  # holds only sitecustomize.py
 

@@ -28,7 +28,7 @@ from hicache_cli.lifecycle import Lifeline
 from hicache_cli.protocol import LIFELINE_EVERY_S, ORPHANED_EXIT, samples_file, stacks_file
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
-from hicache_cli.tracer.protocol import STOP_FILE, TraceEnv
+from hicache_cli.tracer.protocol import STOP_FILE, STOPPED_AT_END, TraceEnv
 from hicache_cli.tracer.works import SITES_REPORTED, WorkTable
 
 SITES_EVERY_S = 1.0  # sites ride on a sample at most this often (and on the final line)
@@ -91,7 +91,7 @@ class TracedProbe(Probe):
                 return
             now = time.monotonic()
             if self.stop_file.exists():
-                self.finish("done", "stopped by hicache at the end of the trace")
+                self.finish("done", STOPPED_AT_END)
                 return
             if self.lifeline is not None and now >= check_lifeline_at:
                 check_lifeline_at = now + LIFELINE_EVERY_S
@@ -159,6 +159,7 @@ class Session:
             sent=totals.sent,
             received=totals.received,
             blocked_on=self.table.blocked_on,
+            blocked_peer=self.table.blocked_peer,
             counters={"world_size": self.world_size},
             works=totals.counts(),
             peers=self.table.messages.snapshot(),

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hicache_cli.tracer.hazards import BlockingCall
 from hicache_cli.tracer.messages import PeerMessages, counting, nbytes
 
 # ProcessGroup methods that return a Work; those a torch lacks are skipped.
@@ -155,6 +156,9 @@ class WorkTable:
         self.messages = PeerMessages()
         self.sites: dict[tuple[Any, ...], Site] = {}
         self.waiting_on: Site | None = None  # the site of the Work the program waits on right now
+        self.blocking: BlockingCall | None = None  # the last send/recv torch waits itself
+        self.waiting_blocking: BlockingCall | None = None  # ... while torch waits it
+        self._blocking_at: tuple[str, Any, int] | None = None  # (op, program's code, offset), from the walk
         # live Works by id(work); a dead Work's id can be reused before its reference is
         # flushed, so an entry is only ever removed by the reference it holds
         self._refs: dict[int, _WorkRef] = {}
@@ -171,7 +175,7 @@ class WorkTable:
         self.messages.clear()
         for held in (self.sites, self._refs, self._gone, self._peers, self._places):
             held.clear()
-        self.waiting_on = None
+        self.waiting_on = self.blocking = self.waiting_blocking = self._blocking_at = None
         self._new_site = threading.Lock()  # (a lock held by another thread at the fork stays held)
 
     # -- the program's side ------------------------------------------------------------
@@ -182,6 +186,9 @@ class WorkTable:
         peer, to_global): the peer and the bytes are worked out only for a Work counted."""
         walked = self._walk(method, frame)
         if walked is None:
+            if sent and self._blocking_at is not None:  # a blocking send/recv: where, should it hang
+                op, code, lasti = self._blocking_at
+                self.blocking = BlockingCall(id(work), op, sent[0], sent[2], sent[3], code, lasti)
             return
         call, frame = walked
         peer = None
@@ -263,6 +270,8 @@ class WorkTable:
             frame = frame.f_back
         if outer is not None:
             if outer not in HANDED and not (outer in self._async_ops and outer_frame.f_locals.get("async_op")):
+                # (never the frame itself: it would keep the program's locals alive)
+                self._blocking_at = (outer, frame.f_code, frame.f_lasti) if frame is not None else None
                 return None
             op = f"{outer}({inner})" if outer == "batch_isend_irecv" else outer  # a batch's isend/irecv
         return op, frame
@@ -339,10 +348,20 @@ class WorkTable:
     @property
     def blocked_on(self) -> str | None:
         """What the program waits on right now, in words (read by the probe, not per wait)."""
-        site = self.waiting_on
+        site, blocking = self.waiting_on, self.waiting_blocking
         if site is None:
-            return None
+            return None if blocking is None else blocking.text(self.blocked_peer)
         return f"wait on {site.op}{'' if site.peer is None else f' with rank {site.peer}'} ({site.file}:{site.line})"
+
+    @property
+    def blocked_peer(self) -> int | None:
+        """The global rank the program waits on right now, when it is one peer."""
+        site, blocking = self.waiting_on, self.waiting_blocking
+        if site is not None:
+            return site.peer
+        if blocking is None:
+            return None
+        return self.peer_of(blocking.group, blocking.group_peer, blocking.to_global)
 
     def top_sites(self, n: int = SITES_REPORTED) -> list[dict[str, Any]]:
         """The sites with the most live Works (then the most created), largest first."""
@@ -405,7 +424,14 @@ def _waiting(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         ref = refs.get(id(self))
         if ref is None or ref() is not self:  # a Work torch waits itself, or one waited before
-            return original(self, *args, **kwargs)
+            blocking = table.blocking
+            if blocking is None or blocking.work_id != id(self):
+                return original(self, *args, **kwargs)
+            table.waiting_blocking = blocking  # a blocking send/recv: named while it waits
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                table.waiting_blocking = None
         table.waiting_on = ref.site
         try:
             result = original(self, *args, **kwargs)

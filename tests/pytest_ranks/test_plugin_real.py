@@ -410,3 +410,23 @@ def test_sglangs_own_pp_sync_fails_on_the_release_that_reaps_and_passes_on_the_o
         "600 waited, 0 still held",  # 2 syncs a round, 300 rounds; the shutdown waits them, too late
     ])  # fmt: skip
     result.stdout.fnmatch_lines(["PASSED test_sglang_pp_sync.py::test_hiradix_cache_pp_sync_waits_its_works[[]0.5.15]"])
+
+
+def test_a_body_returning_with_an_unwaited_send_fails_every_time_naming_its_line(pytester: pytest.Pytester) -> None:
+    """Drain at the start of each round: the last isend is never waited. Each of three
+    attempts fails at once (never the 60 s timeout), naming the isend's line, and the recv
+    the peer is stuck in when the message was lost; the twin that says so passes."""
+    source = (EXAMPLES / "shutdown_hazard.py").read_text()
+    pytester.makepyfile(test_shutdown_hazard=source)
+    result = run_inner(pytester, "--junitxml=junit.xml")
+    result.assert_outcomes(failed=3, passed=1)
+    isend, recv = line_of(source, "dist.isend("), line_of(source, "dist.recv(")
+    out = result.stdout.str()
+    named = f"rank 0 returned with 1 send to rank 1 never waited (test_shutdown_hazard.py:{isend})"
+    assert out.count(named) >= 3
+    assert "timeout" not in out
+    stuck = f"rank 1 is blocked in recv from rank 0 at test_shutdown_hazard.py:{recv}"
+    assert all(stuck in line for line in out.splitlines() if "rank 1 is blocked" in line)
+    cases = {c.get("name"): c for c in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")}
+    assert cases["test_a_send_kept_past_the_body_is_allowed_when_said"].find("failure") is None
+    assert not left_of(pytester)

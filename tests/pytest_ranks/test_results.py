@@ -213,3 +213,33 @@ def test_reading_a_stack_dump() -> None:
     assert innermost_test_frame(DUMP, TEST_FILE) == "test_pp.py:13 in test_hangs"
     assert innermost_test_frame(DUMP, "/elsewhere.py") is None
     assert stack_excerpt("", TEST_FILE) == ""
+
+
+# -- shutdown hazards (issue 25) --------------------------------------------------------
+
+UNWAITED = [{"peer": 1, "count": 1, "file": TEST_FILE, "line": 15, "function": "test_x", "op": "isend"}]
+
+
+def returned_holding_sends(rank: int) -> RankEnd:
+    reported = Outcome(rank, 100 + rank, "passed", body_started=10.0, body_ended=11.0, unwaited_sends=UNWAITED)
+    return RankEnd(rank, 100 + rank, RankOutcome.PASSED, reported)
+
+
+def test_a_body_that_returns_with_an_unwaited_send_fails_naming_it_and_its_blocked_peer() -> None:
+    blocked = replace(sample(0.5, 0, rank=1), blocked_on="recv from rank 0 at test_pp.py:17", blocked_peer=0)
+    stopped = RankEnd(1, 101, RankOutcome.STOPPED, stack="")
+    result = judge(RanksSpec(2), [returned_holding_sends(0), stopped], {1: [blocked]})
+    assert result.failures == (
+        "rank 0 returned with 1 send to rank 1 never waited (test_pp.py:15)",
+        "rank 1 is blocked in recv from rank 0 at test_pp.py:17",
+    )
+    assert result.rank(0).unwaited_sends == tuple(UNWAITED)
+
+
+def test_the_hazard_fails_whether_or_not_the_message_arrived() -> None:
+    result = judge(RanksSpec(2), [returned_holding_sends(0), passed(1)])
+    assert result.failures == ("rank 0 returned with 1 send to rank 1 never waited (test_pp.py:15)",)
+
+
+def test_allow_unwaited_sends_opts_out() -> None:
+    assert judge(RanksSpec(2, allow_unwaited_sends=True), [returned_holding_sends(0), passed(1)]).passed

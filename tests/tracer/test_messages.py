@@ -4,6 +4,7 @@ wait), called through torch.distributed-like functions (tests/tracer/test_works.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -24,8 +25,8 @@ class Work:
         return False
 
 
-def group_class() -> type:
-    """A fresh stand-in for c10d.ProcessGroup (install patches a class once)."""
+def group_class(work: type = Work) -> type:
+    """A fresh stand-in for c10d.ProcessGroup (install patches a class once), handing out `work`s."""
 
     class Group:
         def __init__(self, name: str = "0") -> None:
@@ -34,10 +35,10 @@ def group_class() -> type:
         def send(self, tensors: list[Any], dst: int, tag: int) -> Work:
             if dst < 0:
                 raise RuntimeError("invalid destination")
-            return Work()
+            return work()
 
         def recv(self, tensors: list[Any], src: int, tag: int) -> Work:
-            return Work()
+            return work()
 
     return Group
 
@@ -106,3 +107,39 @@ def test_a_group_without_a_name_or_a_global_rank_still_counts() -> None:
     row = counts.counter(counts.sent, object(), 3)
     row[0] += 1
     assert counts.snapshot() == [[3, "?", 1, 0, 0, 0]]
+
+
+def test_a_blocking_recv_is_named_while_torch_waits_it() -> None:
+    """What the probe reads while the program is stuck in dist.recv: the op, the peer and the
+    program's line (a blocking call is never a counted Work)."""
+    table = WorkTable(skip_prefixes=(TORCH,))
+    seen: list[tuple[str | None, int | None]] = []
+
+    class Waiting(Work):
+        def wait(self) -> bool:
+            seen.append((table.blocked_on, table.blocked_peer))
+            return True
+
+    cls = group_class(Waiting)
+    works.install(table, cls, Waiting, lambda g, r: r + 10)
+    line = sys._getframe().f_lineno + 1
+    c10d["recv"](tensor(8), 1, cls())
+    assert seen == [(f"recv from rank 11 at test_messages.py:{line}", 11)]
+    assert (table.blocked_on, table.blocked_peer) == (None, None)  # not blocked any more
+    assert table.counts()["created"] == 0
+
+
+def test_unwaited_sends_are_sends_never_seen_complete() -> None:
+    from hicache_cli.tracer.hazards import unwaited_sends, unwaited_text
+
+    sites = [
+        {"file": "/t/test_x.py", "line": 15, "function": "f", "op": "isend", "peer": 1, "created": 5, "completed": 4},
+        {"file": "/t/test_x.py", "line": 20, "function": "f", "op": "irecv", "peer": 1, "created": 5, "completed": 0},
+        {"file": "/t/test_x.py", "line": 30, "function": "f", "op": "batch_isend_irecv(isend)", "peer": 2,
+         "created": 3, "completed": 0},
+    ]  # fmt: skip
+    sends = unwaited_sends(sites)
+    assert [(s["line"], s["count"]) for s in sends] == [(30, 3), (15, 1)]  # never a receive
+    assert unwaited_text("rank 0", "returned", sends[1:]) == (
+        "rank 0 returned with 1 send to rank 1 never waited (test_x.py:15)"
+    )

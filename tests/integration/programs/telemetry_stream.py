@@ -9,15 +9,17 @@ the sender.
 
 With ``--ack-every N`` the stream is flow-controlled: rank 1 sends a one-element
 ack after every N updates it received, and rank 0 blocks on that ack after every
-N updates it sent (the same unwaited deque otherwise).
+N updates it sent (the same unwaited deque otherwise); at the end rank 0 sends a
+stop update and both leave together.
 
 Run it on CPU with gloo, for example::
 
     torchrun --standalone --nproc-per-node 2 telemetry_stream.py --seconds 10
     torchrun --standalone --nproc-per-node 2 telemetry_stream.py --seconds 10 --ack-every 8
 
-Both ranks stop after ``--seconds`` and leave with ``os._exit(0)``: updates still
-in flight at that point are of no interest to anyone.
+Without flow control both ranks stop after ``--seconds`` and leave with
+``os._exit(0)``: updates still in flight at that point are of no interest to
+anyone (a collector still waiting for one sees the connection close).
 """
 
 import argparse
@@ -41,6 +43,9 @@ def sender(deadline: float, ack_every: int) -> int:
         step += 1
         if ack_every and step % ack_every == 0:
             dist.recv(ack, src=1)
+    if ack_every:  # tell the collector we are done, and wait until it has it
+        stats[2] = -1
+        dist.send(stats, dst=1)
     return step
 
 
@@ -49,8 +54,10 @@ def collector(deadline: float, ack_every: int, work_s: float) -> int:
     ack = torch.ones(1)
     totals = collections.Counter()
     received = 0
-    while time.monotonic() < deadline:
+    while ack_every or time.monotonic() < deadline:
         dist.recv(update, src=0)
+        if update[2] < 0:  # the sender's last word
+            break
         received += 1
         totals[int(update[0]) % 16] += 1
         spin_until = time.perf_counter() + work_s  # bookkeeping that takes a while

@@ -1,0 +1,69 @@
+"""What a traced process leaves unfinished: sends it never waited, and the blocking call it is
+stuck in. Stdlib only.
+
+A send Work never waited is a hazard when the process (or a marked test's body) ends: on
+gloo a send whose Work is dropped unwaited may never be delivered, and its receiver then
+waits forever in `recv` (here it hangs about one run in two). Whether the message happened to
+arrive does not matter: the race is there either way.
+
+A blocking `send`/`recv` is waited by torch itself, so the Work table never counts it; the
+table notes the call (its op, peer and the program's line) when torch hands the Work back,
+and while torch waits it, `blocked_on` names it: "recv from rank 0 at test_x.py:17".
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+SEND_OPS = frozenset({"send", "isend", "batch_isend_irecv(isend)"})
+
+
+class BlockingCall(NamedTuple):
+    """A send or recv torch waits itself: the Work's id, what the program called, where. (A
+    tuple: one is made per blocking call; never the tensors, which it must not keep alive.)"""
+
+    work_id: int
+    op: str  # "send" or "recv" (the torch.distributed function the program called)
+    group: Any
+    group_peer: int
+    to_global: Any
+    code: Any  # the program's code object and instruction offset at the call
+    lasti: int
+
+    def text(self, peer: int | None) -> str:
+        """`recv from rank 0 at test_x.py:17`."""
+        where = f"{os.path.basename(self.code.co_filename)}:{line_of(self.code, self.lasti)}"
+        direction = "from" if self.op == "recv" else "to"
+        return f"{self.op} {direction} rank {'?' if peer is None else peer} at {where}"
+
+
+def line_of(code: Any, lasti: int) -> int:
+    """The source line of an instruction offset (read only when the probe asks)."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
+
+
+def unwaited_sends(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Send sites with Works never seen complete (created less completed: held, or dropped
+    without a wait), most first: {peer, count, file, line, function, op}."""
+    out = []
+    for site in sites:
+        count = int(site.get("created", 0)) - int(site.get("completed", 0))
+        if site.get("op") in SEND_OPS and count > 0:
+            keys = ("peer", "file", "line", "function", "op")
+            out.append({"count": count, **{k: site.get(k) for k in keys}})
+    return sorted(out, key=lambda s: (-s["count"], str(s["file"]), s["line"] or 0))
+
+
+def unwaited_text(who: str, verb: str, sends: list[dict[str, Any]]) -> str:
+    """`rank 0 returned with 1 send to rank 1 never waited (test_x.py:15)`; several sites
+    are listed, most first."""
+    parts = []
+    for s in sends:
+        noun = "send" if s["count"] == 1 else "sends"
+        where = f"{os.path.basename(str(s['file']))}:{s['line']}"
+        parts.append(f"{s['count']} {noun} to rank {s['peer']} never waited ({where})")
+    return f"{who} {verb} with {', '.join(parts)}"
