@@ -68,7 +68,7 @@ SENDS = frozenset({"send", "isend", "batch_isend_irecv(isend)"})
 RECVS = frozenset({"recv", "irecv", "recv_anysource", "batch_isend_irecv(irecv)"})
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: its counts are updated on every Work
 class Site:
     file: str
     line: int
@@ -156,9 +156,10 @@ class WorkTable:
         self.messages = PeerMessages()
         self.sites: dict[tuple[Any, ...], Site] = {}
         self.waiting_on: Site | None = None  # the site of the Work the program waits on right now
-        self.blocking: BlockingCall | None = None  # the last send/recv torch waits itself
-        self.waiting_blocking: BlockingCall | None = None  # ... while torch waits it
-        self._blocking_at: tuple[str, Any, int] | None = None  # (op, program's code, offset), from the walk
+        # the last send/recv torch waits itself, as the fields of a hazards.BlockingCall (a
+        # plain tuple: one is made per blocking call), and the same while torch waits it
+        self.blocking: tuple[Any, ...] | None = None
+        self.waiting_blocking: tuple[Any, ...] | None = None
         # live Works by id(work); a dead Work's id can be reused before its reference is
         # flushed, so an entry is only ever removed by the reference it holds
         self._refs: dict[int, _WorkRef] = {}
@@ -167,7 +168,9 @@ class WorkTable:
         self._kinds: dict[Any, object] = {}  # code object -> _FOREIGN, _TORCH or a c10d function's name
         self._async_ops: set[str] = set()  # c10d functions that hand out their Work when async_op=True
         self._peers: dict[tuple[int, int], int | None] = {}
-        self._places: dict[tuple[Any, ...], Site] = {}  # (code, instruction offset, op, peer) -> site
+        # (code, instruction offset, op, id(group), group peer) -> site
+        self._places: dict[tuple[Any, ...], Site] = {}
+        self._on_collect = self._collected  # one bound method for every weak reference
 
     def reset(self) -> None:
         """Forget every Work and message (a forked child is a new process), emptying in
@@ -175,7 +178,7 @@ class WorkTable:
         self.messages.clear()
         for held in (self.sites, self._refs, self._gone, self._peers, self._places):
             held.clear()
-        self.waiting_on = self.blocking = self.waiting_blocking = self._blocking_at = None
+        self.waiting_on = self.blocking = self.waiting_blocking = None
         self._new_site = threading.Lock()  # (a lock held by another thread at the fork stays held)
 
     # -- the program's side ------------------------------------------------------------
@@ -184,21 +187,25 @@ class WorkTable:
         """A ProcessGroup `method` returned a Work. It is counted when the program gets it;
         one torch waits itself is not. For send and recv `sent` is (group, tensors, group
         peer, to_global): the peer and the bytes are worked out only for a Work counted."""
-        walked = self._walk(method, frame)
+        walked = self._walk(method, frame, work, sent)
         if walked is None:
-            if sent and self._blocking_at is not None:  # a blocking send/recv: where, should it hang
-                op, code, lasti = self._blocking_at
-                self.blocking = BlockingCall(id(work), op, sent[0], sent[2], sent[3], code, lasti)
             return
         call, frame = walked
-        peer = None
-        if sent:
-            peer = self.peer_of(sent[0], sent[2], sent[3])
-        site = self._site(call, peer, frame)
+        if frame is not None:  # found by place and peer: the global rank is worked out once a site
+            place = (
+                (frame.f_code, frame.f_lasti, call, id(sent[0]), sent[2])
+                if sent
+                else (frame.f_code, frame.f_lasti, call)
+            )
+            site = self._places.get(place)
+        else:
+            place = site = None
+        if site is None:
+            site = self._site(call, self.peer_of(sent[0], sent[2], sent[3]) if sent else None, frame, place)
         if sent and not site.created:
             site.bytes_per_work = nbytes(sent[1])
         try:
-            ref = _WorkRef(work, self._collected)
+            ref = _WorkRef(work, self._on_collect)
         except TypeError:  # a Work type without weak references: counted as created and waited
             site.created += 1
             site.waited += 1
@@ -248,12 +255,13 @@ class WorkTable:
 
     # -- where a Work was created -----------------------------------------------------
 
-    def _walk(self, op: str, frame: Any) -> tuple[str, Any] | None:
+    def _walk(self, op: str, frame: Any, work: object = None, sent: tuple[Any, ...] = ()) -> tuple[str, Any] | None:
         """(the op, the creation frame): the first frame outside torch (and outside functions
         that hide themselves with a local `__tracebackhide__`, as pytest's helpers do); the op
         is the torch.distributed function the program called, when there is one. None for a
         Work that function waits itself before returning (send, recv, a collective without
-        async_op, torch's own helpers): it never reaches the program, so it can never be kept."""
+        async_op, torch's own helpers): it never reaches the program, so it can never be kept;
+        a send or recv so is noted as `blocking` (where the program is, should it hang there)."""
         kinds = self._kinds
         inner = outer = outer_frame = None
         while frame is not None:
@@ -270,24 +278,21 @@ class WorkTable:
             frame = frame.f_back
         if outer is not None:
             if outer not in HANDED and not (outer in self._async_ops and outer_frame.f_locals.get("async_op")):
-                # (never the frame itself: it would keep the program's locals alive)
-                self._blocking_at = (outer, frame.f_code, frame.f_lasti) if frame is not None else None
+                if sent and frame is not None:  # (never the frame: it would keep the program's locals alive)
+                    self.blocking = (id(work), outer, sent[0], sent[2], sent[3], frame.f_code, frame.f_lasti)
                 return None
             op = f"{outer}({inner})" if outer == "batch_isend_irecv" else outer  # a batch's isend/irecv
         return op, frame
 
-    def _site(self, op: str, peer: int | None, frame: Any) -> Site:
-        """The site of a creation frame, found by its code object and instruction offset
-        (working out a line number scans the code's line table: done once per place)."""
+    def _site(self, op: str, peer: int | None, frame: Any, place: tuple[Any, ...] | None) -> Site:
+        """The site of a creation frame not seen at this place before (working out a line
+        number scans the code's line table: done once per place)."""
         if frame is None:
             return self._site_by_key(("(torch internals)", 0, "", op, peer))
-        place = (frame.f_code, frame.f_lasti, op, peer)
-        site = self._places.get(place)
-        if site is None:
-            code = frame.f_code
-            site = self._site_by_key((code.co_filename, frame.f_lineno, code.co_name, op, peer))
-            if len(self._places) < 4 * self.max_sites:
-                self._places[place] = site
+        code = frame.f_code
+        site = self._site_by_key((code.co_filename, frame.f_lineno, code.co_name, op, peer))
+        if place is not None and len(self._places) < 4 * self.max_sites:
+            self._places[place] = site
         return site
 
     def _site_by_key(self, key: tuple[Any, ...]) -> Site:
@@ -350,7 +355,7 @@ class WorkTable:
         """What the program waits on right now, in words (read by the probe, not per wait)."""
         site, blocking = self.waiting_on, self.waiting_blocking
         if site is None:
-            return None if blocking is None else blocking.text(self.blocked_peer)
+            return None if blocking is None else BlockingCall(*blocking).text(self.blocked_peer)
         return f"wait on {site.op}{'' if site.peer is None else f' with rank {site.peer}'} ({site.file}:{site.line})"
 
     @property
@@ -361,7 +366,8 @@ class WorkTable:
             return site.peer
         if blocking is None:
             return None
-        return self.peer_of(blocking.group, blocking.group_peer, blocking.to_global)
+        call = BlockingCall(*blocking)
+        return self.peer_of(call.group, call.group_peer, call.to_global)
 
     def top_sites(self, n: int = SITES_REPORTED) -> list[dict[str, Any]]:
         """The sites with the most live Works (then the most created), largest first."""
@@ -425,7 +431,7 @@ def _waiting(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
         ref = refs.get(id(self))
         if ref is None or ref() is not self:  # a Work torch waits itself, or one waited before
             blocking = table.blocking
-            if blocking is None or blocking.work_id != id(self):
+            if blocking is None or blocking[0] != id(self):
                 return original(self, *args, **kwargs)
             table.waiting_blocking = blocking  # a blocking send/recv: named while it waits
             try:
