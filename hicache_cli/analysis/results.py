@@ -190,9 +190,46 @@ class LoopLatency(_Record):
 
 
 @dataclass(frozen=True)
+class PeerMessages(_Record):
+    """Messages with one peer in one process group, and the backlog of those sent there (issue 25)."""
+
+    peer: int = 0
+    group: str = ""
+    sent: int = 0
+    sent_bytes: int | None = None
+    received: int = 0
+    received_bytes: int | None = None
+    backlog: int | None = None
+    backlog_per_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Messages(_Record):
     sent: int = 0
     received: int | None = None
+    by_peer: list[PeerMessages] = field(default_factory=list)  # absent in older reports
+
+
+@dataclass(frozen=True)
+class Cause(_Record):
+    """`hicache trace`: why memory grows (issue 25): works, backlog or memory."""
+
+    kind: str = ""
+    text: str = ""
+    site: str | None = None  # works: the top site; backlog: the sender's, as `file:line in f (op to rank N)`
+    peer: int | None = None  # backlog
+    group: str | None = None
+    backlog: int | None = None
+    per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Shutdown(_Record):
+    """`hicache trace`: a process that ended with sends never waited, or blocked on one that did."""
+
+    unwaited_sends: list[dict[str, Any]] = field(default_factory=list)
+    blocked_in: str | None = None
+    lines: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -256,6 +293,8 @@ class RankReport(_Record):
     rounds: int | None = None
     rounds_per_s: float | None = None
     messages: Messages | None = None
+    cause: Cause | None = None  # issue 25
+    shutdown: Shutdown | None = None  # issue 25
     backlog_at_stop: Backlog | None = None
     round_age_at_stop_s: float | None = None
     device: str | None = None
@@ -286,6 +325,7 @@ class Report(_Record):
     program_exit_code: int | None = None
     program_stopped: str | None = None
     launcher_cpu_s: float | None = None
+    rebuilt: dict[str, Any] | None = None  # `report build`: what was estimated or unknown (issue 25)
     ranks: list[RankReport] = field(default_factory=list)
     path: Path | None = field(default=None, compare=False, metadata={"local": True})  # not in the JSON
 
