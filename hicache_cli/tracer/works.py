@@ -165,10 +165,13 @@ class WorkTable:
         self._refs: dict[int, _WorkRef] = {}
         self._gone: deque[_WorkRef] = deque()
         self._new_site = threading.Lock()  # only when a site is added
-        self._kinds: dict[Any, object] = {}  # code object -> _FOREIGN, _TORCH or a c10d function's name
+        # id(code object) -> (_FOREIGN, _TORCH or a c10d function's name; the code object). By id:
+        # hashing a code object hashes its constants and names, 0.5 us a frame in torch's;
+        # the code is kept in the value, so its id stays its own (and _places may use it too)
+        self._kinds: dict[int, tuple[object, Any]] = {}
         self._async_ops: set[str] = set()  # c10d functions that hand out their Work when async_op=True
         self._peers: dict[tuple[int, int], int | None] = {}
-        # (code, instruction offset, op, id(group), group peer) -> site
+        # (id(code), instruction offset, op, id(group), group peer) -> site
         self._places: dict[tuple[Any, ...], Site] = {}
         self._on_collect = self._collected  # one bound method for every weak reference
 
@@ -193,9 +196,9 @@ class WorkTable:
         call, frame = walked
         if frame is not None:  # found by place and peer: the global rank is worked out once a site
             place = (
-                (frame.f_code, frame.f_lasti, call, id(sent[0]), sent[2])
+                (id(frame.f_code), frame.f_lasti, call, id(sent[0]), sent[2])
                 if sent
-                else (frame.f_code, frame.f_lasti, call)
+                else (id(frame.f_code), frame.f_lasti, call)
             )
             site = self._places.get(place)
         else:
@@ -266,9 +269,10 @@ class WorkTable:
         inner = outer = outer_frame = None
         while frame is not None:
             code = frame.f_code
-            kind = kinds.get(code)
-            if kind is None:
-                kind = kinds[code] = self._kind(code)
+            known = kinds.get(id(code))
+            if known is None:
+                known = kinds[id(code)] = (self._kind(code), code)
+            kind = known[0]
             if kind is _FOREIGN:
                 break
             if kind is not _TORCH:  # a public torch.distributed function, by name
