@@ -355,7 +355,11 @@ def trace_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
         out["alternating_median_ratio"] = statistics.median(r["ratio"] for r in switching)
         print(f"switching runs, median ratio {out['alternating_median_ratio']:.3f} of {len(switching)}")
     hooks = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "hook_cost.py")], capture_output=True, text=True, check=False, env=env
+        [sys.executable, str(REPO / "scripts" / "hook_cost.py"), "--torch"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
     )
     out["hook_cost"] = hooks.stdout.strip().splitlines()
     print("\n".join(out["hook_cost"]))

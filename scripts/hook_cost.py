@@ -3,13 +3,16 @@ network: the Work-returning `send`/`recv` and `Work.wait` are stand-ins (plain P
 same for both arms), called through torch.distributed-like functions compiled under a
 torch-like file name, so the hooks walk exactly the frames they walk in a real program.
 
-    python scripts/hook_cost.py [--rounds N] [--blocks K]
+    python scripts/hook_cost.py [--rounds N] [--blocks K] [--torch]
 
 Two rounds are timed, as scripts/tight_p2p.py runs them: rank 0's (isend one tensor, wait
 last round's Work) and rank 1's (a blocking recv: torch waits the Work itself). Blocks with
 the hooks installed and without alternate in one process; the medians of each arm's
 per-round main-thread CPU time, and their difference: what the hooks add. CPU time, not
-rates, so other jobs on the machine hardly move it.
+rates, so other jobs on the machine hardly move it. With --torch the calls go through
+torch.distributed's own isend and recv (its frames, its checks, real tensors) to the
+stand-in group, entered in torch's table of group ranks; without, through a few lines that
+call the group as they do.
 """
 
 from __future__ import annotations
@@ -78,18 +81,39 @@ def rounds(n: int, c10d: dict[str, Any], group: Group, tensor: Any) -> tuple[flo
     return (middle - start) / n, (end - middle) / n
 
 
+def _through_torch(group: Group) -> tuple[dict[str, Any], Any, str]:
+    """isend and recv as a program calls them, to `group` (a stand-in torch never checks the
+    type of: it needs only its ranks in its table)."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    dist.distributed_c10d._world.pg_group_ranks[group] = {0: 0, 1: 1}
+    functions = {
+        "isend": lambda t, dst, g: dist.isend(t, dst, group=g),
+        "recv": lambda t, src, g: dist.recv(t, src, group=g),
+    }
+    return functions, torch.zeros(3, dtype=torch.int64), os.path.dirname(torch.__file__) + os.sep
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=50_000)
     parser.add_argument("--blocks", type=int, default=10)
+    parser.add_argument("--torch", action="store_true", help="through torch.distributed's own functions")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from hicache_cli.tracer import works
 
-    c10d: dict[str, Any] = {}
-    exec(compile(_C10D, TORCH + "distributed/distributed_c10d.py", "exec"), c10d)  # noqa: S102
-    group, tensor = Group(), SimpleNamespace(nbytes=24)
-    table = works.WorkTable(skip_prefixes=(TORCH,))
+    group = Group()
+    if args.torch:
+        c10d, tensor, skip = _through_torch(group)
+    else:
+        c10d = {}
+        exec(compile(_C10D, TORCH + "distributed/distributed_c10d.py", "exec"), c10d)  # noqa: S102
+        tensor, skip = SimpleNamespace(nbytes=24), TORCH
+    table = works.WorkTable(skip_prefixes=(skip,))
     arms: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     rounds(args.rounds, c10d, group, tensor)  # warm up
     for block in range(args.blocks):
