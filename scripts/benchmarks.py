@@ -373,12 +373,13 @@ def trace_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
             f"({rates['cli'] / rates['plain']:.3f})"
         )
     out["runs"] = rows
-    out["tracer_median_ratio"] = statistics.median(r["tracer"] / r["plain"] for r in rows)
-    out["cli_median_ratio"] = statistics.median(r["cli"] / r["plain"] for r in rows)
-    print(
-        f"whole runs, median of {len(rows)} pairs: tracer {out['tracer_median_ratio']:.3f}, "
-        f"hicache trace {out['cli_median_ratio']:.3f}"
-    )
+    if rows:  # (--pairs 0: the switching runs and the hooks alone only)
+        out["tracer_median_ratio"] = statistics.median(r["tracer"] / r["plain"] for r in rows)
+        out["cli_median_ratio"] = statistics.median(r["cli"] / r["plain"] for r in rows)
+        print(
+            f"whole runs, median of {len(rows)} pairs: tracer {out['tracer_median_ratio']:.3f}, "
+            f"hicache trace {out['cli_median_ratio']:.3f}"
+        )
     return out
 
 
