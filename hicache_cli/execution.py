@@ -1,6 +1,7 @@
 """One run end to end: the run directory's config, the target's strategy followed by the
 supervisor, the report written whatever happened. The API and every command that runs call
-`execute`.
+`execute`; `hicache report build` calls `rebuild_report`, the same report from a run
+directory alone.
 
 Which strategy runs a target is decided here, by its type (`strategy_for`): a new kind of
 target adds a line to it.
@@ -8,25 +9,30 @@ target adds a line to it.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_cli.analysis.report import build_report, write_report
-from hicache_cli.analysis.results import Report
+from hicache_cli.analysis.results import Rebuilt, Report
 from hicache_cli.config import RunConfig
+from hicache_cli.errors import UsageError
 from hicache_cli.launch.attach_launcher import AttachedProcesses, AttachLaunch, OnAttached
 from hicache_cli.launch.launcher import LaunchConfig, TorchrunRanks
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.supervisor import EarlyStop, Strategy, follow
+from hicache_cli.launch.torchrun_log import worker_exits_in
 from hicache_cli.launch.trace_launcher import TracedProgram, TraceLaunch
 from hicache_cli.lifecycle import STOPS
 from hicache_cli.outcome import RunOutcome
-from hicache_cli.protocol import STACKS_GLOB
+from hicache_cli.protocol import CONFIG_FILE, STACKS_GLOB
+from hicache_cli.records import replace
 from hicache_cli.sample import Sample
 from hicache_cli.series import load_run
 from hicache_cli.targets import AttachedProcess, RankedTarget, TracedCommand
+from hicache_cli.version import hicache_version
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,57 @@ def execute(
         report = build_report(config, followed, outcome, run_dir)
         path = write_report(report, run_dir, report_copy)
         return RunResult(run_dir, path, report.at(path), outcome)
+
+
+# Fields of a report that the launching hicache alone knew. Estimated: the launch time is
+# config.json's modification time (written just before the launch) and the end the last
+# sample's, so wall_s and startup_s are close but not the launcher's. Unknown (null): the
+# CPU the launcher used, torchrun's or the program's exit status, why hicache stopped the
+# program or the run early, and a stop signal sent to hicache itself. Not found again:
+# the watchdog's stall and hang failures, which it decided from the clock while the run
+# went on (rank exits torchrun logged are read back), and an attach's census.
+ESTIMATED = ("wall_s", "startup_s")
+UNKNOWN = (
+    "launcher_cpu_s",
+    "torchrun_exit_code",
+    "program_exit_code",
+    "program_stopped",
+    "stopped_early",
+    "interruption (a signal to hicache)",
+    "failures found by the watchdog (stall, hang)",
+)
+UNKNOWN_ATTACH = ("target.processes (how each process was attached, its census)",)
+
+
+def rebuild_report(run_dir: Path) -> Report:
+    """The report of the run in `run_dir` from its config.json and rank files alone: after
+    hicache was killed before it wrote one, or to judge an old run again with a newer
+    hicache. Everything it says of the ranks comes from their samples, through the same
+    build_report a run's end calls, so it is the report the run would have written; what
+    only the launching hicache knew is estimated or null, and its `rebuilt` names those."""
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run directory")
+    config_path = run_dir / CONFIG_FILE
+    if not os.path.lexists(config_path):
+        raise UsageError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
+    config = RunConfig.load(run_dir)  # (it reads the flat config of an older hicache too)
+    run = load_run(run_dir)
+    if not any(run.samples.values()):
+        raise UsageError(f"{run_dir}: no samples to build a report from (no rank-N.jsonl with a complete line)")
+    launched = os.lstat(config_path).st_mtime
+    last = max(s[-1].wall for s in run.samples.values() if s)
+    outcome = RunOutcome(
+        exit_code=None,
+        wall_s=max(0.0, last - launched),
+        launcher_cpu_s=None,
+        launched_wall=launched,
+        worker_exits=worker_exits_in(run_dir),
+    )
+    unknown = UNKNOWN + (UNKNOWN_ATTACH if isinstance(config.target, AttachedProcess) else ())
+    rebuilt = Rebuilt(
+        at=round(time.time(), 3), hicache_version=hicache_version(), estimated=list(ESTIMATED), unknown=list(unknown)
+    )
+    return replace(build_report(config, run, outcome, run_dir), rebuilt=rebuilt)
 
 
 def _drop_empty_stack_files(run_dir: Path) -> None:

@@ -63,6 +63,9 @@ class Sample:
     # (at most once a second, and in the final line) the top creation sites
     works: dict[str, int] | None = None
     sites: list[dict[str, Any]] | None = None
+    # hicache trace: point-to-point messages per peer and process group, blocking calls
+    # included: [peer, group, sent, sent_bytes, received, received_bytes] (analysis/messages.py)
+    peers: list[list[Any]] | None = None
     node: int = 0  # the --node-rank of the hicache that launched the rank (0 on one machine)
     host: str | None = None  # the rank's host name
     kind: str = "sample"

@@ -9,7 +9,9 @@ every S seconds (scripts/attach_cost.py reads rates before and after attaching f
 With `--alternate` (hicache importable) the run switches the tracer's Work hooks on and off
 every `--block` seconds, on both ranks at the same round, and prints each block's rate:
 untraced and traced rounds measured in the same processes, minutes apart at most, so the
-machine's drift hits both alike.
+machine's drift hits both alike; and each rank's main-thread CPU per round, traced and
+untraced (CPU time is what the hooks add, and unlike the rate it hardly moves when other
+jobs share the machine).
 """
 
 import argparse
@@ -32,6 +34,8 @@ def main() -> None:
     switch = _switch() if args.alternate else None
     message = torch.zeros(3, dtype=torch.int64)
     rounds, pending, phase = 0, None, 0
+    cpu = [[0.0, 0], [0.0, 0]]  # per phase: main-thread CPU seconds, rounds
+    cpu_mark = time.thread_time()
     blocks: list[tuple[int, int, float]] = []  # (phase, rounds, seconds), rank 0
     dist.barrier()
     started = block_start = time.perf_counter()
@@ -46,6 +50,7 @@ def main() -> None:
             stop = now - started >= args.seconds
             if switch is not None and now - block_start >= args.block:
                 blocks.append((phase, block_rounds, now - block_start))
+                cpu_mark = _charge(cpu, phase, block_rounds, cpu_mark)
                 block_start, block_rounds, phase = now, 0, 1 - phase
                 switch(phase)
             if pending is not None:
@@ -56,6 +61,8 @@ def main() -> None:
             dist.recv(message, src=0)
             stop = bool(message[1])
             if switch is not None and int(message[2]) != phase:
+                cpu_mark = _charge(cpu, phase, block_rounds, cpu_mark)
+                block_rounds = 0
                 phase = int(message[2])
                 switch(phase)
         rounds += 1
@@ -66,11 +73,39 @@ def main() -> None:
     if pending is not None:
         pending.wait()
     dist.barrier()
+    peer_cpu = None
+    if switch is not None:  # rank 1's CPU per phase, to rank 0
+        mine = torch.tensor([cpu[0][0], cpu[0][1], cpu[1][0], cpu[1][1]], dtype=torch.float64)
+        if rank == 1:
+            dist.send(mine, dst=0)
+        else:
+            peer_cpu = torch.zeros(4, dtype=torch.float64)
+            dist.recv(peer_cpu, src=1)
     if rank == 0:
         print(f"rounds={rounds} seconds={elapsed:.3f} rate={rounds / elapsed:.1f}", flush=True)
         if blocks:
             _print_blocks(blocks)
+            _print_cpu("rank0", cpu)
+            _print_cpu("rank1", [[peer_cpu[0].item(), peer_cpu[1].item()], [peer_cpu[2].item(), peer_cpu[3].item()]])
     dist.destroy_process_group()
+
+
+def _charge(cpu: list[list[float]], phase: int, rounds: int, mark: float) -> float:
+    """Add the block that just ended to its phase's CPU and rounds (the first block, the warm-up, is left out)."""
+    now = time.thread_time()
+    if cpu[0][1] or cpu[1][1] or phase == 1:  # the first untraced block warms up
+        cpu[phase][0] += now - mark
+        cpu[phase][1] += rounds
+    else:
+        cpu[phase][1] = 0
+    return now
+
+
+def _print_cpu(who: str, cpu: list[list[float]]) -> None:
+    per = [c / max(1, r) * 1e6 for c, r in cpu]
+    added = per[1] - per[0]
+    line = f"{who}_cpu_us_untraced={per[0]:.2f} {who}_cpu_us_traced={per[1]:.2f} {who}_cpu_us_added={added:.2f}"
+    print(line, flush=True)
 
 
 def _switch():  # noqa: ANN202

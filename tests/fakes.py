@@ -232,10 +232,8 @@ class FakeTracedWork:
         self.done = False
 
     def wait(self) -> bool:
-        from hicache_cli.tracer.works import _ref_of
-
         self.done = True
-        if self.table is not None and (ref := _ref_of(self)) is not None:
+        if self.table is not None and (ref := self.table.ref_of(self)) is not None:
             self.table.waited_work(ref)
         return True
 
@@ -250,8 +248,9 @@ class FakeTracedWork:
 
 
 class FakeTracedGroup:
-    """Mimics a ProcessGroup after `works.install`: `send`/`recv` hand out a Work and report
-    it to `table` with their caller's frame, as the patched methods do; no data moves."""
+    """Mimics a ProcessGroup after `works.install`: `send`/`recv` count the message against
+    the peer and hand out a Work, reported to `table` with their caller's frame, as the
+    patched methods (tracer/messages.counting) do; no data moves."""
 
     table: Any = None
 
@@ -262,6 +261,11 @@ class FakeTracedGroup:
         return self._work("recv", src, tensors)
 
     def _work(self, name: str, peer: int, tensors: list[Any]) -> FakeTracedWork:
+        messages = self.table.messages
+        counts = messages.sent if name == "send" else messages.received
+        count = messages.counter(counts, self, peer)
+        count[0] += 1
+        count[1] += sum(t.nbytes if hasattr(t, "nbytes") else 0 for t in tensors)
         work = FakeTracedWork(self.table)
         self.table.created_work(work, name, sys._getframe(2), (self, tensors, peer, lambda group, rank: rank))
         return work

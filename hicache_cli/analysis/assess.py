@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hicache_cli.analysis import stats
+from hicache_cli.analysis import growth, stats, warmup
 from hicache_cli.sample import Sample
 
 RSS_QUANTUM = 4096  # RSS moves in pages
@@ -28,14 +28,19 @@ class Assessment:
 
 
 def resolve_warmup(series: list[Sample], warmup_s: float | None, threshold_mb_per_h: float) -> float:
-    """A fixed warm-up, or (None) the end of the rank's start-up transient in RSS."""
-    if warmup_s is not None:
+    """A fixed warm-up, or (None) the end of the rank's start-up transient in RSS. A traced
+    program's lasts until its RSS growth has settled, `warmup_s` at most (analysis/warmup.py)."""
+    traced = bool(series) and series[-1].works is not None
+    if warmup_s is not None and not traced:
         return warmup_s
     points = [(s.t, float(s.rss_bytes)) for s in series if s.rss_bytes is not None]
     if not points:
-        return AUTO_WARMUP_MIN_S
+        return AUTO_WARMUP_MIN_S if warmup_s is None else warmup_s
     floor = threshold_mb_per_h * stats.MB / 3600.0 / 2.0  # bytes/s well under the threshold
-    return stats.plateau_start(points, AUTO_WARMUP_MIN_S, max(AUTO_WARMUP_MIN_S, points[-1][0] / 2.0), floor)
+    bound = max(AUTO_WARMUP_MIN_S, points[-1][0] / 2.0) if warmup_s is None else warmup_s
+    if traced:  # issue 25: decided from the data, bounded by --warmup
+        return warmup.settled_at(points, min(AUTO_WARMUP_MIN_S, bound), bound, floor)
+    return stats.plateau_start(points, AUTO_WARMUP_MIN_S, bound, floor)
 
 
 def assess_rank(
@@ -59,6 +64,7 @@ def assess_rank(
         span_s=span,
         live_works=bool(series) and series[-1].works is not None,  # a traced process
         anon=anon,
+        growth=growth.growth([(s.t, float(s.depth)) for s in after]),  # issue 25: stepwise growth
     )
     grew = bool(after) and after[-1].depth - after[0].depth >= 1000
     per_work = rss.slope / depth.slope if grew and rss and depth and depth.slope > 0 else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hicache_cli.analysis.kinds import Status, Verdict
+from hicache_cli.analysis.kinds import CauseKind, Status, Verdict
 from hicache_cli.analysis.results import RankReport, Report, Rss, TraceSection
 from hicache_cli.analysis.trace_report import nothing_traced
 from hicache_cli.errors import EXIT_FINDING, EXIT_OK, EXIT_RUN_FAILED
@@ -19,6 +19,9 @@ class Thresholds:
     max_rss_slope_mb_per_h: float = 200.0
     max_depth: int | None = None
     max_p99_ms: float | None = None
+    # the RSS limit was asked for (`check --max-rss-slope`): only then is a traced program's
+    # memory gated, when it grows for a reason other than Works (issue 25, analysis/causes.py)
+    rss_slope_given: bool = True
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,11 @@ def evaluate(report: Report, limits: Thresholds) -> list[Assertion]:
         results += _program(report)
     for r in report.ranks:
         rank = r.rank
-        decided = r.verdict.decided if isinstance(r.verdict, Verdict) else None
-        results.append(Assertion(rank, "bounded", decided, f"rank {rank} {r.verdict}: {r.verdict_reason}"))
+        results.append(_bounded(r, report.traced, limits))
         if not r.measured:
             continue
-        results.append(_slope(rank, r.rss, limits.max_rss_slope_mb_per_h))
+        if not report.traced or limits.rss_slope_given:  # a traced program's memory: gated when asked
+            results.append(_slope(rank, r.rss, limits.max_rss_slope_mb_per_h))
         if limits.max_depth is not None and r.work_list is not None:
             peak = r.work_list.max
             over = peak - limits.max_depth
@@ -61,6 +64,20 @@ def _p99(r: RankReport, limit: float) -> Assertion:
     over = p99 - limit
     text = f"loop p99 {p99:.2f} ms" + (f", {over:.2f} ms over the limit {limit:g}" if over > 0 else "")
     return Assertion(r.rank, "max-p99", over <= 0, f"rank {r.rank} {text}")
+
+
+def _bounded(r: RankReport, traced: bool, limits: Thresholds) -> Assertion:
+    """The verdict. A traced rank whose memory grows for a reason other than Works or
+    messages is no Work leak: it fails only when a memory limit was asked for."""
+    text = f"rank {r.rank} {r.verdict}: {r.verdict_reason}"
+    if traced and r.cause is not None and r.cause.kind == CauseKind.MEMORY:
+        if limits.rss_slope_given:
+            return Assertion(
+                r.rank, "bounded", False, f"{text} (--max-rss-slope {limits.max_rss_slope_mb_per_h:g} MB/h)"
+            )
+        return Assertion(r.rank, "bounded", True, f"{text} (no Work leak; --max-rss-slope gates memory)")
+    decided = r.verdict.decided if isinstance(r.verdict, Verdict) else None
+    return Assertion(r.rank, "bounded", decided, text)
 
 
 def _program(report: Report) -> list[Assertion]:

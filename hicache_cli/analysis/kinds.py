@@ -38,6 +38,14 @@ class Verdict(Text):
         return {Verdict.BOUNDED: True, Verdict.LEAK: False}.get(self)
 
 
+class CauseKind(Text):
+    """Why a traced process's memory grows (analysis/causes.py)."""
+
+    WORKS = "works"  # live Works keep growing: the site that makes them
+    BACKLOG = "backlog"  # messages to a peer pile up faster than it receives them
+    MEMORY = "memory"  # neither: memory grows, not from Works or messages
+
+
 class Status(Text):
     COMPLETED = "completed"  # every rank ran to its deadline (or the program to its end)
     FAILED = "failed"  # see Report.failures

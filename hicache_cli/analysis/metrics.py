@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hicache_cli.analysis.messages import PeerFlow, peer_flows
 from hicache_cli.histogram import BUCKETS_PER_DECADE
 from hicache_cli.sample import Sample
 
@@ -31,6 +32,7 @@ class RankMetrics:
     latency_buckets: tuple[tuple[float, int], ...]  # (upper edge s, rounds at or under it), cumulative
     latency_count: int  # rounds the histogram holds
     state: str  # the last sample's
+    peers: tuple[PeerFlow, ...] = ()  # messages per peer and group, with the backlog of this rank's sends
 
     def labels(self) -> dict[str, str]:
         return {
@@ -56,7 +58,7 @@ def latency_buckets(hist: dict[str, int]) -> tuple[tuple[tuple[float, int], ...]
     return tuple(out), total
 
 
-def rank_metrics(samples: dict[int, list[Sample]]) -> list[RankMetrics]:
+def rank_metrics(samples: dict[int, list[Sample]], tp: int = 1) -> list[RankMetrics]:
     """Every rank that has sampled, from its latest sample, in rank order."""
     out = []
     for rank, series in sorted(samples.items()):
@@ -76,6 +78,7 @@ def rank_metrics(samples: dict[int, list[Sample]]) -> list[RankMetrics]:
                 latency_buckets=buckets,
                 latency_count=total,
                 state=last.state,
+                peers=tuple(peer_flows(samples, rank, tp=tp, trends=False)),
             )
         )
     return out

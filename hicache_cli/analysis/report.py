@@ -17,26 +17,32 @@ from importlib import metadata
 from pathlib import Path
 
 from hicache_cli.analysis import stats
-from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.causes import Finding, judge
 from hicache_cli.analysis.failures import Ending, find_failures, interruption
 from hicache_cli.analysis.figures import rounds_per_s
-from hicache_cli.analysis.kinds import Status, Verdict
+from hicache_cli.analysis.kinds import CauseKind, Status, Verdict
+from hicache_cli.analysis.messages import PeerFlow
 from hicache_cli.analysis.results import (
     Backlog,
+    Cause,
     Environment,
     GpuMemory,
     LoopLatency,
     MemoryKinds,
     Messages,
+    PeerMessages,
     PPConsistency,
     RankReport,
     Report,
     Rss,
     Series,
+    Shutdown,
     TargetSection,
+    UnwaitedSend,
     WorkList,
 )
-from hicache_cli.analysis.trace_report import top_site_line, works_summary
+from hicache_cli.analysis.shutdown import Hazards, hazards
+from hicache_cli.analysis.trace_report import site_text, top_site_line, works_summary
 from hicache_cli.attached import AttachedPid
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
@@ -190,11 +196,12 @@ def summarize_rank(
     held: Mapping[int, AttachedPid] | None = None,
 ) -> RankReport:
     """A rank of hicache's own (its upstream stage's samples say what it left unreceived), or a
-    traced process (an attached one: `held`, its census by pid)."""
+    traced process (an attached one: `held`, its census by pid). `samples`, every rank's, give
+    the backlogs of its messages."""
     target = config.target
     if isinstance(target, RankedTarget):
-        return rank_summary(slot, followed, samples.get(slot - target.tp, []), config, target.tp)
-    return _traced_summary(slot, followed, config, held or {})
+        return rank_summary(slot, followed, samples.get(slot - target.tp, []), config, target.tp, run=samples)
+    return _traced_summary(slot, followed, config, held or {}, samples)
 
 
 def rank_summary(
@@ -204,8 +211,10 @@ def rank_summary(
     config: RunConfig,
     tp: int = 1,
     census: AttachedPid | None = None,
+    run: Mapping[int, list[Sample]] | None = None,
 ) -> RankReport:
-    """One rank's entry, from its bounded history and exact totals."""
+    """One rank's entry, from its bounded history and exact totals (and `run`, every rank's
+    history, for the backlogs of its messages)."""
     pp_rank, tp_rank = divmod(rank, tp)
     series, totals = followed.kept, followed.totals
     if not series:
@@ -218,7 +227,9 @@ def rank_summary(
             samples=0,
         )
     last = series[-1]
-    assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h)
+    # issue 25: the verdict with its cause, and the messages per peer (analysis/causes.py)
+    judged = judge(run or {rank: series}, rank, config.warmup_s, config.leak_threshold_mb_per_h, tp=tp)
+    assessment, finding = judged.assessment, judged.finding
     verdict, rss_trend, depth_trend, cut = assessment.verdict, assessment.rss, assessment.depth, assessment.cut
     upstream = upstream if tp <= rank else []
     unreceived = _unreceived(upstream[-1], last) if upstream else 0
@@ -226,7 +237,8 @@ def rank_summary(
     holder = census.top if census is not None else None
     if holder is not None and holder.held and verdict.verdict is not Verdict.BOUNDED:
         reason += f"; {holder.line()}"  # attach: the container the census found holding the Works
-    if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict is Verdict.LEAK:
+    works_cause = finding is None or finding.cause is CauseKind.WORKS  # a backlog's sender site is in its reason
+    if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict is Verdict.LEAK and works_cause:
         reason += f"; {top}"
     if unreceived:
         # gloo keeps state per pending message on the receiving side too
@@ -264,7 +276,8 @@ def rank_summary(
         loop_latency=_latency(followed, cut),
         rounds=last.rounds,
         rounds_per_s=rounds_per_s(last),
-        messages=Messages(sent=last.sent, received=last.received),
+        messages=Messages(sent=last.sent, received=last.received, by_peer=[_peer_messages(f) for f in judged.flows]),
+        cause=_cause(finding),
         backlog_at_stop=Backlog(outstanding_sends=last.depth, unreceived_messages=unreceived),
         round_age_at_stop_s=last.round_age_s,
         device=last.device_name,
@@ -296,21 +309,70 @@ def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> MemoryKinds | Non
     )
 
 
-def _traced_summary(slot: int, followed: RankSeries, config: RunConfig, held: Mapping[int, AttachedPid]) -> RankReport:
+def _traced_summary(
+    slot: int,
+    followed: RankSeries,
+    config: RunConfig,
+    held: Mapping[int, AttachedPid],
+    run: Mapping[int, list[Sample]] | None = None,
+) -> RankReport:
     """A traced process: `rank` is its torch.distributed rank, `slot` its rank file's
     number (the same, unless several process groups used the same ranks); `works` says
-    what became of the Works it was handed, by creation site."""
+    what became of the Works it was handed, by creation site; `shutdown`, the sends it
+    ended with never waited, or the peer that did and that it is blocked on."""
     last = followed.kept[-1] if followed.kept else None
-    summary = rank_summary(slot, followed, [], config, census=held.get(last.pid) if last else None)
+    summary = rank_summary(slot, followed, [], config, census=held.get(last.pid) if last else None, run=run)
     if last is None:
         return summary
+    hazard = hazards(run or {slot: followed.kept}).get(slot)
     return replace(
         summary,
         rank=last.rank,
         slot=slot,
         world_size=int(last.counters.get("world_size", 0)) or None,
         works=works_summary(followed.totals),
+        shutdown=_shutdown(hazard, last.rank),
     )
+
+
+def _peer_messages(flow: PeerFlow) -> PeerMessages:
+    return PeerMessages(
+        peer=flow.peer,
+        group=flow.group,
+        sent=flow.sent,
+        sent_bytes=flow.sent_bytes,
+        received=flow.received,
+        received_bytes=flow.received_bytes,
+        backlog=flow.backlog,
+        backlog_per_s=None if flow.backlog_per_s is None else round(flow.backlog_per_s, 1),
+    )
+
+
+def _cause(finding: Finding | None) -> Cause | None:
+    if finding is None:
+        return None
+    backlog = finding.cause is CauseKind.BACKLOG
+    return Cause(
+        kind=finding.cause,
+        text=finding.text,
+        site=site_text(finding.site) if finding.site is not None else None,
+        peer=finding.peer if backlog else None,
+        group=finding.group if backlog else None,
+        backlog=finding.backlog if backlog else None,
+        per_s=None if finding.per_s is None else round(finding.per_s, 1),
+    )
+
+
+def _shutdown(hazard: Hazards | None, rank: int) -> Shutdown | None:
+    if hazard is None:
+        return None
+    sends = []
+    for raw in hazard.unwaited_sends:
+        try:
+            sends.append(UnwaitedSend.from_dict(raw))
+        except ShapeError:
+            continue  # a site a foreign program's tracer mangled (as trace_report reads sites)
+    return Shutdown(unwaited_sends=sends, blocked_in=hazard.blocked_in, lines=hazard.lines(rank))
 
 
 def _latency(followed: RankSeries, cut: int) -> LoopLatency:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_cli.analysis.kinds import FailureKind, Status, Verdict
+from hicache_cli.analysis.kinds import CauseKind, FailureKind, Status, Verdict
 from hicache_cli.config import RunConfig
 from hicache_cli.records import Record, ShapeError, field_spec, join, record_fields, replace
 from hicache_cli.targets import AttachSection, ModelSection, SGLangSection, TargetSection, TraceSection
@@ -22,6 +22,8 @@ from hicache_cli.targets import AttachSection, ModelSection, SGLangSection, Targ
 __all__ = [
     "AttachSection",
     "Backlog",
+    "Cause",
+    "CauseKind",
     "Environment",
     "Failure",
     "FailureKind",
@@ -32,16 +34,20 @@ __all__ = [
     "Messages",
     "ModelSection",
     "PPConsistency",
+    "PeerMessages",
     "RankReport",
+    "Rebuilt",
     "Report",
     "Rss",
     "SGLangSection",
     "Series",
     "ShapeError",
+    "Shutdown",
     "Site",
     "Status",
     "TargetSection",
     "TraceSection",
+    "UnwaitedSend",
     "Verdict",
     "WorkList",
     "Works",
@@ -153,9 +159,66 @@ class LoopLatency(Record):
 
 
 @dataclass(frozen=True)
+class PeerMessages(Record):
+    """Messages with one peer in one process group, and the backlog of those sent there:
+    sent there and not received by the peer (analysis/messages.py)."""
+
+    peer: int = field_spec(required=True, default=0)
+    group: str = field_spec(required=True, default="")
+    sent: int = 0
+    sent_bytes: int | None = None  # None: not counted (hicache's own ranks)
+    received: int = 0
+    received_bytes: int | None = None
+    backlog: int | None = None  # None: the peer's own counts are unknown (no rank file)
+    backlog_per_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Messages(Record):
     sent: int = field_spec(required=True, default=0)
     received: int | None = None
+    by_peer: list[PeerMessages] = field(default_factory=list)  # absent in older reports
+
+
+@dataclass(frozen=True)
+class Cause(Record):
+    """Why a traced process's memory grows (analysis/causes.py): its live Works, a message
+    backlog to a peer, or neither (memory)."""
+
+    kind: CauseKind | str = field_spec(required=True, default=CauseKind.WORKS)
+    text: str = field_spec(required=True, default="")
+    site: str | None = None  # works: the top site; backlog: the sender's, as `file:line in f (op to rank N)`
+    peer: int | None = None  # backlog: the receiver, its group, its size at the end, its growth
+    group: str | None = None
+    backlog: int | None = None
+    per_s: float | None = None
+
+    def omit(self) -> frozenset[str]:
+        left_out = {"site"} if self.site is None else set()
+        if self.kind != CauseKind.BACKLOG:
+            left_out |= {"peer", "group", "backlog", "per_s"}
+        return frozenset(left_out)
+
+
+@dataclass(frozen=True)
+class UnwaitedSend(Record):
+    """Sends a process ended with never waited, from one site (analysis/shutdown.py)."""
+
+    count: int = field_spec(required=True, default=0)
+    peer: int | None = None
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    op: str | None = None
+
+
+@dataclass(frozen=True)
+class Shutdown(Record):
+    """A traced process that ended with sends never waited, or is blocked on one that did."""
+
+    unwaited_sends: list[UnwaitedSend] = field(default_factory=list)
+    blocked_in: str | None = None  # `recv from rank 0 at x.py:17`
+    lines: list[str] = field(default_factory=list)  # what the trace's view prints
 
 
 @dataclass(frozen=True)
@@ -235,7 +298,7 @@ class PPConsistency(Record):
 
 MEASURED = frozenset({"rss", "work_list", "loop_latency_ms", "rounds_per_s", "messages", "backlog_at_stop"})
 UNMEASURED_KEYS = ("rank", "pp_rank", "tp_rank", "verdict", "verdict_reason", "samples")
-TRACED_KEYS = frozenset({"slot", "world_size", "works"})
+TRACED_KEYS = frozenset({"slot", "world_size", "works", "shutdown"})
 
 
 @dataclass(frozen=True)
@@ -258,6 +321,7 @@ class RankReport(Record):
     rounds: int | None = None
     rounds_per_s: float | None = None
     messages: Messages | None = None
+    cause: Cause | None = None  # a traced process's memory growth: why (None: no growth to explain)
     backlog_at_stop: Backlog | None = None
     round_age_at_stop_s: float | None = None
     device: str | None = None
@@ -267,6 +331,7 @@ class RankReport(Record):
     slot: int | None = None  # trace: the rank file's number
     world_size: int | None = None  # trace: the process group's size
     works: Works | None = None  # trace
+    shutdown: Shutdown | None = None  # trace: sends it ended with never waited, or blocked on such a peer
     series: Series | None = None
 
     @property
@@ -301,6 +366,17 @@ class RankReport(Record):
 
 
 @dataclass(frozen=True)
+class Rebuilt(Record):
+    """`hicache report build`: when, by which hicache, and the fields only the launching
+    hicache knew (estimated, or unknown: null) (launch/rebuild.py)."""
+
+    at: float = field_spec(required=True, default=0.0)
+    hicache_version: str | None = None
+    estimated: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Report(Record):
     """One run's report (docs/report.md). `path` is where it was read from or written to."""
 
@@ -322,8 +398,12 @@ class Report(Record):
     program_exit_code: int | None = None
     program_stopped: str | None = None
     launcher_cpu_s: float | None = None
+    rebuilt: Rebuilt | None = None  # only in a report `report build` wrote
     ranks: list[RankReport] = field_spec(required=True, default=())
     path: Path | None = field(default=None, compare=False, metadata={"local": True})  # not in the JSON
+
+    def omit(self) -> frozenset[str]:
+        return frozenset() if self.rebuilt is not None else frozenset({"rebuilt"})
 
     @classmethod
     def read(cls, data: dict[str, Any], path: Path | None = None) -> Report:

@@ -7,7 +7,7 @@ boundedness needs a longer quiet stretch. The verdict is judged as the report ju
 
 from __future__ import annotations
 
-from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.causes import judge
 from hicache_cli.analysis.kinds import Verdict
 from hicache_cli.config import RunConfig
 from hicache_cli.sample import Sample
@@ -41,13 +41,16 @@ class Settler:
     def current(self, series: list[list[Sample]]) -> tuple[Verdict | None, float]:
         """The verdict that could settle now, and the data span it rests on."""
         threshold = self.config.leak_threshold_mb_per_h
-        assessed = [assess_rank(s, self.config.warmup_s, threshold) for s in series]
+        run = dict(enumerate(series))  # (peers are found by the rank their samples carry)
+        tp = self.config.ranked.tp if self.config.ranked else 1
+        assessed = [judge(run, i, self.config.warmup_s, threshold, tp=tp).assessment for i in run]
         overall = Verdict.overall(a.verdict.verdict for a in assessed)
         if overall is Verdict.LEAK:
             # a growing work list is this leak's cause, and unmistakable within seconds; RSS
             # alone could still be a start-up climb, so it needs as long as boundedness
             leaking = [a for a in assessed if a.verdict.verdict is Verdict.LEAK]
-            need = MIN_LEAK_S if any(a.verdict.basis == "work-list" for a in leaking) else MIN_BOUNDED_S
+            causal = ("work-list", "backlog")  # growing Works or a growing message backlog
+            need = MIN_LEAK_S if any(a.verdict.basis in causal for a in leaking) else MIN_BOUNDED_S
             span = max(a.span_s for a in leaking)
             return (overall, span) if span >= need else (None, span)
         if overall is Verdict.BOUNDED:

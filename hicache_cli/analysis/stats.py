@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import TypeVar
 
+from hicache_cli.analysis.growth import Growth
 from hicache_cli.analysis.kinds import Verdict
 
 T = TypeVar("T")
@@ -173,6 +174,7 @@ class VerdictInputs:
     span_s: float  # seconds of post-warm-up data
     live_works: bool = False  # depth counts a traced program's live Works, not a work list
     anon: Trend | None = None  # anonymous memory, bytes per second after warm-up; None: too few readings
+    growth: Growth | None = None  # the depth's rise after warm-up (issue 25: stepwise growth, analysis/growth.py)
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,9 @@ def decide(inputs: VerdictInputs, leak_threshold_mb_per_h: float) -> Decision:
             f"{grows} {depth.slope:.0f} Works/s (final {inputs.final_depth}); {rss_text}",
             "work-list",
         )
+    # issue 25: a depth that only rises, in stairs under load, is a leak however wide its interval
+    if inputs.growth is not None and inputs.growth.only_grows:
+        return Decision(Verdict.LEAK, f"{inputs.growth.text(held)}; {rss_text}", "work-list")
     threshold = leak_threshold_mb_per_h
     if per_hour_mb(rss.lo) > threshold:
         return _rss_above(inputs, rss_text, threshold, held)

@@ -17,7 +17,7 @@ def works_summary(totals: Totals) -> Works | None:
     if totals.last_works is None:
         return None
     last = totals.last_works
-    sites = [site for raw in totals.last_sites or [] if (site := _site(raw)) is not None]
+    sites = read_sites(totals.last_sites or [])
     return Works(
         created=last.get("created", 0),
         waited=last.get("waited", 0),
@@ -27,6 +27,11 @@ def works_summary(totals: Totals) -> Works | None:
         live_max=totals.live_max,
         sites=sorted(sites, key=lambda s: (-s.live, -s.live_max, -s.created)),
     )
+
+
+def read_sites(raw: list[object]) -> list[Site]:
+    """A sample's sites as records (a site a foreign program's tracer mangled is left out)."""
+    return [site for item in raw if (site := _site(item)) is not None]
 
 
 def _site(raw: object) -> Site | None:

@@ -31,13 +31,14 @@ from hicache_cli.attach import protocol
 from hicache_cli.attach.census import take_census
 from hicache_cli.attach.protocol import AgentStatus, BootArgs
 from hicache_cli.lifecycle import Lifeline
+from hicache_cli.protocol import DETACHED_PREFIX
 from hicache_cli.rank.loop_stats import LoopStats
 from hicache_cli.tracer import works
 from hicache_cli.tracer.protocol import TraceEnv
 from hicache_cli.tracer.session import Ending, Session
 
 C10D = "torch.distributed.distributed_c10d"
-GUEST = Ending(stop_file=protocol.STOP_FILE, stop_message="detached: hicache asked", guest=True)
+GUEST = Ending(stop_file=protocol.STOP_FILE, stop_message=f"{DETACHED_PREFIX}hicache asked", guest=True)
 POLL_S = 0.2  # without the tracer: how often the stop file and hicache's pid are looked at
 
 
@@ -92,7 +93,7 @@ class Agent:
         hooks, the weak references; each step on its own, so one failure skips no other."""
         leftovers = self.status.leftovers
         if self.session is not None:
-            leftovers += _guarded(lambda: self.session.detach(f"detached: {reason}"), "the probe")
+            leftovers += _guarded(lambda: self.session.detach(f"{DETACHED_PREFIX}{reason}"), "the probe")
         if self.table is not None:
             leftovers += _guarded(lambda: works.uninstall(self.c10d.ProcessGroup), "the Work hooks")
             self.table.forget()

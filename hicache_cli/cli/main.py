@@ -8,7 +8,7 @@ import typer
 
 from cache.policies import POLICIES, describe
 from hicache_cli.cli import conventions
-from hicache_cli.cli.commands import report
+from hicache_cli.cli.commands import report, report_build
 from hicache_cli.cli.commands.attach import ATTACH_EXAMPLES, attach
 from hicache_cli.cli.commands.check import check
 from hicache_cli.cli.commands.compare import compare_policies
@@ -70,6 +70,7 @@ app.command(name="compare-policies")(compare_policies)
 app.command()(doctor)
 app.command(name="sglang-scan")(sglang_scan)
 app.command(epilog=LINT_EXAMPLES)(lint)
+report.app.command("build")(report_build.build)  # its own module: a command imports no other
 app.add_typer(report.app, name="report")
 
 

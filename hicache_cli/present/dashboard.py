@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hicache_cli.analysis import stats
-from hicache_cli.analysis.assess import assess_rank
+from hicache_cli.analysis.causes import judge
 from hicache_cli.analysis.figures import rounds_per_s
 from hicache_cli.analysis.kinds import Verdict
 from hicache_cli.config import RunConfig
@@ -60,6 +60,8 @@ class RankRow:
     round_age_s: float | None
     blocked_on: str | None
     verdict: Verdict | None
+    backlog: int | None = None  # the largest backlog of the messages this rank sent (analysis/messages.py)
+    backlog_grows: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,13 +101,14 @@ class Dashboard:
     def __init__(self, config: RunConfig, run_dir: str) -> None:
         self.config = config
         self.run_dir = run_dir
-        # rank -> (t, MB/h, verdict, warm-up), recomputed at most once a second of run time
-        self._trends: dict[int, tuple[float, float | None, Verdict | None, float]] = {}
+        self._tp = config.ranked.tp if config.ranked else 1
+        # rank -> (t, MB/h, verdict, warm-up, backlog, growing), recomputed at most once a second of run time
+        self._trends: dict[int, tuple[float, float | None, Verdict | None, float, int | None, bool]] = {}
 
     def model(self, samples: dict[int, list[Sample]], launch_elapsed: float) -> DashboardModel:
         # every rank of the run, and (hicache trace, where processes are found as they start) every file
         ranks = sorted(set(range(self.config.expected_ranks or 0)) | set(samples))
-        rows = [self._row(rank, samples.get(rank, [])) for rank in ranks]
+        rows = [self._row(rank, samples) for rank in ranks]
         run_t = max((s[-1].t for s in samples.values() if s), default=0.0)
         verdict = Verdict.overall(r.verdict for r in rows)  # as in the report
         nodes: dict[int, tuple[str | None, list[int]]] = {}
@@ -115,12 +118,13 @@ class Dashboard:
         devices = tuple(sorted({s[-1].device_name for s in samples.values() if s and s[-1].device_name}))
         return DashboardModel(self.config, self.run_dir, run_t, launch_elapsed, rows, verdict, nodes, devices)
 
-    def _row(self, rank: int, series: list[Sample]) -> RankRow:
-        pp_rank, tp_rank = divmod(rank, self.config.ranked.tp if self.config.ranked else 1)
+    def _row(self, rank: int, samples: dict[int, list[Sample]]) -> RankRow:
+        pp_rank, tp_rank = divmod(rank, self._tp)
+        series = samples.get(rank, [])
         if not series:
             return RankRow(rank, pp_rank, tp_rank, "starting", None, None, None, [], 0, [], *[None] * 6, None)
         last = series[-1]
-        trend, verdict, warmup = self._trend(rank, series)
+        trend, verdict, warmup, backlog, grows = self._trend(rank, samples)
         base = next((s.rss_bytes for s in series if s.t >= warmup and s.rss_bytes is not None), None)
         return RankRow(
             rank=rank,
@@ -140,19 +144,28 @@ class Dashboard:
             round_age_s=last.round_age_s,
             blocked_on=last.blocked_on,
             verdict=verdict,
+            backlog=backlog,
+            backlog_grows=grows,
         )
 
-    def _trend(self, rank: int, series: list[Sample]) -> tuple[float | None, Verdict | None, float]:
+    def _trend(
+        self, rank: int, samples: dict[int, list[Sample]]
+    ) -> tuple[float | None, Verdict | None, float, int | None, bool]:
+        """(MB/h, verdict, warm-up, largest backlog of its sends, whether one grows)."""
+        series = samples[rank]
         last_t = series[-1].t
         cached = self._trends.get(rank)
         if cached is not None and last_t - cached[0] < 1.0 and series[-1].kind != "final":
-            return cached[1], cached[2], cached[3]
+            return cached[1:]
         config = self.config
-        assessment = assess_rank(series, config.warmup_s, config.leak_threshold_mb_per_h, LIVE_TREND_POINTS)
+        judged = judge(samples, rank, config.warmup_s, config.leak_threshold_mb_per_h, LIVE_TREND_POINTS, self._tp)
+        assessment = judged.assessment
         trend = stats.per_hour_mb(assessment.rss.slope) if assessment.rss else None
         verdict = assessment.verdict.verdict if assessment.cut < len(series) else None
-        self._trends[rank] = (last_t, trend, verdict, assessment.warmup_s)
-        return trend, verdict, assessment.warmup_s
+        backlogs = [f.backlog for f in judged.flows if f.backlog is not None]
+        grows = any(f.backlog_grows for f in judged.flows)
+        self._trends[rank] = (last_t, trend, verdict, assessment.warmup_s, max(backlogs, default=None), grows)
+        return self._trends[rank][1:]
 
 
 # -- rendering --------------------------------------------------------------------
@@ -239,6 +252,10 @@ def _depth_style(r: RankRow) -> str:
     return "red" if r.depth > 1000 else ("yellow" if r.depth > 64 else "")
 
 
+def _backlog_style(r: RankRow) -> str:
+    return "red" if r.backlog_grows else ""
+
+
 def _age_style(r: RankRow) -> str:
     age = r.round_age_s or 0.0
     return "red" if age >= STALL_AGE_S else ("yellow" if age >= 0.5 else "")
@@ -267,7 +284,7 @@ def _columns(width: int, threshold: float) -> list[Column]:
 
 def _layout(layout: str, threshold: float) -> list[Column]:
     wide, medium = layout == "wide", layout in ("wide", "medium")
-    spark_w = 12 if wide else 6
+    spark_w = 8 if wide else 6
     size = format_bytes if wide else format_bytes_short
     cols = [
         Column("rank", 4, lambda r: str(r.rank)),
@@ -283,7 +300,8 @@ def _layout(layout: str, threshold: float) -> list[Column]:
     cols.append(Column("depth", 7, lambda r: str(r.depth), _depth_style))
     if medium:
         cols.append(Column("", spark_w, lambda r: sparkline(r.depth_spark, spark_w), lambda _r: "magenta", left=True))
-    if wide:
+    if wide:  # messages this rank sent that their receiver has not asked for yet
+        cols.append(Column("backlog", 7, lambda r: "-" if r.backlog is None else str(r.backlog), _backlog_style))
         cols.append(Column("p50/p99/max ms", 17, _latencies))
     else:
         cols.append(Column("p99ms", 6, lambda r: _num(r.p99_ms, ".1f")))

@@ -81,7 +81,7 @@ class MetricsExporter:
         return exporter
 
     def update(self, samples: dict[int, list[Sample]]) -> None:
-        snapshot = rank_metrics(samples)
+        snapshot = rank_metrics(samples, self.config.ranked.tp if self.config.ranked else 1)
         with self._lock:
             self._ranks = snapshot
 
@@ -126,6 +126,16 @@ class MetricsExporter:
             "Scheduler round latency since the workload started (buckets only: the ranks keep no exact sum).",
             labels=LABELS,
         )
+        by_peer = [*LABELS, "peer", "group"]
+        sent = CounterMetricFamily("hicache_messages_sent", "Point-to-point messages sent to the peer.", labels=by_peer)
+        received = CounterMetricFamily(
+            "hicache_messages_received", "Point-to-point messages received from the peer.", labels=by_peer
+        )
+        backlog = GaugeMetricFamily(
+            "hicache_message_backlog",
+            "Messages the rank sent to the peer that the peer has not received yet.",
+            labels=by_peer,
+        )
         for r in ranks:
             labels = list(r.labels().values())
             if r.rss_bytes is not None:
@@ -134,7 +144,13 @@ class MetricsExporter:
             rounds.add_metric(labels, r.rounds)
             buckets = [(_le(edge), count) for edge, count in r.latency_buckets] + [("+Inf", r.latency_count)]
             latency.add_metric(labels, buckets, sum_value=None)
-        yield from (rss, depth, rounds, latency)
+            for flow in r.peers:
+                pair = [*labels, str(flow.peer), flow.group]
+                sent.add_metric(pair, flow.sent)
+                received.add_metric(pair, flow.received)
+                if flow.backlog is not None:
+                    backlog.add_metric(pair, flow.backlog)
+        yield from (rss, depth, rounds, latency, sent, received, backlog)
 
 
 def _le(seconds: float) -> str:

@@ -62,6 +62,7 @@ def trace_lines(report: Report) -> list[str]:
         for site in (r.works.sites if r.works else [])[:SITES_SHOWN]:
             if site.live > 0:
                 lines.append(f"    {site.live:>8} live  {site.created:>8} created  {site_text(site)}  ({site.file})")
+        lines += [f"    shutdown hazard: {line}" for line in (r.shutdown.lines if r.shutdown else [])]
     if isinstance(report.target, AttachSection):
         lines += [line for process in report.target.processes for line in attached_lines(process, end=True)]
     elif not report.measured_ranks:

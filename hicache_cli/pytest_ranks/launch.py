@@ -5,11 +5,12 @@ Each rank runs in a session of its own (a terminal's Ctrl-C reaches pytest, whic
 ranks in order), gets SIGTERM if pytest dies (the parent-death signal: from pytest for a
 spawned rank, from the fork server, which gets it from pytest, for a forked one), and
 watches pytest's pid itself. The test is over when every rank has reported; or, once the test
-is known to fail (a rank raised or died, or held more live Works than allowed), FAIL_GRACE_S
-later; or at the timeout. Ranks still running then have their stacks dumped (SIGUSR1) and are
-stopped: SIGTERM to their process group, SIGKILL after a grace, their descendants included
-(a daemon a rank double-forked is reparented to pytest, or to the fork server, and found by
-the tree's token). Whatever ends the wait (an exception, KeyboardInterrupt), nothing is left
+is known to fail (a rank raised or died, held more live Works than allowed, or returned with
+sends it never waited: its peer may wait for them forever), FAIL_GRACE_S later; or at the
+timeout. Ranks still running then have their stacks dumped (SIGUSR1) and are stopped:
+SIGTERM to their process group, SIGKILL after a grace, their descendants included (a daemon
+a rank double-forked is reparented to pytest, or to the fork server, and found by the tree's
+token). Whatever ends the wait (an exception, KeyboardInterrupt), nothing is left
 running.
 """
 
@@ -115,9 +116,11 @@ class TestRanks:
         run_dir: Path,
         failed_from_samples: Callable[[RunSeries], bool],
         server: ForkServer | None,
+        unwaited_sends_fail: bool = True,
     ) -> None:
         self.request, self.run_dir = request, run_dir
         self.failed_from_samples = failed_from_samples
+        self.unwaited_sends_fail = unwaited_sends_fail  # a body that returned with sends never waited fails
         self.server = server
         self.follower = RunFollower(run_dir)
         self.tree = ProcessTree()
@@ -173,6 +176,7 @@ class TestRanks:
         if self.failed_at is None and (
             any(e.outcome in (RankOutcome.FAILED, RankOutcome.CRASHED) for e in self.ends.values())
             or self.failed_from_samples(self.follower.run)
+            or (self.unwaited_sends_fail and any(e.reported and e.reported.unwaited_sends for e in self.ends.values()))
         ):
             self.failed_at = now
         if self.failed_at is not None and now - self.failed_at >= FAIL_GRACE_S:
@@ -261,9 +265,12 @@ def run_ranks(
     run_dir: Path,
     failed_from_samples: Callable[[RunSeries], bool],
     server: ForkServer | None = None,
+    unwaited_sends_fail: bool = True,
 ) -> Launched:
-    """Run the test body on every rank; return how each ended and every rank's samples."""
-    ranks = TestRanks(request, run_dir, failed_from_samples, server)
+    """Run the test body on every rank; return how each ended and every rank's samples. With
+    `unwaited_sends_fail`, a body that returns with sends it never waited fails the test at
+    once (its peer may wait for them until the timeout)."""
+    ranks = TestRanks(request, run_dir, failed_from_samples, server, unwaited_sends_fail)
     outcome = follow(ranks, poll_s=POLL_S, reraise_interrupt=True)
     ends = tuple(ranks.ends[r] for r in sorted(ranks.ends))
     return Launched(ends, ranks.follower.run, outcome.wall_s, ranks.spawned_wall, ranks.forked)

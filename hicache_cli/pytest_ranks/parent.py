@@ -72,7 +72,13 @@ def run_marked(item: pytest.Function) -> RanksResult:
             fh.write(pickle.dumps(values))
     request.write(run_dir)
     server = fork_server(item.config, factory.getbasetemp())
-    launched = run_ranks(request, run_dir, partial(over_live_limit, max_live_works=spec.max_live_works), server)
+    launched = run_ranks(
+        request,
+        run_dir,
+        partial(over_live_limit, max_live_works=spec.max_live_works),
+        server,
+        unwaited_sends_fail=not spec.allow_unwaited_sends,
+    )
     replay_output(run_dir, launched.ends)
     return assess(spec, item.nodeid, str(item.path), launched.ends, launched.followed, run_dir, launched.wall_s,
                   launched.spawned_wall, launched.forked)  # fmt: skip

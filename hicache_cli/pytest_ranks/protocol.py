@@ -86,6 +86,9 @@ class Outcome:
     traceback: str | None = None  # formatted, hicache's own frames left out
     body_started: float | None = None  # time.time() when the body was called (None: it never was)
     body_ended: float | None = None
+    # sends the body returned without waiting, by site: {peer, count, file, line, function, op}
+    # (tracer/hazards.py); a peer may be left waiting for them
+    unwaited_sends: list[dict[str, Any]] | None = None
 
     def write(self, run_dir: Path) -> None:
         write_run_file(outcome_file(run_dir, self.rank), json.dumps(asdict(self)))

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from hicache_cli.analysis import stats
-from hicache_cli.analysis.assess import assess_rank
-from hicache_cli.analysis.kinds import Verdict
+from hicache_cli.analysis.causes import judge
+from hicache_cli.analysis.kinds import CauseKind, Verdict
 from hicache_cli.analysis.results import Site, Works
+from hicache_cli.analysis.shutdown import unwaited_text
 from hicache_cli.analysis.trace_report import site_text, works_summary
 from hicache_cli.pytest_ranks.protocol import FAILED, SKIPPED, Outcome
 from hicache_cli.pytest_ranks.spec import RanksSpec
@@ -91,10 +92,14 @@ class RankResult:
     sites: tuple[WorkSite, ...]
     verdict: Verdict  # as `hicache trace` would say
     verdict_reason: str
+    cause: CauseKind | None  # why memory grows: its Works, a message backlog, or neither (analysis/causes.py)
     rss_slope_mb_per_h: float | None
     rss_slope_ci_mb_per_h: tuple[float, float] | None  # 95%
     samples: int
     body_s: float | None  # how long the body ran (None: it never returned)
+    unwaited_sends: tuple[dict[str, Any], ...] = ()  # sends the body returned without waiting, by site
+    blocked_on: str | None = None  # at its last sample: the call it was blocked in ("recv from rank 0 at x.py:17")
+    blocked_peer: int | None = None  # ... and the rank it waited on
 
 
 @dataclass(frozen=True)
@@ -176,7 +181,8 @@ def assess(
     """`samples`: as the launcher followed them (RunSeries), or whole."""
     run = samples if isinstance(samples, RunSeries) else RunSeries.of(samples)
     ranks = tuple(
-        _rank_result(end, run.ranks.get(end.rank) or RankSeries(), spec) for end in sorted(ends, key=lambda e: e.rank)
+        _rank_result(end, run.ranks.get(end.rank) or RankSeries(), spec, run.samples)
+        for end in sorted(ends, key=lambda e: e.rank)
     )
     failures = _failures(spec, ranks, ends, test_file)
     skips = [e.reported.error for e in ends if e.reported is not None and e.reported.status == SKIPPED]
@@ -188,19 +194,21 @@ def assess(
     return RanksResult(nodeid, spec, ranks, tuple(failures), skipped, run_dir, wall_s, startup, forked)
 
 
-def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec) -> RankResult:
+def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec, run: Mapping[int, list[Sample]]) -> RankResult:
     series = followed.kept
     works = works_summary(followed.totals) or Works()
     sites = tuple(WorkSite.of(s) for s in works.sites)
     top = max(sites, key=lambda s: (s.live_max, s.live, s.created), default=None)
     threshold = spec.max_rss_slope_mb_per_h or DEFAULT_RSS_THRESHOLD_MB_PER_H
-    verdict, reason, slope, ci = Verdict.INCONCLUSIVE, "no samples", None, None
+    verdict, reason, slope, ci, cause = Verdict.INCONCLUSIVE, "no samples", None, None, None
     if series:
-        judged = assess_rank(series, None, threshold)
+        judged = judge(run, end.rank, None, threshold)
         verdict, reason = judged.verdict.verdict, judged.verdict.reason
-        if judged.rss is not None:
-            slope = stats.per_hour_mb(judged.rss.slope)
-            ci = (stats.per_hour_mb(judged.rss.lo), stats.per_hour_mb(judged.rss.hi))
+        cause = judged.finding.cause if judged.finding is not None else None
+        if judged.assessment.rss is not None:
+            rss = judged.assessment.rss
+            slope = stats.per_hour_mb(rss.slope)
+            ci = (stats.per_hour_mb(rss.lo), stats.per_hour_mb(rss.hi))
     reported = end.reported
     body_s = None
     if reported is not None and reported.body_started and reported.body_ended:
@@ -222,10 +230,14 @@ def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec) -> RankRes
         sites=sites,
         verdict=verdict,
         verdict_reason=reason,
+        cause=cause,
         rss_slope_mb_per_h=slope,
         rss_slope_ci_mb_per_h=ci,
         samples=followed.totals.samples,
         body_s=body_s,
+        unwaited_sends=tuple(reported.unwaited_sends or ()) if reported is not None else (),
+        blocked_on=series[-1].blocked_on if series else None,
+        blocked_peer=series[-1].blocked_peer if series else None,
     )
 
 
@@ -265,13 +277,17 @@ def _failures(spec: RanksSpec, ranks: Sequence[RankResult], ends: Sequence[RankE
             tail = by_rank[r.rank].log_tail
             last = f"; its last output:\n{_indent(tail)}" if tail else ""
             out.append(f"rank {r.rank} (pid {r.pid}) {r.error}{last}")
+    hazards = {r.rank for r in ranks if r.unwaited_sends} if not spec.allow_unwaited_sends else set()
+    for r in ranks:
+        if r.rank in hazards:  # a shutdown hazard: its peer may wait for these forever
+            out.append(unwaited_text(f"rank {r.rank}", "returned", list(r.unwaited_sends)))
     if spec.max_live_works is not None:
         for r in ranks:
             if r.live_max > spec.max_live_works:
                 out.append(_live_line(r, spec.max_live_works))
     if spec.max_rss_slope_mb_per_h is not None:
         for r in ranks:
-            if r.verdict is Verdict.LEAK:
+            if r.verdict is Verdict.LEAK or r.cause is CauseKind.MEMORY:  # memory not from Works: failed when asked
                 out.append(f"rank {r.rank}: {r.verdict_reason} (max_rss_slope={spec.max_rss_slope_mb_per_h:g} MB/h)")
     for r in ranks:
         if r.outcome is RankOutcome.TIMED_OUT:
@@ -283,7 +299,9 @@ def _failures(spec: RanksSpec, ranks: Sequence[RankResult], ends: Sequence[RankE
             out.append(f"rank {r.rank} (pid {r.pid}) {what}{where}")
     if out:
         for r in ranks:
-            if r.outcome is RankOutcome.STOPPED:
+            if r.outcome is RankOutcome.STOPPED and r.blocked_peer in hazards and r.blocked_on:
+                out.append(f"rank {r.rank} is blocked in {r.blocked_on}")
+            elif r.outcome is RankOutcome.STOPPED:
                 at = innermost_test_frame(r.traceback or "", test_file)
                 where = f", at {at}" if at else ""
                 out.append(f"rank {r.rank} (pid {r.pid}) was stopped once the test had failed{where}")

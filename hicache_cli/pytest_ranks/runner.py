@@ -82,7 +82,8 @@ def run(request: RankRequest, run_dir: Path, rank: int) -> Outcome:
         ended = time.time()
         status = SKIPPED if _is_skip(exc) else FAILED
         return Outcome(rank, os.getpid(), status, _last_line(exc), _format(exc), body_started, ended)
-    return Outcome(rank, os.getpid(), PASSED, body_started=body_started, body_ended=time.time())
+    ended = time.time()
+    return Outcome(rank, os.getpid(), PASSED, body_started=body_started, body_ended=ended, unwaited_sends=_unwaited())
 
 
 # -- importing the test as pytest did ------------------------------------------------------
@@ -177,6 +178,18 @@ def _finish(outcome: Outcome, run_dir: Path) -> None:
         else:
             session.probe.close("done", f"the test body {outcome.status}")
     outcome.write(run_dir)
+
+
+def _unwaited() -> list[dict[str, Any]] | None:
+    """The sends the body returned without waiting (its locals gone, a Work held there was
+    dropped unwaited; one kept elsewhere is still live): analysis/shutdown.py."""
+    hooks = sys.modules.get("hicache_cli.tracer.hooks")
+    table = None if hooks is None else hooks.STATE.table
+    if table is None:
+        return None
+    from hicache_cli.analysis.shutdown import unwaited_sends
+
+    return unwaited_sends([site.to_json() for site in list(table.sites.values())]) or None
 
 
 def _session() -> Any:

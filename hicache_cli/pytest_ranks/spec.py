@@ -21,9 +21,9 @@ DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_PROBE_HZ = 10.0
 DOC = (
     f"{MARKER}(world_size, max_live_works={DEFAULT_MAX_LIVE_WORKS}, backend='gloo', timeout='60s', "
-    "max_rss_slope=None): run the test once in each of world_size processes with a process group "
-    "(rank and world_size as arguments) and the Work tracer on; fail when a rank holds more than "
-    "max_live_works Works it never waited (hicache)"
+    "max_rss_slope=None, allow_unwaited_sends=False): run the test once in each of world_size processes "
+    "with a process group (rank and world_size as arguments) and the Work tracer on; fail when a rank holds "
+    "more than max_live_works Works it never waited, or returns with sends it never waited (hicache)"
 )
 
 
@@ -39,11 +39,12 @@ class RanksSpec:
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_rss_slope_mb_per_h: float | None = None  # None: the RSS trend is reported, not checked
     probe_hz: float = DEFAULT_PROBE_HZ
+    allow_unwaited_sends: bool = False  # a body may return with sends it never waited (reported, not failed)
 
 
 def spec_from_marker(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RanksSpec:
     """The marker's positional and keyword arguments -> a checked RanksSpec."""
-    known = ("world_size", "max_live_works", "backend", "timeout", "max_rss_slope")
+    known = ("world_size", "max_live_works", "backend", "timeout", "max_rss_slope", "allow_unwaited_sends")
     if len(args) > 1:
         raise MarkerError(f"{MARKER}: give world_size as the only positional argument, got {len(args)} of them")
     unknown = sorted(set(kwargs) - set(known))
@@ -60,7 +61,14 @@ def spec_from_marker(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RanksSpec
         backend=_backend(kwargs.get("backend", "gloo")),
         timeout_s=_timeout(kwargs.get("timeout", DEFAULT_TIMEOUT_S)),
         max_rss_slope_mb_per_h=_rss_slope(kwargs.get("max_rss_slope")),
+        allow_unwaited_sends=_flag(kwargs.get("allow_unwaited_sends", False), "allow_unwaited_sends"),
     )
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise MarkerError(f"{MARKER}: {name} must be True or False, got {value!r}")
+    return value
 
 
 def _is_int(value: Any) -> bool:

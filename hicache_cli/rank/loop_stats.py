@@ -68,6 +68,7 @@ class Readings:
     device_name: str | None = None  # "cpu" or the GPU model
     works: dict[str, int] | None = None  # hicache trace: the process's Work counts
     sites: list[dict[str, Any]] | None = None  # hicache trace: Works by creation site, when due
+    peers: list[list[Any]] | None = None  # hicache trace: messages per peer and group (Sample.peers)
 
 
 def latency_summary(latencies: list[float]) -> tuple[float | None, float | None, float | None]:

@@ -117,6 +117,7 @@ class Probe:
             uss_bytes=kinds.uss_bytes if kinds else None,
             works=readings.works,
             sites=readings.sites,
+            peers=readings.peers,
             node=ident.node,
             host=ident.host,
             kind=kind,

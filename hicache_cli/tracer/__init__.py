@@ -8,6 +8,8 @@ holds that), and it does nothing at all in a process that never starts a process
   program's own sitecustomize.
 - `protocol.py`: the environment and file names both sides of a trace agree on.
 - `works.py`: every Work torch.distributed hands out, counted by creation site.
+- `messages.py`: every point-to-point message, counted per peer and group.
+- `hazards.py`: sends never waited at the end, the blocking call a process is stuck in.
 - `session.py`: one observed process: its rank file, its probe, how it ends.
 - `hooks.py`: what runs when torch.distributed (or the `--loop` module) is imported.
 """

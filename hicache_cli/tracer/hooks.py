@@ -42,7 +42,7 @@ def _forked() -> None:
     STATE.session = None
     STATE.loop = LoopStats()
     if STATE.table is not None:
-        STATE.table.__init__(STATE.table.skip_prefixes)  # the patches keep pointing at it
+        STATE.table.reset()  # emptied in place: the patches keep pointing at it
 
 
 os.register_at_fork(after_in_child=_forked)

@@ -28,7 +28,14 @@ from typing import IO, Any
 
 from hicache_cli.files import open_run_file, run_file
 from hicache_cli.lifecycle import Lifeline
-from hicache_cli.protocol import LIFELINE_EVERY_S, ORPHANED_EXIT, samples_file, stacks_file
+from hicache_cli.protocol import (
+    DETACHED_PREFIX,
+    LIFELINE_EVERY_S,
+    ORPHANED_EXIT,
+    STOPPED_AT_END,
+    samples_file,
+    stacks_file,
+)
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
 from hicache_cli.tracer.protocol import STOP_FILE, TraceEnv
@@ -49,7 +56,7 @@ class Ending:
     program, stops observing when hicache is gone, and `Session.detach` undoes the rest."""
 
     stop_file: str = STOP_FILE
-    stop_message: str = "stopped by hicache at the end of the trace"
+    stop_message: str = STOPPED_AT_END
     guest: bool = False
 
 
@@ -135,7 +142,7 @@ class TracedProbe(Probe):
         hicache would have ended it (SIGTERM, then SIGKILL if it does not go). A guest
         only stops observing: the program was running before hicache came."""
         if self.ending.guest:
-            self.finish("interrupted", f"detached: {why}")
+            self.finish("interrupted", f"{DETACHED_PREFIX}{why}")
             return
         self.finish("interrupted", f"stopped: {why}")
         os.kill(os.getpid(), signal.SIGTERM)
@@ -199,8 +206,10 @@ class Session:
             sent=totals.sent,
             received=totals.received,
             blocked_on=self.table.blocked_on,
+            blocked_peer=self.table.blocked_peer,
             counters={"world_size": self.world_size},
             works=totals.counts(),
+            peers=self.table.messages.snapshot(),
             gpu_bytes=gpu_bytes,
             device_name=device,
         )

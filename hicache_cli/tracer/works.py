@@ -7,8 +7,9 @@ collectives and direct `group.send` calls are all seen, whatever names the progr
 imported them under, and nothing the program holds is replaced.
 
 A Work is *live* from its creation until it is waited or the program drops its last
-reference to it. The table holds one weak reference per live Work (never the Work) and
-at most MAX_SITES sites; the rest are pooled in one "other sites" entry.
+reference to it. Point-to-point messages, blocking ones included, are counted per peer as
+they pass `send` and `recv` (messages.py). The table holds one weak reference per live Work
+(never the Work) and at most MAX_SITES sites; the rest are pooled in one "other sites" entry.
 
 Stdlib only; the classes to patch are passed in, so the table is tested with fakes.
 """
@@ -24,6 +25,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from hicache_cli.tracer.hazards import BlockingCall
+from hicache_cli.tracer.messages import PeerMessages, counting, nbytes
 
 # ProcessGroup methods that return a Work; those a torch lacks are skipped.
 WORK_METHODS = (
@@ -66,7 +70,7 @@ SENDS = frozenset({"send", "isend", "batch_isend_irecv(isend)"})
 RECVS = frozenset({"recv", "irecv", "recv_anysource", "batch_isend_irecv(irecv)"})
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: its counts are updated on every Work
 class Site:
     file: str
     line: int
@@ -120,8 +124,8 @@ class Totals:
     completed: int = 0
     dropped: int = 0
     live_bytes: int = 0
-    sent: int = 0  # point-to-point sends handed out
-    received: int = 0
+    sent: int = 0  # point-to-point messages sent (blocking or not: every ProcessGroup.send)
+    received: int = 0  # ... and receives posted
 
     @property
     def live(self) -> int:
@@ -138,12 +142,14 @@ class Totals:
 
 
 class _WorkRef(weakref.ref):
-    """The table's only hold on a Work: weak, with the site it was made at. (No Python
-    __init__: the slots are set after creation, which keeps a Work's cost down.)"""
+    """The table's only hold on a Work: weak, with the site it was made at and the Work's
+    id, its key in the table. (No Python __init__: the slots are set after creation, which
+    keeps a Work's cost down.)"""
 
-    __slots__ = ("site", "seen_complete")
+    __slots__ = ("site", "seen_complete", "key")
     site: Site
     seen_complete: bool
+    key: int
 
 
 class WorkTable:
@@ -159,15 +165,36 @@ class WorkTable:
     def __init__(self, skip_prefixes: tuple[str, ...] = (), max_sites: int = MAX_SITES) -> None:
         self.skip_prefixes = tuple(os.path.normcase(p) for p in skip_prefixes)
         self.max_sites = max_sites
+        self.messages = PeerMessages()
         self.sites: dict[tuple[Any, ...], Site] = {}
         self.waiting_on: Site | None = None  # the site of the Work the program waits on right now
+        # the last send/recv torch waits itself, as the fields of a hazards.BlockingCall (a
+        # plain tuple: one is made per blocking call), and the same while torch waits it
+        self.blocking: tuple[Any, ...] | None = None
+        self.waiting_blocking: tuple[Any, ...] | None = None
+        # live Works by id(work); a dead Work's id can be reused before its reference is
+        # flushed, so an entry is only ever removed by the reference it holds
         self._refs: dict[int, _WorkRef] = {}
         self._gone: deque[_WorkRef] = deque()
         self._new_site = threading.Lock()  # only when a site is added
-        self._kinds: dict[Any, object] = {}  # code object -> _FOREIGN, _TORCH or a c10d function's name
+        # id(code object) -> (_FOREIGN, _TORCH or a c10d function's name; the code object). By id:
+        # hashing a code object hashes its constants and names, 0.5 us a frame in torch's;
+        # the code is kept in the value, so its id stays its own (and _places may use it too)
+        self._kinds: dict[int, tuple[object, Any]] = {}
         self._async_ops: set[str] = set()  # c10d functions that hand out their Work when async_op=True
         self._peers: dict[tuple[int, int], int | None] = {}
-        self._places: dict[tuple[Any, ...], Site] = {}  # (code, instruction offset, op, peer) -> site
+        # (id(code), instruction offset, op, id(group), group peer) -> site
+        self._places: dict[tuple[Any, ...], Site] = {}
+        self._on_collect = self._collected  # one bound method for every weak reference
+
+    def reset(self) -> None:
+        """Forget every Work and message (a forked child is a new process), emptying in
+        place what the patched methods hold."""
+        self.messages.clear()
+        for held in (self.sites, self._refs, self._gone, self._peers, self._places):
+            held.clear()
+        self.waiting_on = self.blocking = self.waiting_blocking = None
+        self._new_site = threading.Lock()  # (a lock held by another thread at the fork stays held)
 
     # -- the program's side ------------------------------------------------------------
 
@@ -175,71 +202,89 @@ class WorkTable:
         """A ProcessGroup `method` returned a Work. It is counted when the program gets it;
         one torch waits itself is not. For send and recv `sent` is (group, tensors, group
         peer, to_global): the peer and the bytes are worked out only for a Work counted."""
-        walked = self._walk(method, frame)
+        walked = self._walk(method, frame, work, sent)
         if walked is None:
             return
         call, frame = walked
-        peer = None
-        if sent:
-            peer = self.peer_of(sent[0], sent[2], sent[3])
-        site = self._site(call, peer, frame)
+        if frame is not None:  # found by place and peer: the global rank is worked out once a site
+            place = (
+                (id(frame.f_code), frame.f_lasti, call, id(sent[0]), sent[2])
+                if sent
+                else (id(frame.f_code), frame.f_lasti, call)
+            )
+            site = self._places.get(place)
+        else:
+            place = site = None
+        if site is None:
+            site = self._site(call, self.peer_of(sent[0], sent[2], sent[3]) if sent else None, frame, place)
         if sent and not site.created:
-            site.bytes_per_work = _nbytes(sent[1])
+            site.bytes_per_work = nbytes(sent[1])
         try:
-            ref = _WorkRef(work, self._collected)
+            ref = _WorkRef(work, self._on_collect)
         except TypeError:  # a Work type without weak references: counted as created and waited
             site.created += 1
             site.waited += 1
             return
-        ref.site, ref.seen_complete = site, False
+        ref.site, ref.seen_complete, ref.key = site, False, id(work)
         if self._gone:
             self._flush()
-        self._refs[id(ref)] = ref
+        self._refs[ref.key] = ref
         site.created += 1
         live = site.created - site.waited - site.dropped
         if live > site.live_max:
             site.live_max = live
 
     def waited_work(self, ref: _WorkRef) -> None:
-        if self._refs.pop(id(ref), None) is None:
+        if self._refs.get(ref.key) is not ref:
             return  # waited before: counted once
+        del self._refs[ref.key]
         site = ref.site
         site.waited += 1
         if not ref.seen_complete:
             ref.seen_complete = True
             site.completed += 1
 
+    def ref_of(self, work: object) -> _WorkRef | None:
+        """The table's reference to a live Work; None for one not counted, or no longer live."""
+        ref = self._refs.get(id(work))
+        return ref if ref is not None and ref() is work else None
+
     def seen_complete(self, work: object) -> None:
-        ref = _ref_of(work)
+        ref = self.ref_of(work)
         if ref is not None and not ref.seen_complete:
             ref.seen_complete = True
             ref.site.completed += 1
 
     def _collected(self, ref: _WorkRef) -> None:
         """The program let go of a Work it never waited (weakref callback: count, queue)."""
-        if id(ref) in self._refs:
+        if self._refs.get(ref.key) is ref:
             ref.site.dropped += 1
             self._gone.append(ref)
 
     def _flush(self) -> None:
+        refs = self._refs
         while self._gone:
-            self._refs.pop(id(self._gone.popleft()), None)
+            ref = self._gone.popleft()
+            if refs.get(ref.key) is ref:  # (a new Work with the same id keeps its entry)
+                del refs[ref.key]
 
     # -- where a Work was created -----------------------------------------------------
 
-    def _walk(self, op: str, frame: Any) -> tuple[str, Any] | None:
+    def _walk(self, op: str, frame: Any, work: object = None, sent: tuple[Any, ...] = ()) -> tuple[str, Any] | None:
         """(the op, the creation frame): the first frame outside torch (and outside functions
         that hide themselves with a local `__tracebackhide__`, as pytest's helpers do); the op
         is the torch.distributed function the program called, when there is one. None for a
         Work that function waits itself before returning (send, recv, a collective without
-        async_op, torch's own helpers): it never reaches the program, so it can never be kept."""
+        async_op, torch's own helpers): it never reaches the program, so it can never be kept;
+        a send or recv so is noted as `blocking` (where the program is, should it hang there)."""
         kinds = self._kinds
         inner = outer = outer_frame = None
         while frame is not None:
             code = frame.f_code
-            kind = kinds.get(code)
-            if kind is None:
-                kind = kinds[code] = self._kind(code)
+            known = kinds.get(id(code))
+            if known is None:
+                known = kinds[id(code)] = (self._kind(code), code)
+            kind = known[0]
             if kind is _FOREIGN:
                 break
             if kind is not _TORCH:  # a public torch.distributed function, by name
@@ -249,22 +294,21 @@ class WorkTable:
             frame = frame.f_back
         if outer is not None:
             if outer not in HANDED and not (outer in self._async_ops and outer_frame.f_locals.get("async_op")):
+                if sent and frame is not None:  # (never the frame: it would keep the program's locals alive)
+                    self.blocking = (id(work), outer, sent[0], sent[2], sent[3], frame.f_code, frame.f_lasti)
                 return None
             op = f"{outer}({inner})" if outer == "batch_isend_irecv" else outer  # a batch's isend/irecv
         return op, frame
 
-    def _site(self, op: str, peer: int | None, frame: Any) -> Site:
-        """The site of a creation frame, found by its code object and instruction offset
-        (working out a line number scans the code's line table: done once per place)."""
+    def _site(self, op: str, peer: int | None, frame: Any, place: tuple[Any, ...] | None) -> Site:
+        """The site of a creation frame not seen at this place before (working out a line
+        number scans the code's line table: done once per place)."""
         if frame is None:
             return self._site_by_key(("(torch internals)", 0, "", op, peer))
-        place = (frame.f_code, frame.f_lasti, op, peer)
-        site = self._places.get(place)
-        if site is None:
-            code = frame.f_code
-            site = self._site_by_key((code.co_filename, frame.f_lineno, code.co_name, op, peer))
-            if len(self._places) < 4 * self.max_sites:
-                self._places[place] = site
+        code = frame.f_code
+        site = self._site_by_key((code.co_filename, frame.f_lineno, code.co_name, op, peer))
+        if place is not None and len(self._places) < 4 * self.max_sites:
+            self._places[place] = site
         return site
 
     def _site_by_key(self, key: tuple[Any, ...]) -> Site:
@@ -309,17 +353,14 @@ class WorkTable:
     def totals(self) -> Totals:
         if self._gone:
             self._flush()
-        created = waited = completed = dropped = live_bytes = sent = received = 0
+        created = waited = completed = dropped = live_bytes = 0
         for site in list(self.sites.values()):
             created += site.created
             waited += site.waited
             completed += site.completed
             dropped += site.dropped
             live_bytes += site.live * site.bytes_per_work
-            if site.op in SENDS:
-                sent += site.created
-            elif site.op in RECVS:
-                received += site.created
+        sent, received = self.messages.totals()
         return Totals(created, waited, completed, dropped, live_bytes, sent, received)
 
     def counts(self) -> dict[str, int]:
@@ -333,36 +374,31 @@ class WorkTable:
         self._places.clear()
         self._kinds.clear()
         self._peers.clear()
-        self.waiting_on = None
+        self.waiting_on = self.blocking = self.waiting_blocking = None  # (a blocking call holds its group)
 
     @property
     def blocked_on(self) -> str | None:
         """What the program waits on right now, in words (read by the probe, not per wait)."""
-        site = self.waiting_on
+        site, blocking = self.waiting_on, self.waiting_blocking
         if site is None:
-            return None
+            return None if blocking is None else BlockingCall(*blocking).text(self.blocked_peer)
         return f"wait on {site.op}{'' if site.peer is None else f' with rank {site.peer}'} ({site.file}:{site.line})"
+
+    @property
+    def blocked_peer(self) -> int | None:
+        """The global rank the program waits on right now, when it is one peer."""
+        site, blocking = self.waiting_on, self.waiting_blocking
+        if site is not None:
+            return site.peer
+        if blocking is None:
+            return None
+        call = BlockingCall(*blocking)
+        return self.peer_of(call.group, call.group_peer, call.to_global)
 
     def top_sites(self, n: int = SITES_REPORTED) -> list[dict[str, Any]]:
         """The sites with the most live Works (then the most created), largest first."""
         ranked = sorted(list(self.sites.values()), key=lambda s: (-s.live, -s.live_max, -s.created, s.file, s.line))
         return [s.to_json() for s in ranked[:n]]
-
-
-def _ref_of(work: object) -> _WorkRef | None:
-    for ref in weakref.getweakrefs(work):
-        if type(ref) is _WorkRef:
-            return ref
-    return None
-
-
-def _nbytes(tensors: Any) -> int:
-    try:
-        if len(tensors) == 1:  # send/recv: one tensor
-            return int(tensors[0].nbytes)
-        return sum(int(t.nbytes) for t in tensors)
-    except (TypeError, AttributeError):
-        return 0
 
 
 def install(table: WorkTable, process_group: type, work: type, to_global: Callable[[Any, int], int]) -> list[str]:
@@ -372,12 +408,17 @@ def install(table: WorkTable, process_group: type, work: type, to_global: Callab
         return []
     originals: list[tuple[type, str, Any]] = []
     patched = []
+    table.messages.to_global = to_global
     for name in WORK_METHODS:
         original = process_group.__dict__.get(name)
         if original is None:
             continue
         originals.append((process_group, name, original))
-        setattr(process_group, name, _creating(table, name, original, to_global))
+        if name in POINT_TO_POINT:  # every message, counted per peer (messages.py)
+            wrapped = counting(table.messages, name, original, table.created_work, to_global)
+        else:
+            wrapped = _creating(table, name, original)
+        setattr(process_group, name, wrapped)
         patched.append(name)
     for name, wrap in (*((n, _waiting) for n in WAIT_METHODS), ("is_completed", _polling)):
         original = work.__dict__.get(name)
@@ -397,16 +438,11 @@ def uninstall(process_group: type) -> None:
         delattr(process_group, "__hicache_originals__")
 
 
-def _creating(table: WorkTable, name: str, original: Callable[..., Any], to_global: Callable[[Any, int], int]):  # noqa: ANN202
-    point_to_point = name in POINT_TO_POINT
-
+def _creating(table: WorkTable, name: str, original: Callable[..., Any]):  # noqa: ANN202
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         work = original(self, *args, **kwargs)
         if work is not None:
-            if point_to_point and len(args) >= 2 and type(args[1]) is int:
-                table.created_work(work, name, sys._getframe(1), (self, args[0], args[1], to_global))
-            else:
-                table.created_work(work, name, sys._getframe(1))
+            table.created_work(work, name, sys._getframe(1))
         return work
 
     method.__name__ = name
@@ -416,10 +452,19 @@ def _creating(table: WorkTable, name: str, original: Callable[..., Any], to_glob
 
 
 def _waiting(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
+    refs = table._refs
+
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        ref = _ref_of(self)
-        if ref is None:
-            return original(self, *args, **kwargs)
+        ref = refs.get(id(self))
+        if ref is None or ref() is not self:  # a Work torch waits itself, or one waited before
+            blocking = table.blocking
+            if blocking is None or blocking[0] != id(self):
+                return original(self, *args, **kwargs)
+            table.waiting_blocking = blocking  # a blocking send/recv: named while it waits
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                table.waiting_blocking = None
         table.waiting_on = ref.site
         try:
             result = original(self, *args, **kwargs)

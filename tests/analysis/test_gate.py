@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hicache_cli.analysis.gate import Assertion, Thresholds, evaluate, exit_code
+from hicache_cli.analysis.kinds import CauseKind
 from hicache_cli.analysis.report import build_report
+from hicache_cli.analysis.results import Report
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import EXIT_FINDING, EXIT_OK, EXIT_RUN_FAILED
+from hicache_cli.execution import rebuild_report
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.sample import Sample
 
@@ -198,3 +202,31 @@ def test_exit_code_precedence(results: list[Assertion], code: int) -> None:
 
 def test_exit_codes_are_the_documented_ones() -> None:
     assert (EXIT_OK, EXIT_FINDING, EXIT_RUN_FAILED) == (0, 1, 3)
+
+
+# issue 25: a traced program's memory that grows for a reason other than Works
+
+
+def _traced_report(run: str) -> Report:
+    return rebuild_report(Path(__file__).resolve().parents[1] / "data" / "traced" / run)
+
+
+def test_memory_growth_not_from_works_passes_unless_a_memory_limit_was_asked_for() -> None:
+    report = _traced_report("metrics-history")
+    assert {r.cause.kind for r in report.ranks if r.cause} == {CauseKind.MEMORY}
+    assert all(r.cause is not None for r in report.ranks)
+    unasked = evaluate(report, Thresholds(rss_slope_given=False))
+    assert exit_code(unasked) == 0
+    assert {a.name for a in unasked} == {"bounded"}  # no RSS assertion unless asked
+    assert all("no Work leak; --max-rss-slope gates memory" in a.message for a in unasked)
+    asked = evaluate(report, Thresholds(max_rss_slope_mb_per_h=500.0, rss_slope_given=True))
+    assert exit_code(asked) == 1
+    failed = {(a.rank, a.name) for a in asked if a.passed is False}
+    assert failed == {(0, "bounded"), (1, "bounded"), (0, "rss-slope"), (1, "rss-slope")}
+
+
+def test_a_backlog_leak_fails_whatever_the_memory_limit() -> None:
+    results = evaluate(_traced_report("outrunning"), Thresholds(rss_slope_given=False))
+    assert exit_code(results) == 1
+    (failed,) = [a for a in results if a.passed is False]
+    assert failed.name == "bounded" and "messages to rank 1 pile up" in failed.message

@@ -98,10 +98,16 @@ def test_report_of_a_leaking_and_a_bounded_rank(leaking_and_bounded: dict[int, l
 
     assert leak["rounds"] == last.rounds
     assert leak["rounds_per_s"] == pytest.approx(last.rounds / last.t, abs=0.1)
-    assert leak["messages"] == {"sent": last.sent, "received": 0}
+    assert (leak["messages"]["sent"], leak["messages"]["received"]) == (last.sent, 0)
     assert leak["backlog_at_stop"] == {"outstanding_sends": last.depth, "unreceived_messages": 0}
     unreceived = samples[0][-1].sent - samples[1][-1].received
     assert unreceived > 0
+    # the PP-sync messages per peer: what rank 0 sent to rank 1, and what rank 1 had not received
+    (to_1,) = leak["messages"]["by_peer"]
+    assert (to_1["peer"], to_1["group"], to_1["sent"], to_1["backlog"]) == (1, "pp", last.sent, unreceived)
+    (from_0,) = bounded["messages"]["by_peer"]
+    assert (from_0["peer"], from_0["received"], from_0["backlog"]) == (0, samples[1][-1].received, None)
+    assert leak["cause"] is None  # hicache's own ranks: no cause beyond the verdict's reason
     assert bounded["backlog_at_stop"] == {"outstanding_sends": 0, "unreceived_messages": unreceived}
 
     assert leak["stop"] == "reached the deadline"

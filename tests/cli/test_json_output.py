@@ -55,7 +55,12 @@ def test_check_prints_result_assertions_and_report(
     doc, err = document(capsys)
     assert doc["kind"] == "check" and doc["schema_version"] == 1
     assert doc["result"] == "FAIL"
-    assert doc["thresholds"] == {"max_rss_slope_mb_per_h": 200.0, "max_depth": 2, "max_p99_ms": None}
+    assert doc["thresholds"] == {
+        "max_rss_slope_mb_per_h": 200.0,
+        "max_depth": 2,
+        "max_p99_ms": None,
+        "rss_slope_given": False,  # the default: a traced program's memory is not gated
+    }
     failed = {(a["rank"], a["name"]) for a in doc["assertions"] if a["passed"] is False}
     assert failed == {(0, "bounded"), (0, "max-depth")}
     assert doc["report"]["verdict"] == "LEAK"

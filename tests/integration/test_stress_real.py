@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def test_reap_leaks_on_pp0_only(reap_pp2: Run) -> None:
     assert reap_pp2.report["verdict"] == "LEAK"
     rank0, rank1 = _rank(reap_pp2, 0), _rank(reap_pp2, 1)
     assert rank0["verdict"] == "LEAK"
-    assert "work list grows" in rank0["verdict_reason"]
+    assert re.search(r"work list (only )?grows", rank0["verdict_reason"])  # its trend, or stairs under load
     assert rank0["work_list"]["final"] > 1000
     assert rank0["work_list"]["growth_per_s"] > 100
     depths = rank0["series"]["depth"]
@@ -172,7 +173,7 @@ def test_plain_output_off_a_terminal_has_no_escape_codes(reap_pp2: Run) -> None:
 def test_report_commands_on_real_reports(reap_pp2: Run, drain_pp2: Run, tmp_path) -> None:
     show = hicache("report", "show", str(reap_pp2.run_dir), cwd=tmp_path)
     assert show.returncode == 0, show.stderr
-    assert "LEAK" in show.stdout and "work list grows" in show.stdout
+    assert "LEAK" in show.stdout and re.search(r"work list (only )?grows", show.stdout)
     diff = hicache("report", "diff", str(reap_pp2.run_dir), str(drain_pp2.run_dir), cwd=tmp_path)
     assert diff.returncode == 0, diff.stderr
     assert "LEAK -> BOUNDED" in diff.stdout or "LEAK -> INCONCLUSIVE" in diff.stdout

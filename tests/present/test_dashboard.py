@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from rich.console import Console
 
-from hicache_cli.config import StressConfig
+from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.present.dashboard import (
     SPARK,
     SPARK_POINTS,
@@ -378,3 +378,19 @@ def test_the_header_says_what_the_ranks_run_on(make_pp2_run: MakePP2Run, make_se
         dataclasses.replace(CONFIG, target=dataclasses.replace(CONFIG.target, pp_backend="nccl")), "runs/x"
     )
     assert "cuda/nccl" in render_text(nccl.model(gpu, 61.0), 100)
+
+
+def test_the_backlog_column_shows_what_a_rank_sent_and_its_receiver_has_not_asked_for() -> None:
+    """A recorded trace (tests/data/traced): rank 0 outran rank 1; the column is red there."""
+    from pathlib import Path
+
+    from hicache_cli.series import read_run
+
+    run = Path(__file__).resolve().parents[1] / "data" / "traced" / "outrunning"
+    model = Dashboard(RunConfig.load(run), str(run)).model(read_run(run), 40.0)
+    sender, receiver = model.rows
+    assert (sender.backlog, sender.backlog_grows) == (236136, True)
+    assert (receiver.backlog, receiver.backlog_grows) == (None, False)
+    text = render_text(model, 120)
+    assert any(line.startswith("rank") and "backlog" in line for line in text.splitlines())
+    assert " 236136 " in text and "…" not in text

@@ -103,6 +103,11 @@ def test_a_scrape_has_every_ranks_figures(make_pp2_run: Callable[..., dict[int, 
     buckets = found["hicache_loop_latency_seconds_bucket"]
     assert buckets[labels(0, le="+Inf")] == 10_000
     assert buckets[labels(0, le="0.000562341")] == 0 and buckets[labels(0, le="0.00177828")] == 10_000  # 1 ms rounds
+    # messages per peer: rank 0's PP-sync sends to rank 1, and what rank 1 had not received
+    pair = labels(0, peer="1", group="pp")
+    assert found["hicache_messages_sent_total"][pair] == run[0][-1].sent > 0
+    assert found["hicache_message_backlog"][pair] == run[0][-1].sent - run[1][-1].received
+    assert found["hicache_messages_received_total"][labels(1, peer="0", group="pp")] == run[1][-1].received
 
 
 def test_close_frees_the_port() -> None:

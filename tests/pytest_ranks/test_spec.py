@@ -24,6 +24,8 @@ def test_every_argument_in_the_units_users_type() -> None:
     assert spec_from_marker((2,), {"timeout": 1.5, "max_rss_slope": 50}).timeout_s == 1.5
     assert spec_from_marker((2,), {"max_rss_slope": 50}).max_rss_slope_mb_per_h == 50.0
     assert spec_from_marker((2,), {"max_live_works": None}).max_live_works is None  # counted, not checked
+    assert spec_from_marker((2,), {"allow_unwaited_sends": True}).allow_unwaited_sends
+    assert not spec_from_marker((2,), {}).allow_unwaited_sends  # a body returning with unwaited sends fails
 
 
 @pytest.mark.parametrize(
@@ -44,6 +46,7 @@ def test_every_argument_in_the_units_users_type() -> None:
         ((2,), {"timeout": "2h"}, "timeout='2h' is not a duration from 0 to 1 hour"),
         ((2,), {"max_rss_slope": "fast"}, "max_rss_slope='fast' is not a positive rate"),
         ((2,), {"max_rss_slope": "-5MB/h"}, "is not a positive rate"),
+        ((2,), {"allow_unwaited_sends": "yes"}, "allow_unwaited_sends must be True or False, got 'yes'"),
     ],
 )
 def test_bad_arguments_say_which_in_one_line(args: tuple[Any, ...], kwargs: dict[str, Any], says: str) -> None:

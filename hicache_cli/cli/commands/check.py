@@ -114,6 +114,7 @@ def check(
         max_rss_slope_mb_per_h=parse_rate_mb_per_h(max_rss_slope, "max-rss-slope"),
         max_depth=max_depth,
         max_p99_ms=max_p99_ms,
+        rss_slope_given=options.given(ctx, "max_rss_slope"),
     )
     if max_depth is not None and max_depth < 0:
         raise UsageError(f"--max-depth must be 0 or more, got {max_depth}")

@@ -1,4 +1,5 @@
-"""Read reports back: show one, diff two, plot any, draw one as a page."""
+"""Read reports back: show one, diff two, plot any, draw one as a page (`report build`, which
+makes one from a run directory, is its own module: report_build.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from hicache_cli.present.plot import plot_reports
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.report_views import report_diff, report_summary
 
-app = typer.Typer(no_args_is_help=True, help="Read reports back: show one, diff two, plot any, draw one as a page.")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Read reports back: show one, diff two, plot any, draw one as a page; build one from a run directory.",
+)
 
 
 @app.command()
