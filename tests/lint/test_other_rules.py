@@ -11,7 +11,7 @@ from tests.lint.test_kept_never_waited import SGLANG_0_5_15
 
 
 def test_hc002_is_off_by_default_and_the_others_on() -> None:
-    assert default_rules() == ["HC001", "HC003", "HC004"]
+    assert default_rules() == ["HC001", "HC003", "HC004", "HC005"]
     assert RULES["HC002"].level == "warning"
 
 

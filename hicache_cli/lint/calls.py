@@ -1,0 +1,649 @@
+"""Expressions and calls, for the module walker: what a value may hold, which calls create
+Works, and where a call's arguments and result go - into a function of this module, into one
+of another module (left for the program to resolve: a PendingCall), or into code it cannot see."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hicache_cli.lint.apis import (
+    COLLECTIVES,
+    INERT_CALLS,
+    P2P_METHODS,
+    PASS_THROUGH,
+    PASS_THROUGH_QUALIFIED,
+    READ_METHODS,
+    STORE_METHODS,
+    WAIT_FUNCTIONS,
+)
+from hicache_cli.lint.config import DIST
+from hicache_cli.lint.graph import (
+    ANY_ATTR,
+    ATTR,
+    CALL,
+    GLOBAL,
+    LOCAL,
+    NOTHING,
+    ORIGIN,
+    RETURN,
+    TRUE,
+    CallSite,
+    Nodes,
+    Origin,
+    Span,
+)
+from hicache_cli.lint.modules import FunctionInfo, dotted
+from hicache_cli.lint.program import ClassRef
+
+if TYPE_CHECKING:
+    from hicache_cli.lint.build import ModuleWalker
+
+DIST_PREFIX = DIST + "."
+Keywords = dict[str | None, Nodes]
+
+
+@dataclass(slots=True)
+class PendingCall:
+    """A call into another module of the program (or through a class the program resolves):
+    linked once the program knows what it calls."""
+
+    mid: int
+    function: str
+    span: Span
+    symbol: tuple  # ("dotted", "pkg.mod.f") | ("in", mid, ("name", ...)) | ("method", ClassKey, "m")
+    text: str  # the callee as written
+    positional: tuple[Nodes, ...]
+    keywords: tuple[tuple[str | None, Nodes], ...]
+    receiver: Nodes  # what the receiver of a method holds: the result holds it when nothing is known
+    result: int  # the call's result node
+    dropped: bool
+    tensor: str | None
+    async_op: Nodes | None  # what `async_op=` holds; None: not given
+    group: str | None
+    done: bool = False
+
+
+class Calls:
+    """Mixed into ModuleWalker: expression evaluation and call handling."""
+
+    # --- names --------------------------------------------------------------------------------
+
+    def name_key(self: ModuleWalker, name: str) -> tuple:
+        key = self.scope.node_for(name)
+        if key[0] == GLOBAL and self.scope.kind != "class":
+            imported = self.scope.lookup_import(name) or self.info.imports.get(name)
+            if imported is not None and self.program.is_internal(imported):
+                return (GLOBAL, -1, imported)  # another module's name: one place once resolved
+        return key
+
+    def symbol(self: ModuleWalker, expr: ast.expr) -> tuple | None:
+        """What a callee written as a name or a dotted path is (None: a value, called)."""
+        if isinstance(expr, ast.Name):
+            return self._name_symbol(expr.id)
+        if not isinstance(expr, ast.Attribute):
+            return None
+        parts: list[str] = []
+        root: ast.expr = expr
+        while isinstance(root, ast.Attribute):
+            parts.append(root.attr)
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return None
+        parts.reverse()
+        base = self._name_symbol(root.id)
+        if base is None:
+            return None
+        kind = base[0]
+        if kind == "ext":
+            return ("ext", self.program.config.canonical(".".join([base[1], *parts])))
+        if kind == "dotted":
+            return ("dotted", ".".join([base[1], *parts]))
+        if kind == "in":
+            return ("in", base[1], (*base[2], *parts))
+        if kind == "own_class" and len(parts) == 1:
+            method = self.program.method(base[1], parts[0])
+            if method is not None and method.mid == self.mid:
+                return ("own_method", method.info)
+            return ("method", base[1], parts[0])
+        return None
+
+    def _name_symbol(self: ModuleWalker, name: str) -> tuple | None:
+        scope = self.scope
+        if scope.function(name) is not None:
+            return ("closure", name)
+        imported = scope.lookup_import(name)
+        if imported is None:
+            if scope.is_local(name):
+                return None
+            info = self.info
+            if name in info.functions:
+                return ("own_func", info.functions[name])
+            if name in info.classes:
+                return ("own_class", ClassRef(self.mid, name))
+            imported = info.imports.get(name) or info.aliases.get(name)
+            if imported is None:
+                if name in info.names or name in scope.locals:
+                    return None
+                if any(self.program.is_internal(star) for star in info.stars):
+                    return ("in", self.mid, (name,))
+                for star in info.stars:
+                    if self.program.config.canonical(star) == DIST or star.startswith(DIST_PREFIX):
+                        return ("ext", f"{DIST}.{name}")
+                return ("builtin", name)
+        if self.program.is_internal(imported):
+            return ("dotted", imported)
+        return ("ext", self.program.config.canonical(imported))
+
+    def class_key(self: ModuleWalker, expr: ast.expr) -> tuple | ClassRef | None:
+        """The class a constructor call or an annotation names, as far as this module can tell."""
+        symbol = self.symbol(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
+        if symbol is None:
+            return None
+        if symbol[0] == "own_class":
+            return symbol[1]
+        if symbol[0] in ("dotted", "in"):
+            return ("sym", symbol)
+        return None
+
+    def api_named(self: ModuleWalker, expr: ast.expr) -> str | None:
+        """`dist.isend` (under any import) -> `isend`; None for anything not torch.distributed's."""
+        symbol = self.symbol(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
+        if symbol is not None and symbol[0] == "ext" and symbol[1].startswith(DIST_PREFIX):
+            return symbol[1][len(DIST_PREFIX) :]
+        return None
+
+    def attr_key(self: ModuleWalker, receiver: ast.expr, attr: str) -> tuple:
+        """The place `receiver.attr` is: per class hierarchy when the receiver's class is known
+        (self, a class, a local made by a constructor), per module for a module, else by name."""
+        scope = self.scope
+        if isinstance(receiver, ast.Name):
+            owner = scope.self_scope(receiver.id)
+            if owner is not None and owner.cls is not None:
+                return (ATTR, owner.cls, attr)
+            if scope.is_local(receiver.id):
+                typed = scope.type_of(receiver.id)
+                return (ATTR, typed, attr) if typed is not None else (ANY_ATTR, attr)
+            symbol = self._name_symbol(receiver.id)
+            if symbol is not None:
+                if symbol[0] == "own_class":
+                    return (ATTR, symbol[1], attr)
+                if symbol[0] in ("dotted", "in"):
+                    return (ATTR, ("sym", symbol), attr)  # a class or a module elsewhere: linked later
+        elif isinstance(receiver, ast.Attribute) and (path := dotted(receiver)) is not None:
+            symbol = self.symbol(receiver)
+            if symbol is not None and symbol[0] in ("dotted", "in"):
+                return (ATTR, ("sym", symbol), attr)
+            del path
+        return (ANY_ATTR, attr)
+
+    def _is_value(self: ModuleWalker, expr: ast.expr) -> bool:
+        """Whether an expression is a value (a local, an object) rather than a class or module path."""
+        root = expr
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return not isinstance(root, ast.Name) or self._name_symbol(root.id) is None
+
+    def is_self(self: ModuleWalker, expr: ast.expr) -> bool:
+        return self.scope.is_self(expr)
+
+    # --- expressions --------------------------------------------------------------------------
+
+    def ev(self: ModuleWalker, node: ast.expr | None) -> Nodes:
+        """What the expression's value may hold: the nodes it reads from, or the origin it creates."""
+        if node is None:
+            return NOTHING
+        if isinstance(node, ast.Constant):
+            return frozenset({self.n((TRUE,))}) if node.value is True else NOTHING
+        if isinstance(node, ast.Name):
+            return frozenset({self.n(self.name_key(node.id))})
+        if isinstance(node, ast.Attribute):
+            key = self.attr_key(node.value, node.attr)
+            held = self.n(key)
+            if self.is_self(node.value) or (key[0] == ATTR and not self._is_value(node.value)):
+                return frozenset({held})  # self.x, Class.x, module.x: the place itself
+            return self.ev(node.value) | {held}  # an object holds what its attributes hold
+        if isinstance(node, ast.Subscript):
+            self.ev(node.slice)
+            return self.ev(node.value)
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        if isinstance(node, ast.IfExp):
+            self.ev(node.test)
+            return self.ev(node.body) | self.ev(node.orelse)
+        if isinstance(node, ast.BinOp):  # `works_a + works_b`; long chains are flattened, not recursed
+            parts, todo = [], [node]
+            while todo:
+                part = todo.pop()
+                if isinstance(part, ast.BinOp):
+                    todo += [part.right, part.left]
+                else:
+                    parts.append(part)
+            return frozenset().union(*(self.ev(p) for p in parts))
+        if isinstance(node, ast.BoolOp | ast.List | ast.Tuple | ast.Set):
+            parts = node.values if isinstance(node, ast.BoolOp) else node.elts
+            return frozenset().union(*(self.ev(p) for p in parts))
+        if isinstance(node, ast.Dict):
+            for key in node.keys:
+                self.ev(key)
+            return frozenset().union(*(self.ev(v) for v in node.values))
+        if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            return self.comprehension(node)
+        if isinstance(node, ast.NamedExpr):
+            values = self.ev(node.value)
+            self.bind(node.target, values, node)
+            return values
+        if isinstance(node, ast.Starred | ast.Await):
+            return self.ev(node.value)
+        if isinstance(node, ast.Yield | ast.YieldFrom):
+            self.g.escape(self.ev(node.value), "yielded")
+            return NOTHING
+        if isinstance(node, ast.Lambda):
+            return self.lambda_value(node, NOTHING)
+        for child in ast.iter_child_nodes(node):  # compare, unary, f-strings, slices: read, keep nothing
+            if isinstance(child, ast.expr):
+                self.ev(child)
+        return NOTHING
+
+    def lambda_value(self: ModuleWalker, node: ast.Lambda, feed: Nodes) -> Nodes:
+        """A lambda is a function: its body is walked in its own scope; `feed` goes to its first
+        parameter (`filter(lambda w: w.wait(), works)`: each element of works)."""
+        scope = self.function(node, None)
+        if node.args.args and feed:
+            self.g.link(feed, self.n((LOCAL, self.mid, scope.qualname, node.args.args[0].arg)))
+        return NOTHING
+
+    def comprehension(self: ModuleWalker, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> Nodes:
+        for gen in node.generators:
+            items = self.ev(gen.iter)
+            self.bind(gen.target, items, node)
+            for cond in gen.ifs:
+                self.ev(cond)
+        if isinstance(node, ast.DictComp):
+            self.ev(node.key)
+            return self.ev(node.value)
+        first = node.generators[0]
+        if len(node.generators) == 1:
+            names = {n.id for n in ast.walk(first.target) if isinstance(n, ast.Name)}
+            receiver = _wait_of(node.elt)
+            if receiver is not None and isinstance(receiver.func.value, ast.Name) and receiver.func.value.id in names:
+                self.drain(receiver, self.ev(first.iter), first.iter)
+        return self.ev(node.elt)
+
+    # --- calls --------------------------------------------------------------------------------
+
+    def args(self: ModuleWalker, call: ast.Call) -> tuple[list[Nodes], Keywords]:
+        positional = [self.ev(a) for a in call.args]
+        keywords = {k.arg: self.ev(k.value) for k in call.keywords}
+        return positional, keywords
+
+    def new_origin(
+        self: ModuleWalker,
+        api: str,
+        call: ast.Call,
+        dropped: bool,
+        element: str | None = None,
+        condition: tuple[int, ...] | None = None,
+    ) -> Nodes:
+        tensor = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "tensor"), None)
+        group = next((k.value for k in call.keywords if k.arg == "group"), None)
+        index = len(self.g.origins)
+        node = self.n((ORIGIN, index))
+        text = ast.unparse(tensor) if isinstance(tensor, ast.Name | ast.Attribute) else None
+        origin = Origin(
+            node,
+            api,
+            self.mid,
+            Span.of(call),
+            self.scope.qualname,
+            text,
+            dropped,
+            element,
+            condition,
+            ast.unparse(group) if group is not None else None,
+        )
+        self.g.origins.append(origin)
+        if api == "isend" and dropped and text is not None:
+            self.sent.append((index, text, origin.span.end_line))
+        return frozenset({node})
+
+    def call(self: ModuleWalker, node: ast.Call, statement: bool = False) -> Nodes:
+        func = node.func
+        symbol = self.symbol(func) if isinstance(func, ast.Name | ast.Attribute) else None
+        if isinstance(func, ast.Name) and symbol is None and self.scope.alias(func.id) is not None:
+            self.args(node)
+            return self.new_origin(self.scope.alias(func.id) or "", node, statement)  # `send = dist.isend if ...`
+        positional, keywords = self.args(node)
+        for k in node.keywords:
+            if k.arg == "out":  # HC003: `torch.add(a, b, out=t)` changes t in place
+                self._changed(k.value, node.lineno)
+        given = frozenset().union(*positional, *keywords.values())
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        async_op = _async_op(node, keywords)
+        if symbol is None:
+            if isinstance(func, ast.Attribute):
+                if (api := self._method_api(func, name, async_op)) is not None:
+                    return self.new_origin(api, node, statement, condition=_condition(async_op))
+                self._in_place(func, node)
+                return self.call_method(node, func.value, name, positional, keywords)
+            self.ev(func)
+            if name in COLLECTIVES and async_op is not None:
+                return self.new_origin(f"{name}(async_op=True)", node, statement, condition=_condition(async_op))
+            self.g.escape(given, f"passed to {ast.unparse(func)}()")
+            return NOTHING
+        kind = symbol[0]
+        if kind == "ext":
+            return self.call_external(symbol[1], node, statement, given, async_op, positional)
+        if kind == "own_func":
+            return self.call_own(symbol[1], positional, keywords, node, statement, name, bound=False)
+        if kind == "own_method":
+            return self.call_own(symbol[1], positional, keywords, node, statement, ast.unparse(func), bound=False)
+        if kind == "closure":
+            found = self.scope.function(symbol[1])
+            assert found is not None
+            return self.call_own(found[1], positional, keywords, node, statement, name, bound=False)
+        if kind == "own_class":
+            return self.construct(symbol[1], positional, keywords, node, statement)
+        if kind == "builtin":
+            return self.call_builtin(name, node, positional, given)
+        # Another module's function, class or method: resolved by the program.
+        return self.defer(
+            ("method", *symbol[1:]) if kind == "method" else symbol,
+            node,
+            statement,
+            positional,
+            keywords,
+            NOTHING,
+            async_op,
+        )
+
+    def _method_api(self: ModuleWalker, func: ast.Attribute, name: str, async_op: Nodes | None) -> str | None:
+        """`group.isend(...)`, `pg.all_reduce(t, async_op=True)`: a Work API by its name on a
+        value, unless this module defines a method of that name (followed as written)."""
+        if name in self.methods or self._is_imported(func.value):
+            return None
+        if name in P2P_METHODS:
+            return name
+        if name in COLLECTIVES and async_op is not None:
+            return f"{name}(async_op=True)"
+        return None
+
+    def _is_imported(self: ModuleWalker, expr: ast.expr) -> bool:
+        root = expr
+        while isinstance(root, ast.Attribute | ast.Subscript | ast.Call):
+            root = root.func if isinstance(root, ast.Call) else root.value
+        return isinstance(root, ast.Name) and self._name_symbol(root.id) not in (None, ("builtin", root.id))
+
+    def _in_place(self: ModuleWalker, func: ast.Attribute, node: ast.Call) -> None:
+        """HC003: `t.copy_(x)` (a method ending in `_`) or `out=t` changes t in place."""
+        if func.attr.endswith("_") and not func.attr.startswith("_"):
+            self._changed(func.value, node.lineno)
+
+    def defer(
+        self: ModuleWalker,
+        symbol: tuple,
+        node: ast.Call,
+        statement: bool,
+        positional: list[Nodes],
+        keywords: Keywords,
+        receiver: Nodes,
+        async_op: Nodes | None,
+    ) -> Nodes:
+        result = self.n((CALL, len(self.g.calls) + len(self.pending), self.mid, node.lineno, node.col_offset))
+        tensor = node.args[0] if node.args else None
+        group = next((k.value for k in node.keywords if k.arg == "group"), None)
+        self.pending.append(
+            PendingCall(
+                self.mid,
+                self.scope.qualname,
+                Span.of(node),
+                symbol,
+                ast.unparse(node.func),
+                tuple(positional),
+                tuple(keywords.items()),
+                receiver,
+                result,
+                statement,
+                ast.unparse(tensor) if isinstance(tensor, ast.Name | ast.Attribute) else None,
+                async_op,
+                ast.unparse(group) if group is not None else None,
+            )
+        )
+        return frozenset({result})
+
+    def call_external(
+        self: ModuleWalker,
+        qualified: str,
+        node: ast.Call,
+        statement: bool,
+        given: Nodes,
+        async_op: Nodes | None,
+        positional: list[Nodes],
+    ) -> Nodes:
+        if qualified.startswith(DIST_PREFIX):
+            api = qualified[len(DIST_PREFIX) :]
+            if api in P2P_METHODS:
+                return self.new_origin(api, node, statement)
+            if api in COLLECTIVES and async_op is not None:
+                return self.new_origin(f"{api}(async_op=True)", node, statement, condition=_condition(async_op))
+        last = qualified.rsplit(".", 1)[-1]
+        if last in COLLECTIVES and async_op is not None and not qualified.startswith(DIST_PREFIX):
+            return self.new_origin(f"{last}(async_op=True)", node, statement, condition=_condition(async_op))
+        if last in WAIT_FUNCTIONS:
+            self.wait_on(given, node, qualified)
+            return NOTHING
+        if qualified in PASS_THROUGH_QUALIFIED:
+            return given
+        if qualified.startswith(("torch.", "logging.")) or last in INERT_CALLS:
+            return NOTHING  # torch's own functions and logging keep no Work they are shown
+        self.g.escape(given, f"passed to {qualified}()")
+        return NOTHING
+
+    def call_builtin(self: ModuleWalker, name: str, node: ast.Call, positional: list[Nodes], given: Nodes) -> Nodes:
+        if name in WAIT_FUNCTIONS:
+            self.wait_on(given, node, name)
+            return NOTHING
+        if name in ("map", "filter") and node.args:
+            # `filter(lambda w: w.wait(), works)`: the function sees each element.
+            fn, items = node.args[0], frozenset().union(*positional[1:])
+            if isinstance(fn, ast.Lambda):
+                self.lambda_value(fn, items)
+            elif isinstance(fn, ast.Name) and (found := self._name_symbol(fn.id)) is not None:
+                info = found[1] if found[0] == "own_func" else None
+                if found[0] == "closure":
+                    info = self.scope.function(fn.id)[1]  # type: ignore[index]
+                if info is not None and info.positional:
+                    self.g.link(items, self.n((LOCAL, self.mid, info.qualname, info.positional[0])), self.g.params)
+                elif found[0] not in ("builtin", "ext"):
+                    self.g.escape(items, f"passed to {fn.id}()")
+            return items if name == "filter" else NOTHING
+        if name in INERT_CALLS:
+            return NOTHING
+        if name in PASS_THROUGH:
+            return given
+        self.g.escape(given, f"passed to {name}()")
+        return NOTHING
+
+    def wait_on(self: ModuleWalker, nodes: Nodes, node: ast.AST, text: str) -> None:
+        fact = self.fact(node, text)
+        for n in nodes:
+            self.g.waits.setdefault(n, fact)
+
+    def call_method(
+        self: ModuleWalker, node: ast.Call, receiver: ast.expr, method: str, positional: list[Nodes], keywords: Keywords
+    ) -> Nodes:
+        """`receiver.method(...)`: a method of self's class or of a local of a known class, or
+        what the method's name means on any value."""
+        scope = self.scope
+        owner = scope.self_scope(receiver.id) if isinstance(receiver, ast.Name) else None
+        typed = scope.type_of(receiver.id) if isinstance(receiver, ast.Name) and owner is None else None
+        is_super = (
+            isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super"
+        )
+        if is_super and scope.cls is not None:
+            owner = scope
+        if owner is not None and owner.cls is not None:
+            cls = owner.cls
+            method_ref = self.program.method(cls, method) if isinstance(cls, ClassRef) and not is_super else None
+            if method_ref is not None and method_ref.mid == self.mid:
+                return self.call_own(method_ref.info, positional, keywords, node, False, f"self.{method}", bound=True)
+            if method not in STORE_METHODS | READ_METHODS | INERT_CALLS or method_ref is not None:
+                return self.defer(
+                    ("method", cls, method), node, False, positional, keywords, NOTHING, _async_op(node, keywords)
+                )
+        if typed is not None:
+            return self.defer(
+                ("method", typed, method),
+                node,
+                False,
+                positional,
+                keywords,
+                self.ev(receiver),
+                _async_op(node, keywords),
+            )
+        own = self.methods.get(method)
+        followed = (
+            frozenset().union(
+                *(
+                    self.call_own(
+                        info, positional, keywords, node, False, f"{ast.unparse(receiver)}.{method}", bound=True
+                    )
+                    for info in own
+                )
+            )
+            if own
+            else NOTHING
+        )
+        held = self.ev(receiver)
+        given = frozenset().union(*positional, *keywords.values())
+        text = ast.unparse(receiver)
+        if method == "wait":
+            self.wait_on(held, node, text)
+            self._name_wait(receiver, node, text)
+            return followed
+        if method == "is_completed":
+            fact = self.fact(node, text)
+            for n in held:
+                self.g.polls.setdefault(n, fact)
+            return followed
+        if method in STORE_METHODS:
+            kept = positional[1:] if method in ("insert", "setdefault") else positional
+            self.store(frozenset().union(*kept, *keywords.values()), held, node, text, grows=True)
+            return followed | held if method == "setdefault" else followed
+        if method in READ_METHODS:
+            return followed | held
+        if method in INERT_CALLS:
+            return followed
+        if not own:
+            self.g.escape(given, f"passed to {text}.{method}()")
+        return followed | held
+
+    def _name_wait(self: ModuleWalker, receiver: ast.expr, node: ast.AST, text: str) -> None:
+        """`x.handle.wait()`: remembered by attribute name, for when nothing is known to flow
+        into x (a callback's parameter): then every `handle` attribute counts as waited."""
+        if isinstance(receiver, ast.Attribute) and self._is_value(receiver.value) and not self.is_self(receiver.value):
+            nodes = tuple(self.ev(receiver.value))
+            self.g.name_waits.append((receiver.attr, nodes, self.fact(node, text)))
+
+    def call_own(
+        self: ModuleWalker,
+        fn: FunctionInfo,
+        positional: list[Nodes],
+        keywords: Keywords,
+        node: ast.Call,
+        statement: bool,
+        text: str,
+        bound: bool,
+    ) -> Nodes:
+        """A call to a function of this module: arguments flow into its parameters, and its
+        return value into this call's own result node."""
+        return link_call(
+            self.g, self.mid, fn, positional, keywords, self.mid, node, self.scope.qualname, statement, text, bound
+        )
+
+    def construct(
+        self: ModuleWalker, cls: ClassRef, positional: list[Nodes], keywords: Keywords, node: ast.Call, statement: bool
+    ) -> Nodes:
+        """`Holder(work, tensor)`: into __init__'s parameters, or a record's fields. The instance
+        holds what it was given."""
+        given = frozenset().union(*positional, *keywords.values())
+        info = self.program.class_info(cls)
+        init = self.program.method(cls, "__init__")
+        if init is not None and init.mid == self.mid:
+            self.call_own(init.info, positional, keywords, node, False, cls.name, bound=True)
+        elif init is not None:
+            self.defer(("method", cls, "__init__"), node, False, positional, keywords, NOTHING, None)
+        elif info is not None:
+            for i, values in enumerate(positional[: len(info.fields)]):
+                self.store(
+                    values,
+                    frozenset({self.n((ATTR, cls, info.fields[i]))}),
+                    node,
+                    f"{cls.name}.{info.fields[i]}",
+                    False,
+                )
+            for key, values in keywords.items():
+                if key is not None:
+                    self.store(values, frozenset({self.n((ATTR, cls, key))}), node, f"{cls.name}.{key}", False)
+        return given
+
+
+def link_call(
+    g: object,
+    callee_mid: int,
+    fn: FunctionInfo,
+    positional: list[Nodes] | tuple[Nodes, ...],
+    keywords: Keywords | tuple[tuple[str | None, Nodes], ...],
+    mid: int,
+    where: ast.AST | Span,
+    function: str,
+    dropped: bool,
+    text: str,
+    bound: bool,
+    result: int | None = None,
+) -> Nodes:
+    """Arguments -> the callee's parameters; the callee's return -> this call's result node."""
+    from hicache_cli.lint.graph import Graph
+
+    assert isinstance(g, Graph)
+    for i, values in enumerate(positional):
+        param = fn.parameter(i, bound)
+        if param is not None and values:
+            g.link(values, g.node((LOCAL, callee_mid, fn.qualname, param)), g.params)
+    for key, values in keywords.items() if isinstance(keywords, dict) else keywords:
+        param = fn.keyword(key)
+        if param is not None and values:
+            g.link(values, g.node((LOCAL, callee_mid, fn.qualname, param)), g.params)
+    span = where if isinstance(where, Span) else Span.of(where)
+    if result is None:
+        result = g.node((CALL, len(g.calls), mid, span.line, span.col))
+    ret = g.node((RETURN, callee_mid, fn.qualname))
+    g.link([ret], result, g.returns)
+    g.calls.append(CallSite(result, text, ret, mid, span, function, dropped))
+    return frozenset({result})
+
+
+def _async_op(node: ast.Call, keywords: Keywords) -> Nodes | None:
+    """What `async_op=` holds (the True node for a literal True); None when it is not given or
+    is a literal other than True."""
+    for k in node.keywords:
+        if k.arg == "async_op":
+            if isinstance(k.value, ast.Constant):
+                return keywords[k.arg] if k.value.value is True else None
+            return keywords[k.arg] or frozenset({-1})  # an expression nothing flows from: may be True
+    return None
+
+
+def _condition(async_op: Nodes | None) -> tuple[int, ...] | None:
+    """None (active) for a literal True or an expression that may be anything; else the nodes
+    the True constant must reach."""
+    if async_op is None or -1 in async_op:
+        return None
+    return tuple(async_op)
+
+
+def _wait_of(expr: ast.expr) -> ast.Call | None:
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "wait":
+        return expr
+    return None

@@ -1,0 +1,284 @@
+"""Linking: what the module walks left to the program. Attribute places of one class
+hierarchy become one place (a mixin's `self.work_list` is its host's), another module's
+module-level name becomes that module's place, and calls into other modules are resolved: to
+a function of the program (arguments to parameters, its return to the call's result), a class
+(its __init__ and fields), a torch.distributed API behind a wrapper or a re-export (a Work
+origin), or code outside the program."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hicache_cli.lint.apis import (
+    COLLECTIVES,
+    INERT_CALLS,
+    P2P_METHODS,
+    PASS_THROUGH_QUALIFIED,
+    READ_METHODS,
+    STORE_METHODS,
+    WAIT_FUNCTIONS,
+)
+from hicache_cli.lint.calls import PendingCall, link_call
+from hicache_cli.lint.config import DIST
+from hicache_cli.lint.graph import ANY_ATTR, ATTR, GLOBAL, NOTHING, ORIGIN, Fact, Graph, Nodes, Origin
+from hicache_cli.lint.program import ClassRef, External, FunctionRef, GlobalRef, ModuleRef, Program, Symbol
+
+DIST_PREFIX = DIST + "."
+
+
+class Linker:
+    def __init__(self, program: Program, graph: Graph, pending: list[PendingCall], analysed: set[int]) -> None:
+        self.program, self.g, self.pending, self.analysed = program, graph, pending, analysed
+        self._symbols: dict[tuple, Symbol | None] = {}
+
+    # --- places ---------------------------------------------------------------------------------
+
+    def class_of(self, key: object) -> ClassRef | ModuleRef | None:
+        """A class key from a walk -> the class (or module) it names, if the program has it."""
+        if isinstance(key, ClassRef):
+            return key
+        if isinstance(key, tuple) and key and key[0] == "sym":
+            found = self.symbol(key[1])
+            return found if isinstance(found, ClassRef | ModuleRef) else None
+        return None
+
+    def symbol(self, symbol: tuple) -> Symbol | None:
+        if symbol not in self._symbols:
+            if symbol[0] == "dotted":
+                found = self.program.resolve(symbol[1])
+            elif symbol[0] == "in":
+                found = self.program.resolve_in(symbol[1], list(symbol[2]))
+            else:
+                found = None
+            self._symbols[symbol] = found
+        return self._symbols[symbol]
+
+    def unify(self) -> None:
+        """Every attribute node joined to its hierarchy's place (or the module's name, or the
+        by-name place), and every other module's name to that module's place. Run after each
+        round: hierarchies grow as modules are added."""
+        g = self.g
+        for node in range(len(g.keys)):
+            key = g.keys[node]
+            if key[0] == ATTR:
+                owner = self.class_of(key[1])
+                if isinstance(owner, ClassRef):
+                    canonical = (ATTR, self.program.hierarchy(owner), key[2])
+                elif isinstance(owner, ModuleRef):
+                    canonical = (GLOBAL, owner.mid, key[2])
+                else:
+                    canonical = (ANY_ATTR, key[2])
+                if canonical != key:
+                    g.union(node, g.node(canonical))
+            elif key[0] == GLOBAL and key[1] == -1:
+                found = self.program.resolve(key[2])
+                if isinstance(found, GlobalRef):
+                    g.union(node, g.node((GLOBAL, found.mid, found.name)))
+
+    def by_name_edges(self) -> None:
+        """What is stored through an object of unknown class (`task.handle = work`) may be in any
+        class's attribute of that name: an edge from the by-name place to each that a class of
+        the program assigns. A place no class assigns belongs to code outside the program (a base
+        class elsewhere, a mixin's host, another library's object): what is kept there is theirs."""
+        g = self.g
+        members: dict[int, list[int]] = {}
+        for node in range(len(g.keys)):
+            members.setdefault(g.find(node), []).append(node)
+        declared: dict[ClassRef, set[str]] = {}
+        for root, classes in self.program.components().items():
+            names = declared.setdefault(root, set())
+            for ref in classes:
+                info = self.program.class_info(ref)
+                if info is not None:
+                    names |= info.declared
+        owned_by_name: dict[str, list[int]] = {}
+        for canon, nodes in members.items():
+            key = g.keys[canon]
+            classes = [g.keys[n][1] for n in nodes if g.keys[n][0] == ATTR and isinstance(g.keys[n][1], ClassRef)]
+            if classes:
+                attr = g.keys[nodes[0]][-1]
+                root = self.program.hierarchy(classes[0])
+                if any(n in g.assigned for n in nodes) or attr in declared.get(root, ()):
+                    owned_by_name.setdefault(attr, []).append(canon)
+                elif any(n in g.stores for n in nodes):
+                    g.escape([canon], f"kept in {attr}, an attribute no class in the program assigns")
+            elif key[0] == GLOBAL and key[1] == -1 and canon in g.stores:
+                g.escape([canon], f"kept in {key[2]}, a name outside the program")
+        for canon, nodes in members.items():
+            key = g.keys[canon]
+            if key[0] != ANY_ATTR or not any(n in g.stores for n in nodes):
+                continue
+            targets = owned_by_name.get(key[1])
+            if targets:
+                g.link([canon], targets[0]) if len(targets) == 1 else [g.link([canon], t) for t in targets]
+            else:
+                g.escape([canon], f"kept in .{key[1]} of an object of a class the program does not assign it in")
+
+    # --- calls ----------------------------------------------------------------------------------
+
+    def resolve_calls(self, relevant: bytearray, factories: set[str], final: bool) -> set[int]:
+        """Link the calls that can matter: those whose arguments (or receiver) may hold a Work or
+        True, or that name a function returning Works. Returns the modules they lead into that
+        are not analysed yet. `final`: what is still unresolved is code the program cannot see."""
+        needed: set[int] = set()
+        for call in self.pending:
+            if call.done:
+                continue
+            matters = _touches(call, relevant) or _last_name(call.symbol) in factories
+            if not matters and not final:
+                continue
+            if not matters:
+                call.done = True  # nothing that matters goes in or comes out: no edge to add
+                continue
+            target = self._target(call)
+            mid = target.mid if isinstance(target, FunctionRef) else None
+            if mid is not None and mid not in self.analysed:
+                if not final:
+                    needed.add(mid)
+                    continue
+                target = None
+            self._link(call, target)
+            call.done = True
+        return needed
+
+    def _target(self, call: PendingCall) -> Symbol | None:
+        kind = call.symbol[0]
+        if kind == "method":
+            owner = self.class_of(call.symbol[1])
+            if isinstance(owner, ClassRef):
+                return self.program.method(owner, call.symbol[2])
+            return None
+        found = self.symbol(call.symbol)
+        if isinstance(found, ClassRef):
+            init = self.program.method(found, "__init__")
+            if init is not None and init.mid not in self.analysed:
+                return init  # the module to analyse first
+            return found
+        return found
+
+    def _link(self, call: PendingCall, target: Symbol | None) -> None:
+        g = self.g
+        given = frozenset().union(*call.positional, *(v for _, v in call.keywords))
+        if isinstance(target, FunctionRef):
+            bound = call.symbol[0] == "method" or target.info.qualname.endswith(".__init__")
+            if target.info.qualname.endswith(".__init__") and call.symbol[0] != "method":
+                g.link(given, call.result)  # the instance holds what it was given
+            link_call(
+                g,
+                target.mid,
+                target.info,
+                call.positional,
+                call.keywords,
+                call.mid,
+                call.span,
+                call.function,
+                call.dropped,
+                call.text,
+                bound,
+                result=call.result,
+            )
+        elif isinstance(target, ClassRef):
+            self._construct(call, target, given)
+        elif isinstance(target, External):
+            self._external(call, target.qualname, given)
+        else:
+            self._unknown(call, given)
+
+    def _construct(self, call: PendingCall, cls: ClassRef, given: Nodes) -> None:
+        g = self.g
+        g.link(given, call.result)
+        info = self.program.class_info(cls)
+        if info is None or not info.record:
+            return
+        where = Fact(call.mid, call.span.line, call.span.col, cls.name, call.function)
+        for i, values in enumerate(call.positional[: len(info.fields)]):
+            field_node = g.node((ATTR, cls, info.fields[i]))
+            g.link(values, field_node)
+            g.note_store(
+                field_node, Fact(where.mid, where.line, where.col, f"{cls.name}.{info.fields[i]}", where.function)
+            )
+        for key, values in call.keywords:
+            if key is not None:
+                field_node = g.node((ATTR, cls, key))
+                g.link(values, field_node)
+                g.note_store(field_node, Fact(where.mid, where.line, where.col, f"{cls.name}.{key}", where.function))
+
+    def _external(self, call: PendingCall, qualified: str, given: Nodes) -> None:
+        """A call that resolved outside the program: torch.distributed's API (an origin), a wait,
+        a pass-through, or code that may keep what it is given."""
+        g = self.g
+        api = qualified[len(DIST_PREFIX) :] if qualified.startswith(DIST_PREFIX) else None
+        condition: tuple[int, ...] | None = None
+        if api in COLLECTIVES and call.async_op is not None:
+            condition = None if -1 in call.async_op else tuple(call.async_op)
+            api = f"{api}(async_op=True)"
+        elif api not in P2P_METHODS:
+            api = None
+        if api is not None:
+            node = g.node((ORIGIN, len(g.origins)))
+            g.origins.append(
+                Origin(
+                    node,
+                    api,
+                    call.mid,
+                    call.span,
+                    call.function,
+                    call.tensor,
+                    call.dropped,
+                    condition=condition,
+                    group=call.group,
+                )
+            )
+            g.link([node], call.result)
+            return
+        last = qualified.rsplit(".", 1)[-1]
+        if last in WAIT_FUNCTIONS:
+            fact = Fact(call.mid, call.span.line, call.span.col, qualified, call.function)
+            for n in given:
+                g.waits.setdefault(n, fact)
+        elif qualified in PASS_THROUGH_QUALIFIED:
+            g.link(given, call.result)
+        elif not (qualified.startswith(("torch.", "logging.")) or last in INERT_CALLS):
+            g.escape(given, f"passed to {qualified}()")
+
+    def _unknown(self, call: PendingCall, given: Nodes) -> None:
+        name = _last_name(call.symbol)
+        g = self.g
+        if name == "wait":
+            fact = Fact(call.mid, call.span.line, call.span.col, call.text, call.function)
+            for n in call.receiver:
+                g.waits.setdefault(n, fact)
+            return
+        if name in STORE_METHODS:
+            for target in call.receiver:
+                g.link(given, target)
+            return
+        if name in READ_METHODS:
+            g.link(call.receiver, call.result)
+            return
+        if name in INERT_CALLS:
+            return
+        g.escape(given, f"passed to {call.text}()")
+        g.link(call.receiver, call.result)
+
+
+def _touches(call: PendingCall, relevant: bytearray) -> bool:
+    def hot(nodes: Iterable[int]) -> bool:
+        return any(0 <= n < len(relevant) and relevant[n] for n in nodes)
+
+    if any(hot(v) for v in call.positional) or any(hot(v) for _, v in call.keywords) or hot(call.receiver):
+        return True
+    return call.async_op is not None
+
+
+def _last_name(symbol: tuple) -> str:
+    if symbol[0] == "dotted":
+        return symbol[1].rsplit(".", 1)[-1]
+    if symbol[0] == "in":
+        return symbol[2][-1]
+    if symbol[0] == "method":
+        return symbol[2]
+    return ""
+
+
+__all__ = ["Linker", "NOTHING"]
