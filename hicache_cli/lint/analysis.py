@@ -21,7 +21,8 @@ from pathlib import Path
 from hicache_cli.lint.build import ModuleWalker
 from hicache_cli.lint.calls import PendingCall
 from hicache_cli.lint.config import LintConfig
-from hicache_cli.lint.graph import ATTR, GLOBAL, RETURN, Graph
+from hicache_cli.lint.dispatch import Dispatcher
+from hicache_cli.lint.graph import ATTR, GLOBAL, INSTANCE, RETURN, Graph
 from hicache_cli.lint.link import Linker
 from hicache_cli.lint.modules import ModuleInfo
 from hicache_cli.lint.program import ClassRef, Program
@@ -82,6 +83,7 @@ def analyse(
     pending: list[PendingCall] = []
     analysis = Analysis(program, graph)
     linker = Linker(program, graph, pending, analysis.walked)
+    dispatcher = Dispatcher(program, graph, analysis.walked)
     todo = {mid for mid, data in enumerate(datas) if named[mid] or has_trigger(data)}
     first = set(todo)
     searched = Names()
@@ -91,8 +93,10 @@ def analyse(
             if mid in failed and mid in first:
                 analysis.failures.append(Failure(mid, failed[mid]))
         linker.unify()
+        needed = dispatcher.run(final=False)
+        linker.unify()
         relevant, names = _relevant(graph, program)
-        needed = linker.resolve_calls(relevant, names.factories, final=False)
+        needed |= linker.resolve_calls(relevant, names.factories, final=False)
         new_names = names - searched
         searched.update(new_names)
         needed |= _mentioning(datas, new_names, analysis.walked | set(failed))
@@ -102,6 +106,8 @@ def analyse(
     linker.unify()
     relevant, names = _relevant(graph, program)
     linker.resolve_calls(relevant, names.factories, final=True)
+    linker.unify()
+    dispatcher.run(final=True)
     linker.unify()
     linker.by_name_edges()
     analysis.solution = solve(graph)
@@ -174,6 +180,11 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, Names]:
     places = persistent(c)
     seeds += [n for n in range(len(graph.keys)) if places[c.canon[n]] and polled[c.canon[n]]]
     hot = c.forward(seeds, (c.plain, c.params, c.returns))
+    # An instance of a class one of whose attributes holds a Work carries it too (a record).
+    holders = {key[1] for n, key in enumerate(graph.keys) if key[0] == ATTR and hot[c.canon[n]]}
+    tokens = [n for n, key in enumerate(graph.keys) if key[0] == INSTANCE and key[1] in holders]
+    if tokens:
+        hot = c.forward(seeds + tokens, (c.plain, c.params, c.returns))
     raw = bytearray(len(graph.keys))
     names = Names()
     for n, key in enumerate(graph.keys):

@@ -8,8 +8,8 @@ import ast
 
 from hicache_cli.lint.calls import Calls, PendingCall
 from hicache_cli.lint.graph import (
+    INSTANCE,
     LOCAL,
-    NOTHING,
     RETURN,
     TRUE,
     Drain,
@@ -92,6 +92,9 @@ class ModuleWalker(Calls):
             annotated = annotation_class(arg.annotation)
             if annotated is not None and arg.arg not in scope.types:
                 scope.types[arg.arg] = self.class_key(annotated)
+        if cls is not None and self_name is not None and not _is_classmethod(fn):
+            # `self` is an instance of its class (and of subclasses, through dispatched calls).
+            self.g.link([self.n((INSTANCE, cls))], self.n((LOCAL, self.mid, qualname, self_name)))
         saved = self.scope, self.loops, self.finally_depth, self.sent, self.changed, self.rebound
         self.scope, self.loops, self.finally_depth = scope, [], 0
         self.sent, self.changed, self.rebound = [], {}, {}
@@ -287,10 +290,9 @@ class ModuleWalker(Calls):
                 self.g.assigned.add(node)  # a class-level name: the class's own attribute
             self.store(values, frozenset({node}), where, target.id, grows=False)
         elif isinstance(target, ast.Attribute):
-            holder = self.n(self.attr_key(target.value, target.attr))
+            holder = self.attr_node(target)
             self.g.assigned.add(holder)
-            holders = {holder} | (NOTHING if self.is_self(target.value) else self.ev(target.value))
-            self.store(values, frozenset(holders), where, ast.unparse(target), grows=False)
+            self.store(values, frozenset({holder}), where, ast.unparse(target), grows=False)
         elif isinstance(target, ast.Subscript):
             self.ev(target.slice)
             self.store(values, self.ev(target.value), where, ast.unparse(target.value), grows=True)
@@ -382,6 +384,10 @@ class ModuleWalker(Calls):
             later = [ln for ln in self.changed.get(text, []) if ln > end and not any(end < r < ln for r in rebinds)]
             if later:
                 self.g.origins[index].mutated = min(later)
+
+
+def _is_classmethod(fn: ast.AST) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "classmethod" for d in getattr(fn, "decorator_list", []))
 
 
 def _wait_receiver(node: ast.AST) -> ast.expr | None:

@@ -20,16 +20,19 @@ from hicache_cli.lint.apis import (
 )
 from hicache_cli.lint.config import DIST
 from hicache_cli.lint.graph import (
-    ANY_ATTR,
     ATTR,
     CALL,
+    FIELD,
     GLOBAL,
+    INSTANCE,
     LOCAL,
     NOTHING,
     ORIGIN,
     RETURN,
     TRUE,
     CallSite,
+    FieldAccess,
+    MethodCall,
     Nodes,
     Origin,
     Span,
@@ -154,9 +157,10 @@ class Calls:
             return symbol[1][len(DIST_PREFIX) :]
         return None
 
-    def attr_key(self: ModuleWalker, receiver: ast.expr, attr: str) -> tuple:
-        """The place `receiver.attr` is: per class hierarchy when the receiver's class is known
-        (self, a class, a local made by a constructor), per module for a module, else by name."""
+    def attr_key(self: ModuleWalker, receiver: ast.expr, attr: str) -> tuple | None:
+        """The place `receiver.attr` is when this module can tell: per class hierarchy when the
+        receiver's class is known (self, a class, a local made by a constructor or annotated), per
+        module for a module. None for a value of a class not known here (a field access)."""
         scope = self.scope
         if isinstance(receiver, ast.Name):
             owner = scope.self_scope(receiver.id)
@@ -164,19 +168,27 @@ class Calls:
                 return (ATTR, owner.cls, attr)
             if scope.is_local(receiver.id):
                 typed = scope.type_of(receiver.id)
-                return (ATTR, typed, attr) if typed is not None else (ANY_ATTR, attr)
+                return (ATTR, typed, attr) if typed is not None else None
             symbol = self._name_symbol(receiver.id)
             if symbol is not None:
                 if symbol[0] == "own_class":
                     return (ATTR, symbol[1], attr)
                 if symbol[0] in ("dotted", "in"):
                     return (ATTR, ("sym", symbol), attr)  # a class or a module elsewhere: linked later
-        elif isinstance(receiver, ast.Attribute) and (path := dotted(receiver)) is not None:
+        elif isinstance(receiver, ast.Attribute) and dotted(receiver) is not None:
             symbol = self.symbol(receiver)
             if symbol is not None and symbol[0] in ("dotted", "in"):
                 return (ATTR, ("sym", symbol), attr)
-            del path
-        return (ANY_ATTR, attr)
+        return None
+
+    def attr_node(self: ModuleWalker, node: ast.Attribute) -> int:
+        """The node of `x.a`: its place, or a field access the solver resolves by x's classes."""
+        key = self.attr_key(node.value, node.attr)
+        if key is not None:
+            return self.n(key)
+        access = self.n((FIELD, len(self.g.fields)))
+        self.g.fields.append(FieldAccess(access, tuple(self.ev(node.value)), node.attr))
+        return access
 
     def _is_value(self: ModuleWalker, expr: ast.expr) -> bool:
         """Whether an expression is a value (a local, an object) rather than a class or module path."""
@@ -199,11 +211,7 @@ class Calls:
         if isinstance(node, ast.Name):
             return frozenset({self.n(self.name_key(node.id))})
         if isinstance(node, ast.Attribute):
-            key = self.attr_key(node.value, node.attr)
-            held = self.n(key)
-            if self.is_self(node.value) or (key[0] == ATTR and not self._is_value(node.value)):
-                return frozenset({held})  # self.x, Class.x, module.x: the place itself
-            return self.ev(node.value) | {held}  # an object holds what its attributes hold
+            return frozenset({self.attr_node(node)})
         if isinstance(node, ast.Subscript):
             self.ev(node.slice)
             return self.ev(node.value)
@@ -333,6 +341,9 @@ class Calls:
             self.g.escape(given, f"passed to {ast.unparse(func)}()")
             return NOTHING
         kind = symbol[0]
+        if kind in ("dotted", "in") and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
+            if name in STORE_METHODS | READ_METHODS | INERT_CALLS:  # `Backend.ongoing_reqs.append(r)`
+                return self.call_method(node, func.value, name, positional, keywords)
         if kind == "ext":
             return self.call_external(symbol[1], node, statement, given, async_op, positional)
         if kind == "own_func":
@@ -347,16 +358,10 @@ class Calls:
             return self.construct(symbol[1], positional, keywords, node, statement)
         if kind == "builtin":
             return self.call_builtin(name, node, positional, given)
-        # Another module's function, class or method: resolved by the program.
-        return self.defer(
-            ("method", *symbol[1:]) if kind == "method" else symbol,
-            node,
-            statement,
-            positional,
-            keywords,
-            NOTHING,
-            async_op,
-        )
+        # Another module's function, class or method: resolved by the program. Its receiver, if
+        # the path turns out to end in a value's method (`Backend.ongoing_reqs.append(...)`).
+        receiver = self.ev(func.value) if isinstance(func, ast.Attribute) and kind != "method" else NOTHING
+        return self.defer(symbol, node, statement, positional, keywords, receiver, async_op)
 
     def _method_api(self: ModuleWalker, func: ast.Attribute, name: str, async_op: Nodes | None) -> str | None:
         """`group.isend(...)`, `pg.all_reduce(t, async_op=True)`: a Work API by its name on a
@@ -486,11 +491,27 @@ class Calls:
         if owner is not None and owner.cls is not None:
             cls = owner.cls
             method_ref = self.program.method(cls, method) if isinstance(cls, ClassRef) and not is_super else None
+            me = NOTHING if is_super else self.ev(receiver)
+            if is_super:  # super().m(): the method of this class's bases, on this instance
+                me = frozenset({self.n((INSTANCE, cls))}) if isinstance(cls, ClassRef) else NOTHING
             if method_ref is not None and method_ref.mid == self.mid:
-                return self.call_own(method_ref.info, positional, keywords, node, False, f"self.{method}", bound=True)
+                return link_call(
+                    self.g,
+                    self.mid,
+                    method_ref.info,
+                    positional,
+                    keywords,
+                    self.mid,
+                    node,
+                    self.scope.qualname,
+                    False,
+                    f"self.{method}",
+                    True,
+                    receiver=me,
+                )
             if method not in STORE_METHODS | READ_METHODS | INERT_CALLS or method_ref is not None:
                 return self.defer(
-                    ("method", cls, method), node, False, positional, keywords, NOTHING, _async_op(node, keywords)
+                    ("method", cls, method), node, False, positional, keywords, me, _async_op(node, keywords)
                 )
         if typed is not None:
             return self.defer(
@@ -502,49 +523,45 @@ class Calls:
                 self.ev(receiver),
                 _async_op(node, keywords),
             )
-        own = self.methods.get(method)
-        followed = (
-            frozenset().union(
-                *(
-                    self.call_own(
-                        info, positional, keywords, node, False, f"{ast.unparse(receiver)}.{method}", bound=True
-                    )
-                    for info in own
-                )
-            )
-            if own
-            else NOTHING
-        )
         held = self.ev(receiver)
         given = frozenset().union(*positional, *keywords.values())
         text = ast.unparse(receiver)
+        special = method in ("wait", "is_completed") or method in STORE_METHODS | READ_METHODS | INERT_CALLS
+        result = self.n((CALL, "m", len(self.g.method_calls)))
+        self.g.method_calls.append(
+            MethodCall(
+                self.mid,
+                self.scope.qualname,
+                Span.of(node),
+                method,
+                text,
+                tuple(held),
+                tuple(positional),
+                tuple(keywords.items()),
+                result,
+                False,
+                tuple(self.methods.get(method, ())),
+                special,
+            )
+        )
         if method == "wait":
             self.wait_on(held, node, text)
-            self._name_wait(receiver, node, text)
-            return followed
+            return frozenset({result})
         if method == "is_completed":
             fact = self.fact(node, text)
             for n in held:
                 self.g.polls.setdefault(n, fact)
-            return followed
+            return frozenset({result})
         if method in STORE_METHODS:
             kept = positional[1:] if method in ("insert", "setdefault") else positional
             self.store(frozenset().union(*kept, *keywords.values()), held, node, text, grows=True)
-            return followed | held if method == "setdefault" else followed
+            return frozenset({result}) | held if method == "setdefault" else frozenset({result})
         if method in READ_METHODS:
-            return followed | held
+            return held | {result}
         if method in INERT_CALLS:
-            return followed
-        if not own:
-            self.g.escape(given, f"passed to {text}.{method}()")
-        return followed | held
-
-    def _name_wait(self: ModuleWalker, receiver: ast.expr, node: ast.AST, text: str) -> None:
-        """`x.handle.wait()`: remembered by attribute name, for when nothing is known to flow
-        into x (a callback's parameter): then every `handle` attribute counts as waited."""
-        if isinstance(receiver, ast.Attribute) and self._is_value(receiver.value) and not self.is_self(receiver.value):
-            nodes = tuple(self.ev(receiver.value))
-            self.g.name_waits.append((receiver.attr, nodes, self.fact(node, text)))
+            return frozenset({result})
+        del given  # the rest is decided once the receiver's classes are known (dispatch.py)
+        return frozenset({result})
 
     def call_own(
         self: ModuleWalker,
@@ -565,28 +582,38 @@ class Calls:
     def construct(
         self: ModuleWalker, cls: ClassRef, positional: list[Nodes], keywords: Keywords, node: ast.Call, statement: bool
     ) -> Nodes:
-        """`Holder(work, tensor)`: into __init__'s parameters, or a record's fields. The instance
-        holds what it was given."""
-        given = frozenset().union(*positional, *keywords.values())
+        """`Holder(work, tensor)`: an instance of the class (its token), with what it was given in
+        __init__'s parameters or a record's fields. A namedtuple is also a tuple of what it holds."""
+        token = self.n((INSTANCE, cls))
         info = self.program.class_info(cls)
         init = self.program.method(cls, "__init__")
         if init is not None and init.mid == self.mid:
-            self.call_own(init.info, positional, keywords, node, False, cls.name, bound=True)
+            link_call(
+                self.g,
+                self.mid,
+                init.info,
+                positional,
+                keywords,
+                self.mid,
+                node,
+                self.scope.qualname,
+                False,
+                cls.name,
+                True,
+                receiver=frozenset({token}),
+            )
         elif init is not None:
-            self.defer(("method", cls, "__init__"), node, False, positional, keywords, NOTHING, None)
+            self.defer(("method", cls, "__init__"), node, False, positional, keywords, frozenset({token}), None)
         elif info is not None:
             for i, values in enumerate(positional[: len(info.fields)]):
-                self.store(
-                    values,
-                    frozenset({self.n((ATTR, cls, info.fields[i]))}),
-                    node,
-                    f"{cls.name}.{info.fields[i]}",
-                    False,
-                )
+                field_node = frozenset({self.n((ATTR, cls, info.fields[i]))})
+                self.store(values, field_node, node, f"{cls.name}.{info.fields[i]}", False)
             for key, values in keywords.items():
                 if key is not None:
                     self.store(values, frozenset({self.n((ATTR, cls, key))}), node, f"{cls.name}.{key}", False)
-        return given
+        if info is not None and info.tuple_like:
+            return frozenset({token}).union(*positional, *keywords.values())
+        return frozenset({token})
 
 
 def link_call(
@@ -602,11 +629,15 @@ def link_call(
     text: str,
     bound: bool,
     result: int | None = None,
+    receiver: Nodes = NOTHING,
 ) -> Nodes:
-    """Arguments -> the callee's parameters; the callee's return -> this call's result node."""
+    """Arguments -> the callee's parameters (the receiver -> `self`); the callee's return -> this
+    call's result node."""
     from hicache_cli.lint.graph import Graph
 
     assert isinstance(g, Graph)
+    if bound and fn.bound and fn.positional and receiver:
+        g.link(receiver, g.node((LOCAL, callee_mid, fn.qualname, fn.positional[0])), g.params)
     for i, values in enumerate(positional):
         param = fn.parameter(i, bound)
         if param is not None and values:

@@ -11,6 +11,7 @@ from hicache_cli.errors import UsageError
 from hicache_cli.lint.analysis import analyse
 from hicache_cli.lint.config import LintConfig, make_config, read_settings
 from hicache_cli.lint.findings import Finding, InputProblem, LintResult
+from hicache_cli.lint.gitdiff import changed_lines, touches
 from hicache_cli.lint.rules import RULES, Context, Rule, default_rules
 from hicache_cli.lint.suppress import suppressions
 from hicache_cli.lint.targets import SourceFile, Unreadable, expand, read_source
@@ -115,20 +116,27 @@ def lint(
     progress: Callable[[str], None] | None = None,
     wrappers: Sequence[str] = (),
     cwd: Path | None = None,
+    diff: str | None = None,
 ) -> LintResult:
     """Lint TARGETs: files, directories (their .py files), `sglang`, `sglang==VER`, `sglang:PATH`.
     Targets that cannot be read are `problems`, directory entries skipped are `warnings`; the
     others are linted all the same. pyproject.toml's [tool.hicache.lint] (nearest the working
-    directory) adds wrapper modules and the default selection."""
+    directory) adds wrapper modules and the default selection. `diff`: keep only findings on
+    lines changed since that git ref (the whole program is still analysed)."""
     started = time.monotonic()
-    settings = read_settings((cwd or Path.cwd()).resolve())
+    here = (cwd or Path.cwd()).resolve()
+    settings = read_settings(here)
     rules = select_rules(select if select else settings.select)
     config = make_config(wrappers, settings)
+    changed = changed_lines(diff, here) if diff is not None else None
     expansion = expand(targets, progress, cwd)
     for note in expansion.notes:
         if progress is not None:
             progress(note)
     result = lint_files(expansion.files, rules, config)
+    if changed is not None:
+        where = {f.shown: f.path for f in expansion.files}
+        result.findings = [f for f in result.findings if touches(changed, where[f.file], f.line, f.last_line)]
     result.problems = expansion.problems + result.problems
     result.warnings = expansion.warnings + result.warnings
     if settings.warning:

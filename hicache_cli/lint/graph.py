@@ -25,6 +25,7 @@ NOTHING: Nodes = frozenset()
 
 # Key kinds
 LOCAL, ATTR, ANY_ATTR, GLOBAL, RETURN, ORIGIN, CALL, TRUE = "L", "A", "A?", "G", "R", "O", "C", "T"
+FIELD, INSTANCE = "F", "I"  # `x.a` on a value of a class not known where it is written; what a constructor makes
 PERSISTENT = (ATTR, GLOBAL)  # outlive a call: what can grow round after round
 
 
@@ -95,6 +96,41 @@ class CallSite:
     dropped: bool
 
 
+@dataclass(slots=True)
+class FieldAccess:
+    """`x.a` where x is a value: the place `a` of each class whose instances x may hold, once
+    the solver knows them (by name when it cannot tell)."""
+
+    node: int
+    receiver: tuple[int, ...]
+    attr: str
+    classes: set[object] = field(default_factory=set)  # the classes it was joined to so far
+    done: bool = False
+
+
+@dataclass(slots=True)
+class MethodCall:
+    """`x.m(...)` where x is a value: dispatched to `m` of each class whose instances x may hold;
+    when none is known, a call of code the program cannot see (or of this module's methods so named)."""
+
+    mid: int
+    function: str
+    span: Span
+    name: str
+    text: str  # the receiver as written
+    receiver: tuple[int, ...]
+    positional: tuple[frozenset[int], ...]
+    keywords: tuple[tuple[str | None, frozenset[int]], ...]
+    result: int
+    dropped: bool
+    fallback: tuple[
+        object, ...
+    ] = ()  # this module's methods of that name (FunctionInfo), followed when nothing is known
+    special: bool = False  # a name whose meaning was applied where it was written (wait, append, ...)
+    classes: set[object] = field(default_factory=set)
+    done: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Drain:
     """`for work in CONTAINER: work.wait(...)` and its kin: every Work in a container waited."""
@@ -121,7 +157,8 @@ class Graph:
     polls: dict[int, Fact] = field(default_factory=dict)
     escapes: dict[int, str] = field(default_factory=dict)
     kept: dict[int, Fact] = field(default_factory=dict)  # locals that outlive their call
-    name_waits: list[tuple[str, tuple[int, ...], Fact]] = field(default_factory=list)  # `x.a.wait()`: a, x's nodes
+    fields: list[FieldAccess] = field(default_factory=list)
+    method_calls: list[MethodCall] = field(default_factory=list)
     origins: list[Origin] = field(default_factory=list)
     calls: list[CallSite] = field(default_factory=list)
     drains: list[Drain] = field(default_factory=list)

@@ -20,7 +20,7 @@ from hicache_cli.lint.apis import (
 )
 from hicache_cli.lint.calls import PendingCall, link_call
 from hicache_cli.lint.config import DIST
-from hicache_cli.lint.graph import ANY_ATTR, ATTR, GLOBAL, NOTHING, ORIGIN, Fact, Graph, Nodes, Origin
+from hicache_cli.lint.graph import ANY_ATTR, ATTR, GLOBAL, INSTANCE, NOTHING, ORIGIN, Fact, Graph, Nodes, Origin
 from hicache_cli.lint.program import ClassRef, External, FunctionRef, GlobalRef, ModuleRef, Program, Symbol
 
 DIST_PREFIX = DIST + "."
@@ -94,20 +94,21 @@ class Linker:
         owned_by_name: dict[str, list[int]] = {}
         for canon, nodes in members.items():
             key = g.keys[canon]
-            classes = [g.keys[n][1] for n in nodes if g.keys[n][0] == ATTR and isinstance(g.keys[n][1], ClassRef)]
-            if classes:
-                attr = g.keys[nodes[0]][-1]
-                root = self.program.hierarchy(classes[0])
+            places = [g.keys[n] for n in nodes if g.keys[n][0] == ATTR and isinstance(g.keys[n][1], ClassRef)]
+            if places:
+                attr = places[0][2]
+                root = self.program.hierarchy(places[0][1])
                 if any(n in g.assigned for n in nodes) or attr in declared.get(root, ()):
                     owned_by_name.setdefault(attr, []).append(canon)
                 elif any(n in g.stores for n in nodes):
                     g.escape([canon], f"kept in {attr}, an attribute no class in the program assigns")
-            elif key[0] == GLOBAL and key[1] == -1 and canon in g.stores:
+            elif key[0] == GLOBAL and key[1] == -1 and any(n in g.stores for n in nodes):
                 g.escape([canon], f"kept in {key[2]}, a name outside the program")
         for canon, nodes in members.items():
-            key = g.keys[canon]
-            if key[0] != ANY_ATTR or not any(n in g.stores for n in nodes):
+            names = [g.keys[n][1] for n in nodes if g.keys[n][0] == ANY_ATTR]
+            if not names or not any(n in g.stores for n in nodes):
                 continue
+            key = (ANY_ATTR, names[0])
             targets = owned_by_name.get(key[1])
             if targets:
                 g.link([canon], targets[0]) if len(targets) == 1 else [g.link([canon], t) for t in targets]
@@ -153,16 +154,19 @@ class Linker:
             init = self.program.method(found, "__init__")
             if init is not None and init.mid not in self.analysed:
                 return init  # the module to analyse first
-            return found
         return found
 
     def _link(self, call: PendingCall, target: Symbol | None) -> None:
         g = self.g
         given = frozenset().union(*call.positional, *(v for _, v in call.keywords))
+        if (
+            isinstance(target, FunctionRef)
+            and target.info.qualname.endswith(".__init__")
+            and call.symbol[0] != "method"
+        ):
+            cls = self.symbol(call.symbol)
+            target = cls if isinstance(cls, ClassRef) else None
         if isinstance(target, FunctionRef):
-            bound = call.symbol[0] == "method" or target.info.qualname.endswith(".__init__")
-            if target.info.qualname.endswith(".__init__") and call.symbol[0] != "method":
-                g.link(given, call.result)  # the instance holds what it was given
             link_call(
                 g,
                 target.mid,
@@ -174,34 +178,54 @@ class Linker:
                 call.function,
                 call.dropped,
                 call.text,
-                bound,
+                call.symbol[0] == "method",
                 result=call.result,
+                receiver=call.receiver,
             )
         elif isinstance(target, ClassRef):
-            self._construct(call, target, given)
+            self._construct(call, target)
         elif isinstance(target, External):
             self._external(call, target.qualname, given)
         else:
             self._unknown(call, given)
 
-    def _construct(self, call: PendingCall, cls: ClassRef, given: Nodes) -> None:
+    def _construct(self, call: PendingCall, cls: ClassRef) -> None:
+        """An instance of the class: its token is the call's result; the arguments go to __init__
+        (wherever it is defined) or to the record's fields."""
         g = self.g
-        g.link(given, call.result)
+        token = frozenset({g.node((INSTANCE, cls))})
+        g.link(token, call.result)
         info = self.program.class_info(cls)
-        if info is None or not info.record:
-            return
-        where = Fact(call.mid, call.span.line, call.span.col, cls.name, call.function)
-        for i, values in enumerate(call.positional[: len(info.fields)]):
-            field_node = g.node((ATTR, cls, info.fields[i]))
-            g.link(values, field_node)
-            g.note_store(
-                field_node, Fact(where.mid, where.line, where.col, f"{cls.name}.{info.fields[i]}", where.function)
+        init = self.program.method(cls, "__init__")
+        if init is not None:
+            link_call(
+                g,
+                init.mid,
+                init.info,
+                call.positional,
+                call.keywords,
+                call.mid,
+                call.span,
+                call.function,
+                False,
+                call.text,
+                True,
+                receiver=token,
             )
-        for key, values in call.keywords:
-            if key is not None:
-                field_node = g.node((ATTR, cls, key))
-                g.link(values, field_node)
-                g.note_store(field_node, Fact(where.mid, where.line, where.col, f"{cls.name}.{key}", where.function))
+        elif info is not None and info.record:
+            for i, values in enumerate(call.positional[: len(info.fields)]):
+                self._field(call, cls, info.fields[i], values)
+            for key, values in call.keywords:
+                if key is not None:
+                    self._field(call, cls, key, values)
+        if info is not None and info.tuple_like:
+            for values in [*call.positional, *(v for _, v in call.keywords)]:
+                g.link(values, call.result)
+
+    def _field(self, call: PendingCall, cls: ClassRef, name: str, values: Nodes) -> None:
+        node = self.g.node((ATTR, cls, name))
+        self.g.link(values, node)
+        self.g.note_store(node, Fact(call.mid, call.span.line, call.span.col, f"{cls.name}.{name}", call.function))
 
     def _external(self, call: PendingCall, qualified: str, given: Nodes) -> None:
         """A call that resolved outside the program: torch.distributed's API (an origin), a wait,

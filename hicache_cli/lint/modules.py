@@ -14,6 +14,7 @@ from pathlib import Path
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 RECORD_DECORATORS = frozenset({"dataclass", "dataclasses.dataclass", "attr.s", "attrs.define", "define", "frozen"})
 RECORD_BASES = frozenset({"NamedTuple", "typing.NamedTuple", "TypedDict"})
+TUPLE_FACTORIES = frozenset({"namedtuple", "collections.namedtuple", "NamedTuple", "typing.NamedTuple"})
 
 
 def module_name(path: Path) -> str:
@@ -105,6 +106,7 @@ class ClassInfo:
     declared: set[str] = field(default_factory=set)  # class-level names; the analysis adds `self.x = ...`
     fields: list[str] = field(default_factory=list)  # annotated class-level names, in order
     record: bool = False  # a dataclass or NamedTuple: constructor arguments go to fields
+    tuple_like: bool = False  # a NamedTuple: also a tuple of what it holds
 
 
 @dataclass(slots=True)
@@ -144,6 +146,8 @@ class ModuleInfo:
             if isinstance(node, ast.Assign) and len(targets) == 1 and isinstance(targets[0], ast.Name) and value:
                 if (text := dotted(value)) is not None and "." in text:
                     self.aliases[targets[0].id] = text
+                elif (record := namedtuple_info(targets[0].id, value)) is not None:
+                    self.classes[record.name] = record
 
 
 def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
@@ -160,10 +164,29 @@ def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
             yield node
 
 
+def namedtuple_info(name: str, value: ast.expr) -> ClassInfo | None:
+    """`Rec = namedtuple("Rec", ["work", "buf"])` (or "work buf", or NamedTuple("Rec", [("work", T)]))."""
+    if not (isinstance(value, ast.Call) and dotted(value.func) in TUPLE_FACTORIES and len(value.args) >= 2):
+        return None
+    spec = value.args[1]
+    fields: list[str] = []
+    if isinstance(spec, ast.Constant) and isinstance(spec.value, str):
+        fields = spec.value.replace(",", " ").split()
+    elif isinstance(spec, ast.List | ast.Tuple):
+        for elt in spec.elts:
+            if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
+                fields.append(elt.value)
+            elif isinstance(elt, ast.Tuple) and elt.elts and isinstance(elt.elts[0], ast.Constant):
+                fields.append(str(elt.elts[0].value))
+    return ClassInfo(name, (), declared=set(fields), fields=fields, record=True, tuple_like=True)
+
+
 def class_info(node: ast.ClassDef) -> ClassInfo:
     bases = tuple(text for base in node.bases if (text := dotted(base)) is not None)
     decorators = {dotted(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list}
-    info = ClassInfo(node.name, bases, record=bool(decorators & RECORD_DECORATORS or set(bases) & RECORD_BASES))
+    tuple_like = bool(set(bases) & {"NamedTuple", "typing.NamedTuple"})
+    record = bool(decorators & RECORD_DECORATORS or set(bases) & RECORD_BASES)
+    info = ClassInfo(node.name, bases, record=record, tuple_like=tuple_like)
     for item in _top_level(node.body):
         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
             info.methods[item.name] = FunctionInfo.of(item, f"{node.name}.{item.name}", True)

@@ -17,10 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hicache_cli.lint.apis import COLLECTIVES, P2P_METHODS, WAIT_FUNCTIONS
 from hicache_cli.lint.config import DIST, LintConfig
 from hicache_cli.lint.modules import ClassInfo, FunctionInfo, ModuleInfo, module_name
 
-MAX_DEPTH = 16  # re-export chains followed this far (and no further: a cycle ends here)
+MAX_DEPTH = 16
+DIST_API = frozenset(
+    {*P2P_METHODS, *COLLECTIVES, *WAIT_FUNCTIONS}
+)  # re-export chains followed this far (and no further: a cycle ends here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +98,17 @@ class Program:
         found = self.by_name.get(name)
         return found if found is not None else self.by_suffix.get(name)
 
+    def is_api(self, dotted: str) -> bool:
+        """torch.distributed's own API under any of its names (or a wrapper's): never resolved
+        into the program, even when the program is torch itself."""
+        if self.config.is_wrapper(dotted):
+            return True
+        canonical = self.config.canonical(dotted)
+        return canonical == DIST or (canonical.startswith(DIST + ".") and canonical.rsplit(".", 1)[1] in DIST_API)
+
     def is_internal(self, dotted: str) -> bool:
         """Whether a dotted name may lead into the program (so it is resolved later, not now)."""
-        if dotted == DIST or dotted.startswith(DIST + ".") or self.config.is_wrapper(dotted):
+        if self.is_api(dotted):
             return False
         parts = dotted.split(".")
         return any(self.module(".".join(parts[:i])) is not None for i in range(len(parts), 0, -1))
@@ -105,7 +117,7 @@ class Program:
 
     def resolve(self, dotted: str, depth: int = 0) -> Symbol | None:
         """An absolute dotted name -> what it is."""
-        if dotted == DIST or dotted.startswith(DIST + ".") or self.config.is_wrapper(dotted):
+        if self.is_api(dotted):
             return External(self.config.canonical(dotted))
         parts = dotted.split(".")
         for i in range(len(parts), 0, -1):

@@ -102,6 +102,35 @@ class Condensed:
                     todo.append(m)
         return seen
 
+    def forward_labels(
+        self, sources: dict[int, object], tables: tuple[dict[int, list[int]], ...], limit: int, many: object
+    ) -> dict[int, list[object]]:
+        """Each node -> the labels of the sources that reach it; more than `limit`: [many]."""
+        found: dict[int, list[object]] = {}
+        todo: deque[tuple[int, object]] = deque()
+
+        def give(node: int, label: object) -> None:
+            held = found.setdefault(node, [])
+            if held and held[0] is many:
+                return
+            if label is many or (label not in held and len(held) >= limit):
+                found[node] = [many]
+                todo.append((node, many))
+            elif label not in held:
+                held.append(label)
+                todo.append((node, label))
+
+        for node, label in sources.items():
+            give(self.canon[node], label)
+        while todo:
+            n, label = todo.popleft()
+            if label is not many and found[n] and found[n][0] is many:
+                continue
+            for table in tables:
+                for m in table.get(n, ()):
+                    give(m, label)
+        return found
+
     def labels(self, sources: dict[int, object], back: dict[int, list[int]], limit: int) -> dict[int, list[object]]:
         """Each node -> up to `limit` labels of the sources it can reach, nearest first."""
         found: dict[int, list[object]] = {}
@@ -220,11 +249,12 @@ def solve(g: Graph, public_returns_escape: bool = True) -> Solution:
     solution = Solution(g, c, origins)
     back_all = c.reverse((c.plain, c.params, c.returns))
     back_local = c.reverse((c.plain, c.params))
-    indegree = back_all
     waits = list(g.waits)
-    orphans = {attr for attr, nodes, _ in g.name_waits if all(not indegree.get(c.canon[n]) for n in nodes)}
-    if orphans:  # `x.handle.wait()` where nothing known flows into x: every `handle` counts as waited
-        waits += [n for n, key in enumerate(g.keys) if key[0] in (ATTR, ANY_ATTR) and key[-1] in orphans]
+    # `x.handle.wait()` where x's class is not known: every class's `handle` counts as waited.
+    waited = {c.canon[n] for n in g.waits}
+    by_name = {key[1] for n, key in enumerate(g.keys) if key[0] == ANY_ATTR and c.canon[n] in waited}
+    if by_name:
+        waits += [n for n, key in enumerate(g.keys) if key[0] == ATTR and key[-1] in by_name]
     solution.waited = c.backward(waits, back_all)
     escapes = list(g.escapes)
     if public_returns_escape:
