@@ -32,6 +32,7 @@ from hicache_cli.lint.solve import Condensed, Solution, active_origins, factory_
 # a round finds it leads somewhere a Work goes.
 TRIGGERS = (b"isend", b"irecv", b"async_op", b"is_completed")
 MAX_ROUNDS = 8
+MAX_MODULES_PER_NAME = 40
 
 
 def has_trigger(data: bytes) -> bool:
@@ -95,6 +96,7 @@ def analyse(
         linker.unify()
         needed = dispatcher.run(final=False)
         linker.unify()
+        linker.elements(final=False)
         relevant, names = _relevant(graph, program)
         needed |= linker.resolve_calls(relevant, names.factories, final=False)
         new_names = names - searched
@@ -109,6 +111,7 @@ def analyse(
     linker.unify()
     dispatcher.run(final=True)
     linker.unify()
+    linker.elements(final=True)
     linker.by_name_edges()
     analysis.solution = solve(graph)
     return analysis
@@ -137,18 +140,14 @@ class Names:
     globals: set[str] = field(default_factory=set)  # module-level names Works are kept in: `name`
     classes: set[str] = field(default_factory=set)  # classes whose attributes keep Works: subclasses, `Name.x`
 
-    def found_in(self, data: bytes) -> bool:
-        """Whether a module's text may reach one of these names."""
-        for name in self.factories:
-            if _occurs(data, name.encode(), follow=_CALL):
-                return True
-        for name in self.attributes:
-            if _occurs(data, name.encode(), after_dot=True):
-                return True
-        for name in self.globals:
-            if _occurs(data, name.encode()):
-                return True
-        return any(_occurs(data, name.encode(), follow=_DOT, or_class_line=True) for name in self.classes)
+    def searches(self) -> list[tuple[bytes, dict[str, object]]]:
+        """(word, how it must occur) for each name: `name(`, `.name`, `name`, `class X(Name)`/`Name.x`."""
+        out: list[tuple[bytes, dict[str, object]]] = []
+        out += [(n.encode(), {"follow": _CALL}) for n in sorted(self.factories)]
+        out += [(n.encode(), {"after_dot": True}) for n in sorted(self.attributes)]
+        out += [(n.encode(), {}) for n in sorted(self.globals)]
+        out += [(n.encode(), {"follow": _DOT, "or_class_line": True}) for n in sorted(self.classes)]
+        return out
 
     def all(self) -> set[str]:
         return self.factories | self.attributes | self.globals | self.classes
@@ -193,13 +192,17 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, Names]:
         raw[n] = 1
         kind = key[0]
         if kind == RETURN and reached[c.canon[n]]:
-            names.factories.add(key[2].rsplit(".", 1)[-1])
+            head, _, rest = key[2].partition(".")
+            info = program.infos.get(key[1])
+            if rest and info is not None and head in info.classes:
+                names.classes.add(head)  # a method returning Works: reached through its class
+            else:
+                names.factories.add(key[2].rsplit(".", 1)[-1])
         elif kind == ATTR and isinstance(key[1], ClassRef):
             names.attributes.add(key[2])
             names.classes.add(key[1].name.rsplit(".", 1)[-1])
         elif kind == GLOBAL and key[1] != -1:
             names.globals.add(key[2])
-    del program
     return raw, names
 
 
@@ -207,10 +210,22 @@ def _mentioning(datas: list[bytes], names: Names, skip: set[int]) -> set[int]:
     """Modules whose text may reach one of `names`: calls a factory (`name(`), touches an
     attribute (`.name`), names a module-level name, subclasses a class or reads one of its
     attributes (`Name.x`). Plain substring searches, then a look at each occurrence's edges:
-    several times faster than a regular expression over every file."""
-    if not names.all():
-        return set()
-    return {mid for mid, data in enumerate(datas) if mid not in skip and names.found_in(data)}
+    several times faster than a regular expression over every file. A name found in more than
+    MAX_MODULES_PER_NAME modules is too common to say anything (`.handle`, `forward(`): it is
+    left to the other ways in (calls the Works flow through, classes and their subclasses)."""
+    found: set[int] = set()
+    for word, how in names.searches():
+        if len(word) < 3:
+            continue
+        hits = set()
+        for mid, data in enumerate(datas):
+            if mid not in skip and word in data and _occurs(data, word, **how):  # type: ignore[arg-type]
+                hits.add(mid)
+                if len(hits) > MAX_MODULES_PER_NAME:
+                    break
+        if len(hits) <= MAX_MODULES_PER_NAME:
+            found |= hits
+    return found
 
 
 _CALL = re.compile(rb"\s*\(")

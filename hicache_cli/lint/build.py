@@ -8,6 +8,7 @@ import ast
 
 from hicache_cli.lint.calls import Calls, PendingCall
 from hicache_cli.lint.graph import (
+    CALL,
     INSTANCE,
     LOCAL,
     RETURN,
@@ -224,10 +225,18 @@ class ModuleWalker(Calls):
         elif isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)):
             self.try_stmt(node)  # type: ignore[arg-type]
         elif isinstance(node, ast.Return):
-            if node.value is not None:
-                values = self.ev(node.value)
-                if self.scope.kind == "function":
-                    self.g.link(values, self.n((RETURN, self.mid, self.scope.qualname)))
+            if node.value is not None and self.scope.kind == "function":
+                ret = self.n((RETURN, self.mid, self.scope.qualname))
+                if isinstance(node.value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in node.value.elts):
+                    # `return out, work`: each element its own place, so `out, work = f()` keeps them apart
+                    for i, elt in enumerate(node.value.elts):
+                        element = self.n((RETURN, self.mid, self.scope.qualname, i))
+                        self.g.link(self.ev(elt), element)
+                        self.g.link([element], ret)
+                else:
+                    self.g.link(self.ev(node.value), ret)
+            elif node.value is not None:
+                self.ev(node.value)
         elif isinstance(node, ast.Expr):
             if isinstance(node.value, ast.Call):
                 self.call(node.value, statement=True)
@@ -279,9 +288,27 @@ class ModuleWalker(Calls):
                 return
         dropped = isinstance(target, ast.Name) and len(targets) == 1 and self.scope.loads[target.id] == 0
         values = self.call(value, statement=True) if isinstance(value, ast.Call) and dropped else self.ev(value)
+        if len(targets) == 1 and isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Call):
+            elements = self._elements(values, target)
+            if elements is not None:
+                for t, element in zip(target.elts, elements, strict=True):
+                    self.bind(t, frozenset({element}), value)
+                return
         for t in targets:
             self.bind(t, values, value)
             self._rebound(t, value)
+
+    def _elements(self, values: Nodes, target: ast.Tuple | ast.List) -> list[int] | None:
+        """`out, work = f()` where f is a function of the program: one node per element, which
+        the callee's `return out, work` feeds element by element (see link.py)."""
+        if len(values) != 1 or any(isinstance(e, ast.Starred) for e in target.elts):
+            return None
+        (result,) = values
+        if self.g.keys[result][0] != CALL:
+            return None
+        elements = [self.n((CALL, "element", result, i)) for i in range(len(target.elts))]
+        self.g.elements[result] = tuple(elements)
+        return elements
 
     def bind(self, target: ast.expr, values: Nodes, where: ast.AST) -> None:
         if isinstance(target, ast.Name):

@@ -157,6 +157,7 @@ class Graph:
     polls: dict[int, Fact] = field(default_factory=dict)
     escapes: dict[int, str] = field(default_factory=dict)
     kept: dict[int, Fact] = field(default_factory=dict)  # locals that outlive their call
+    elements: dict[int, tuple[int, ...]] = field(default_factory=dict)  # a call's result -> its unpacked elements
     fields: list[FieldAccess] = field(default_factory=list)
     method_calls: list[MethodCall] = field(default_factory=list)
     origins: list[Origin] = field(default_factory=list)

@@ -30,6 +30,9 @@ class Linker:
     def __init__(self, program: Program, graph: Graph, pending: list[PendingCall], analysed: set[int]) -> None:
         self.program, self.g, self.pending, self.analysed = program, graph, pending, analysed
         self._symbols: dict[tuple, Symbol | None] = {}
+        self._sites: dict[int, object] = {}
+        self._sites_seen = 0
+        self._elements_done: set[int] = set()
 
     # --- places ---------------------------------------------------------------------------------
 
@@ -114,6 +117,30 @@ class Linker:
                 g.link([canon], targets[0]) if len(targets) == 1 else [g.link([canon], t) for t in targets]
             else:
                 g.escape([canon], f"kept in .{key[1]} of an object of a class the program does not assign it in")
+
+    def elements(self, final: bool) -> None:
+        """`out, work = f()`: each element gets the callee's element of that index (`return out,
+        work`), or its whole return value. A call of code outside the program: the whole result,
+        once nothing more can be learnt about it."""
+        g = self.g
+        sites = {site.node: site for site in g.calls[self._sites_seen :]}
+        self._sites_seen = len(g.calls)
+        self._sites.update(sites)
+        for result, elements in g.elements.items():
+            if result in self._elements_done:
+                continue
+            site = self._sites.get(result)
+            if site is None:
+                if final:
+                    for element in elements:
+                        g.link([result], element)
+                    self._elements_done.add(result)
+                continue
+            key = g.keys[site.callee_return]
+            for i, element in enumerate(elements):
+                source = g.ids.get((*key, i), site.callee_return)
+                g.link([source], element, g.returns)
+            self._elements_done.add(result)
 
     # --- calls ----------------------------------------------------------------------------------
 

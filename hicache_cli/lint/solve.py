@@ -215,23 +215,29 @@ def factory_reach(c: Condensed, origins: list[Origin]) -> tuple[bytearray, dict[
 
 
 def call_origins(c: Condensed, reached: bytearray, behind: dict[int, Origin]) -> list[Origin]:
-    """Each call of a function that returns Works it made: an origin at the call."""
+    """Each call of a function that returns Works it made: an origin at the call (at each
+    unpacked element that holds them, for `out, work = f()`)."""
     g = c.g
     out = []
     for site in g.calls:
-        n = c.canon[site.node]
-        ret = c.canon[site.callee_return]
-        if reached[ret] and ret in behind:
-            inner = behind[ret]
-            out.append(_call_origin(site, inner))
-            del n
+        elements = g.elements.get(site.node)
+        if elements is None:
+            ret = c.canon[site.callee_return]
+            if reached[ret] and ret in behind:
+                out.append(_call_origin(site, behind[ret], site.node))
+            continue
+        key = g.keys[site.callee_return]
+        for i, element in enumerate(elements):
+            source = c.canon[g.ids.get((*key, i), site.callee_return)]
+            if reached[source] and source in behind:
+                out.append(_call_origin(site, behind[source], element))
     return out
 
 
-def _call_origin(site: CallSite, inner: Origin) -> Origin:
+def _call_origin(site: CallSite, inner: Origin, node: int) -> Origin:
     via = f"{inner.api} at line {inner.span.line}" if inner.mid == site.mid else f"{inner.api}, {inner.function}"
     return Origin(
-        site.node,
+        node,
         f"{site.callee}()",
         site.mid,
         site.span,
