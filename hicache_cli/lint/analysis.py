@@ -32,6 +32,7 @@ from hicache_cli.lint.solve import Condensed, Solution, active_origins, factory_
 # a round finds it leads somewhere a Work goes.
 TRIGGERS = (b"isend", b"irecv", b"async_op", b"is_completed")
 MAX_ROUNDS = 8
+MAX_LINKS = 6
 MAX_MODULES_PER_NAME = 40
 
 
@@ -93,15 +94,20 @@ def analyse(
             _walk(analysis, mid, parse, pending)
             if mid in failed and mid in first:
                 analysis.failures.append(Failure(mid, failed[mid]))
-        linker.unify()
-        needed = dispatcher.run(final=False)
-        linker.unify()
-        linker.elements(final=False)
-        relevant, names = _relevant(graph, program)
-        needed |= linker.resolve_calls(relevant, names.factories, final=False)
+        needed: set[int] = set()
+        for _ in range(MAX_LINKS):  # linking a call can make another call matter
+            linker.unify()
+            needed |= dispatcher.run(final=False)
+            linker.unify()
+            linker.elements(final=False)
+            relevant, names = _relevant(graph, program)
+            linked_before = linker.linked
+            needed |= linker.resolve_calls(relevant, names.factories, final=False)
+            if linker.linked == linked_before:
+                break
         new_names = names - searched
         searched.update(new_names)
-        needed |= _mentioning(datas, new_names, analysis.walked | set(failed))
+        needed |= _mentioning(datas, new_names, analysis.walked | set(failed)) | names.modules
         todo = needed - analysis.walked - set(failed)
         if not todo:
             break
@@ -113,7 +119,12 @@ def analyse(
     linker.unify()
     linker.elements(final=True)
     linker.by_name_edges()
-    analysis.solution = solve(graph)
+    pollable = frozenset(
+        n
+        for n, key in enumerate(graph.keys)
+        if key[0] == INSTANCE and any(program.method(key[1], name) is not None for name in ("is_completed", "wait"))
+    )
+    analysis.solution = solve(graph, pollable)
     return analysis
 
 
@@ -139,6 +150,7 @@ class Names:
     attributes: set[str] = field(default_factory=set)  # attributes Works are kept in: `.name`
     globals: set[str] = field(default_factory=set)  # module-level names Works are kept in: `name`
     classes: set[str] = field(default_factory=set)  # classes whose attributes keep Works: subclasses, `Name.x`
+    modules: set[int] = field(default_factory=set)  # modules of those classes' bases
 
     def searches(self) -> list[tuple[bytes, dict[str, object]]]:
         """(word, how it must occur) for each name: `name(`, `.name`, `name`, `class X(Name)`/`Name.x`."""
@@ -201,6 +213,7 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, Names]:
         elif kind == ATTR and isinstance(key[1], ClassRef):
             names.attributes.add(key[2])
             names.classes.add(key[1].name.rsplit(".", 1)[-1])
+            names.modules.update(a.mid for a in program.ancestors(key[1]))  # where its bases assign it
         elif kind == GLOBAL and key[1] != -1:
             names.globals.add(key[2])
     return raw, names

@@ -9,6 +9,7 @@ import ast
 from hicache_cli.lint.calls import Calls, PendingCall
 from hicache_cli.lint.graph import (
     CALL,
+    GLOBAL,
     INSTANCE,
     LOCAL,
     RETURN,
@@ -248,7 +249,12 @@ class ModuleWalker(Calls):
                 if case.guard is not None:
                     self.ev(case.guard)
                 self.body(case.body)
-        else:  # raise, assert, delete, import, global, pass, break, continue
+        elif isinstance(node, ast.Delete):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript):  # `del self.pending[step]`: dropped from it
+                    self.ev(target.slice)
+                    self.g.reaped.update(self.ev(target.value))
+        else:  # raise, assert, import, global, pass, break, continue
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.expr):
                     self.ev(child)
@@ -288,6 +294,9 @@ class ModuleWalker(Calls):
                 return
         dropped = isinstance(target, ast.Name) and len(targets) == 1 and self.scope.loads[target.id] == 0
         values = self.call(value, statement=True) if isinstance(value, ast.Call) and dropped else self.ev(value)
+        if len(targets) == 1 and self._may_keep(target) and _mentions(value, target):  # type: ignore[arg-type]
+            # `self.works = [w for w in self.works if ...]`, `self.works = self.works[n:]`: a reaper
+            self.g.reaped.update(self.ev(target))
         if len(targets) == 1 and isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Call):
             elements = self._elements(values, target)
             if elements is not None:
@@ -310,6 +319,12 @@ class ModuleWalker(Calls):
         self.g.elements[result] = tuple(elements)
         return elements
 
+    def _may_keep(self, target: ast.expr) -> bool:
+        """An attribute or a module-level name: a place that can outlive a call."""
+        if isinstance(target, ast.Attribute):
+            return True
+        return isinstance(target, ast.Name) and self.scope.node_for(target.id)[0] == GLOBAL
+
     def bind(self, target: ast.expr, values: Nodes, where: ast.AST) -> None:
         if isinstance(target, ast.Name):
             node = self.n(self.name_key(target.id))
@@ -319,6 +334,10 @@ class ModuleWalker(Calls):
         elif isinstance(target, ast.Attribute):
             holder = self.attr_node(target)
             self.g.assigned.add(holder)
+            owner = self.scope.self_scope(target.value.id) if isinstance(target.value, ast.Name) else None
+            if owner is not None and isinstance(owner.cls, ClassRef) and owner.cls.mid == self.mid:
+                if (cls := self.info.classes.get(owner.cls.name)) is not None:
+                    cls.declared.add(target.attr)  # `self.x = ...`: the class's own attribute
             self.store(values, frozenset({holder}), where, ast.unparse(target), grows=False)
         elif isinstance(target, ast.Subscript):
             self.ev(target.slice)
@@ -411,6 +430,19 @@ class ModuleWalker(Calls):
             later = [ln for ln in self.changed.get(text, []) if ln > end and not any(end < r < ln for r in rebinds)]
             if later:
                 self.g.origins[index].mutated = min(later)
+
+
+def _mentions(value: ast.expr, target: ast.Name | ast.Attribute) -> bool:
+    """Whether `value` reads what `target` names (`self.works` in `[w for w in self.works if ...]`)."""
+    if isinstance(target, ast.Name):
+        return any(isinstance(n, ast.Name) and n.id == target.id for n in ast.walk(value))
+    text = None
+    for n in ast.walk(value):
+        if isinstance(n, ast.Attribute) and n.attr == target.attr:
+            text = text or ast.unparse(target)
+            if ast.unparse(n) == text:
+                return True
+    return False
 
 
 def _is_classmethod(fn: ast.AST) -> bool:

@@ -31,6 +31,7 @@ from hicache_cli.lint.graph import (
     RETURN,
     TRUE,
     CallSite,
+    Fact,
     FieldAccess,
     MethodCall,
     Nodes,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from hicache_cli.lint.build import ModuleWalker
 
 DIST_PREFIX = DIST + "."
+REAP_METHODS = frozenset({"remove", "pop", "popleft", "popitem", "clear", "discard"})
 Keywords = dict[str | None, Nodes]
 
 
@@ -211,6 +213,10 @@ class Calls:
         if isinstance(node, ast.Name):
             return frozenset({self.n(self.name_key(node.id))})
         if isinstance(node, ast.Attribute):
+            if node.attr == "wait" and isinstance(node.ctx, ast.Load):
+                # `x.wait` handed on as a callable (`instrument(self.handle.wait)()`, a callback):
+                # it will be called, so x counts as waited.
+                self.wait_on(self.ev(node.value), node, ast.unparse(node.value))
             return frozenset({self.attr_node(node)})
         if isinstance(node, ast.Subscript):
             self.ev(node.slice)
@@ -470,10 +476,11 @@ class Calls:
         self.g.escape(given, f"passed to {name}()")
         return NOTHING
 
-    def wait_on(self: ModuleWalker, nodes: Nodes, node: ast.AST, text: str) -> None:
+    def wait_on(self: ModuleWalker, nodes: Nodes, node: ast.AST, text: str) -> Fact:
         fact = self.fact(node, text)
         for n in nodes:
             self.g.waits.setdefault(n, fact)
+        return fact
 
     def call_method(
         self: ModuleWalker, node: ast.Call, receiver: ast.expr, method: str, positional: list[Nodes], keywords: Keywords
@@ -545,13 +552,16 @@ class Calls:
             )
         )
         if method == "wait":
-            self.wait_on(held, node, text)
+            self.g.method_calls[-1].fact = self.wait_on(held, node, text)
             return frozenset({result})
         if method == "is_completed":
             fact = self.fact(node, text)
             for n in held:
                 self.g.polls.setdefault(n, fact)
+            self.g.method_calls[-1].fact = fact
             return frozenset({result})
+        if method in REAP_METHODS:
+            self.g.reaped.update(held)
         if method in STORE_METHODS:
             kept = positional[1:] if method in ("insert", "setdefault") else positional
             self.store(frozenset().union(*kept, *keywords.values()), held, node, text, grows=True)

@@ -15,7 +15,7 @@ module's methods of that name.
 from __future__ import annotations
 
 from hicache_cli.lint.calls import link_call
-from hicache_cli.lint.graph import ANY_ATTR, ATTR, INSTANCE, Graph, MethodCall
+from hicache_cli.lint.graph import ANY_ATTR, ANY_READ, ATTR, INSTANCE, Graph, MethodCall
 from hicache_cli.lint.modules import FunctionInfo
 from hicache_cli.lint.program import ClassRef, FunctionRef, Program
 from hicache_cli.lint.solve import Condensed
@@ -77,7 +77,9 @@ class Dispatcher:
         for call in self.g.method_calls:
             if call.done:
                 continue
-            for cls in self._of(c, labels, call.receiver) or []:
+            classes = self._of(c, labels, call.receiver) or []
+            self._not_a_work(call, classes)
+            for cls in classes:
                 if cls in call.classes:
                     continue
                 method = self.program.method(cls, call.name)
@@ -91,6 +93,19 @@ class Dispatcher:
                 self._link(call, method)
                 changed = True
         return changed
+
+    def _not_a_work(self, call: MethodCall, classes: list[ClassRef]) -> None:
+        """`task.is_completed()` on a class of the program that defines is_completed (or wait):
+        that method, not a Work's; the poll (or wait) taken where it was written is not one."""
+        if call.fact is None or call.name not in ("wait", "is_completed"):
+            return
+        if not classes or any(self.program.method(cls, call.name) is None for cls in classes):
+            return
+        table = self.g.waits if call.name == "wait" else self.g.polls
+        for n in call.receiver:
+            if table.get(n) is call.fact:
+                del table[n]
+        call.fact = None
 
     def _link(self, call: MethodCall, method: FunctionRef) -> None:
         link_call(
@@ -114,7 +129,11 @@ class Dispatcher:
         g = self.g
         for access in g.fields:
             if not access.classes:
-                g.union(access.node, g.node((ANY_ATTR, access.attr)))
+                # Unknown class: reads see every class's attribute of that name, and what is stored
+                # through it may be in any of them (two hubs, so reads and writes do not join them all).
+                g.link([g.node((ANY_READ, access.attr))], access.node)
+                if access.node in g.stores or access.node in g.assigned:
+                    g.link([access.node], g.node((ANY_ATTR, access.attr)))
             access.done = True
         for call in g.method_calls:
             if call.done:

@@ -26,6 +26,8 @@ NOTHING: Nodes = frozenset()
 # Key kinds
 LOCAL, ATTR, ANY_ATTR, GLOBAL, RETURN, ORIGIN, CALL, TRUE = "L", "A", "A?", "G", "R", "O", "C", "T"
 FIELD, INSTANCE = "F", "I"  # `x.a` on a value of a class not known where it is written; what a constructor makes
+ANY_READ = "A?r"  # what reading `x.a` may see when x's class is not known: every class's `a`
+# (ANY_ATTR is the other direction: what is stored through such an `x.a` may go to any class's `a`.)
 PERSISTENT = (ATTR, GLOBAL)  # outlive a call: what can grow round after round
 
 
@@ -127,6 +129,7 @@ class MethodCall:
         object, ...
     ] = ()  # this module's methods of that name (FunctionInfo), followed when nothing is known
     special: bool = False  # a name whose meaning was applied where it was written (wait, append, ...)
+    fact: Fact | None = None  # the wait or poll it was taken to be, where it was written
     classes: set[object] = field(default_factory=set)
     done: bool = False
 
@@ -153,6 +156,7 @@ class Graph:
     returns: dict[int, list[int]] = field(default_factory=dict)  # return value -> call result
     stores: dict[int, dict[tuple[int, str], Fact]] = field(default_factory=dict)  # first per (module, function)
     assigned: set[int] = field(default_factory=set)  # attributes given a value (`x.a = ...`), not only grown
+    reaped: set[int] = field(default_factory=set)  # containers things are dropped from (remove, pop, a filtered copy)
     waits: dict[int, Fact] = field(default_factory=dict)
     polls: dict[int, Fact] = field(default_factory=dict)
     escapes: dict[int, str] = field(default_factory=dict)

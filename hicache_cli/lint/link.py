@@ -20,7 +20,19 @@ from hicache_cli.lint.apis import (
 )
 from hicache_cli.lint.calls import PendingCall, link_call
 from hicache_cli.lint.config import DIST
-from hicache_cli.lint.graph import ANY_ATTR, ATTR, GLOBAL, INSTANCE, NOTHING, ORIGIN, Fact, Graph, Nodes, Origin
+from hicache_cli.lint.graph import (
+    ANY_ATTR,
+    ANY_READ,
+    ATTR,
+    GLOBAL,
+    INSTANCE,
+    NOTHING,
+    ORIGIN,
+    Fact,
+    Graph,
+    Nodes,
+    Origin,
+)
 from hicache_cli.lint.program import ClassRef, External, FunctionRef, GlobalRef, ModuleRef, Program, Symbol
 
 DIST_PREFIX = DIST + "."
@@ -30,6 +42,7 @@ class Linker:
     def __init__(self, program: Program, graph: Graph, pending: list[PendingCall], analysed: set[int]) -> None:
         self.program, self.g, self.pending, self.analysed = program, graph, pending, analysed
         self._symbols: dict[tuple, Symbol | None] = {}
+        self.linked = 0  # calls linked so far
         self._sites: dict[int, object] = {}
         self._sites_seen = 0
         self._elements_done: set[int] = set()
@@ -66,7 +79,10 @@ class Linker:
             if key[0] == ATTR:
                 owner = self.class_of(key[1])
                 if isinstance(owner, ClassRef):
-                    canonical = (ATTR, self.program.hierarchy(owner), key[2])
+                    owners = self.program.owners(owner, key[2])
+                    for other in owners[1:]:
+                        g.union(node, g.node((ATTR, other, key[2])))
+                    canonical = (ATTR, owners[0], key[2])
                 elif isinstance(owner, ModuleRef):
                     canonical = (GLOBAL, owner.mid, key[2])
                 else:
@@ -87,36 +103,38 @@ class Linker:
         members: dict[int, list[int]] = {}
         for node in range(len(g.keys)):
             members.setdefault(g.find(node), []).append(node)
-        declared: dict[ClassRef, set[str]] = {}
-        for root, classes in self.program.components().items():
-            names = declared.setdefault(root, set())
-            for ref in classes:
-                info = self.program.class_info(ref)
-                if info is not None:
-                    names |= info.declared
         owned_by_name: dict[str, list[int]] = {}
         for canon, nodes in members.items():
             key = g.keys[canon]
             places = [g.keys[n] for n in nodes if g.keys[n][0] == ATTR and isinstance(g.keys[n][1], ClassRef)]
             if places:
                 attr = places[0][2]
-                root = self.program.hierarchy(places[0][1])
-                if any(n in g.assigned for n in nodes) or attr in declared.get(root, ()):
+                if any(n in g.assigned for n in nodes) or any(self.program.declares(p[1], attr) for p in places):
                     owned_by_name.setdefault(attr, []).append(canon)
                 elif any(n in g.stores for n in nodes):
                     g.escape([canon], f"kept in {attr}, an attribute no class in the program assigns")
             elif key[0] == GLOBAL and key[1] == -1 and any(n in g.stores for n in nodes):
                 g.escape([canon], f"kept in {key[2]}, a name outside the program")
+        every_by_name: dict[str, list[int]] = {}
         for canon, nodes in members.items():
-            names = [g.keys[n][1] for n in nodes if g.keys[n][0] == ANY_ATTR]
-            if not names or not any(n in g.stores for n in nodes):
-                continue
-            key = (ANY_ATTR, names[0])
-            targets = owned_by_name.get(key[1])
-            if targets:
-                g.link([canon], targets[0]) if len(targets) == 1 else [g.link([canon], t) for t in targets]
-            else:
-                g.escape([canon], f"kept in .{key[1]} of an object of a class the program does not assign it in")
+            for n in nodes:
+                key = g.keys[n]
+                if key[0] == ATTR and isinstance(key[1], ClassRef):
+                    every_by_name.setdefault(key[2], []).append(canon)
+                    break
+        for canon, nodes in members.items():
+            for n in nodes:
+                key = g.keys[n]
+                if key[0] == ANY_READ:
+                    for source in dict.fromkeys(every_by_name.get(key[1], ())):
+                        g.link([source], canon)
+                elif key[0] == ANY_ATTR and any(m in g.stores or g.find(m) != m for m in nodes):
+                    targets = owned_by_name.get(key[1])
+                    if targets:
+                        for target in targets:
+                            g.link([canon], target)
+                    else:
+                        g.escape([canon], f"kept in .{key[1]} of an object whose class the program does not know")
 
     def elements(self, final: bool) -> None:
         """`out, work = f()`: each element gets the callee's element of that index (`return out,
@@ -166,6 +184,7 @@ class Linker:
                     continue
                 target = None
             self._link(call, target)
+            self.linked += 1
             call.done = True
         return needed
 

@@ -69,8 +69,8 @@ class Program:
     by_name: dict[str, int] = field(default_factory=dict)
     by_suffix: dict[str, int | None] = field(default_factory=dict)  # None: more than one module
     infos: dict[int, ModuleInfo] = field(default_factory=dict)
-    _class_parent: dict[ClassRef, ClassRef] = field(default_factory=dict)
-    _bases_done: set[ClassRef] = field(default_factory=set)
+    _parents: dict[ClassRef, list[ClassRef]] = field(default_factory=dict)
+    _children: dict[ClassRef, list[ClassRef]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         package_dirs: dict[Path, bool] = {}
@@ -169,50 +169,55 @@ class Program:
         info = self.info(ref.mid)
         return info.classes.get(ref.name) if info is not None else None
 
-    def hierarchy(self, ref: ClassRef) -> ClassRef:
-        """The representative of the classes `ref` is related to by inheritance in the program
-        (a mixin, its host, their bases): their attributes are one place per name."""
-        self._join_bases(ref, 0)
-        root = ref
-        while root in self._class_parent:
-            root = self._class_parent[root]
-        return root
+    def parents(self, ref: ClassRef) -> list[ClassRef]:
+        """The class's bases that are classes of the program (read the first time asked)."""
+        if ref not in self._parents:
+            self._parents[ref] = []
+            info, module = self.class_info(ref), self.info(ref.mid)
+            found: list[ClassRef] = []
+            if info is not None and module is not None:
+                for base in info.bases:
+                    head, _, rest = base.partition(".")
+                    symbol = ClassRef(ref.mid, head) if head in module.classes and not rest else None
+                    symbol = symbol or self.resolve_in(ref.mid, base.split("."))
+                    if isinstance(symbol, ClassRef) and symbol != ref:
+                        found.append(symbol)
+                        self._children.setdefault(symbol, []).append(ref)
+            self._parents[ref] = found
+        return self._parents[ref]
 
-    def _join_bases(self, ref: ClassRef, depth: int) -> None:
-        if ref in self._bases_done or depth > MAX_DEPTH:
-            return
-        self._bases_done.add(ref)
-        info = self.class_info(ref)
-        module = self.info(ref.mid)
-        if info is None or module is None:
-            return
-        for base in info.bases:
-            head, _, rest = base.partition(".")
-            if head in module.classes and not rest:
-                found: Symbol | None = ClassRef(ref.mid, head)
-            else:
-                found = self.resolve_in(ref.mid, base.split("."))
-            if isinstance(found, ClassRef) and found != ref:
-                self._join_bases(found, depth + 1)
-                self._join(ref, found)
-
-    def _join(self, a: ClassRef, b: ClassRef) -> None:
-        ra, rb = self._root(a), self._root(b)
-        if ra != rb:
-            low, high = sorted((ra, rb), key=lambda r: (r.mid, r.name))
-            self._class_parent[high] = low
-
-    def _root(self, ref: ClassRef) -> ClassRef:
-        while ref in self._class_parent:
-            ref = self._class_parent[ref]
-        return ref
-
-    def components(self) -> dict[ClassRef, list[ClassRef]]:
-        """Each hierarchy's representative -> the classes joined to it so far."""
-        out: dict[ClassRef, list[ClassRef]] = {}
-        for ref in self._bases_done:
-            out.setdefault(self._root(ref), []).append(ref)
+    def ancestors(self, ref: ClassRef) -> list[ClassRef]:
+        """The class, then its bases in the program, breadth first (each once)."""
+        out, todo = [ref], [ref]
+        while todo and len(out) < MAX_DEPTH * 4:
+            for parent in self.parents(todo.pop(0)):
+                if parent not in out:
+                    out.append(parent)
+                    todo.append(parent)
         return out
+
+    def descendants(self, ref: ClassRef) -> list[ClassRef]:
+        """The subclasses of the class known so far (those whose bases were read)."""
+        out, todo = [], [ref]
+        while todo and len(out) < MAX_DEPTH * 16:
+            for child in self._children.get(todo.pop(0), []):
+                if child not in out:
+                    out.append(child)
+                    todo.append(child)
+        return out
+
+    def declares(self, ref: ClassRef, attr: str) -> bool:
+        info = self.class_info(ref)
+        return info is not None and attr in info.declared
+
+    def owners(self, ref: ClassRef, attr: str) -> list[ClassRef]:
+        """Whose attribute `self.attr` in class `ref` is: the most basic of its ancestors that
+        assigns it (a subclass sees its base's); else the subclasses that assign it (a mixin's
+        attribute is its hosts'); else its own, assigned by no class of the program."""
+        declaring = [a for a in self.ancestors(ref) if self.declares(a, attr)]
+        if declaring:
+            return [declaring[-1]]
+        return [d for d in self.descendants(ref) if self.declares(d, attr)] or [ref]
 
     def method(self, ref: ClassRef, name: str) -> FunctionRef | None:
         """`name` as a method of `ref` or its bases in the program (the first found)."""

@@ -270,9 +270,12 @@ class PollOnlyReaper(Rule):
     def check(self, ctx: Context) -> Iterator[Finding]:
         sol = ctx.solution
         kept = persistent(sol.condensed)
+        reaped = {sol.of(n) for n in sol.graph.reaped}
         seen: set[tuple[int, int]] = set()
-        for n in sorted(set(sol.stored) | set(sol.kept)):
-            if not kept[n] or sol.carriers[n] or sol.waited[n] or sol.escaped[n]:
+        for n in sorted(set(sol.stored)):
+            if not kept[n] or n in sol.kept or n not in reaped:
+                continue  # an attribute or module-level name that something is dropped from
+            if sol.carriers[n] or sol.waited[n] or sol.escaped[n] or sol.not_works[n]:
                 continue
             polls = _polls(ctx, n)
             store = store_fact(sol, n)

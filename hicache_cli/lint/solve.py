@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hicache_cli.lint.graph import (
-    ANY_ATTR,
     ATTR,
     CALL,
     GLOBAL,
@@ -159,6 +158,7 @@ class Solution:
     waited: bytearray = field(default_factory=bytearray)  # can reach a wait
     escaped: bytearray = field(default_factory=bytearray)  # can reach code the program cannot see
     carriers: bytearray = field(default_factory=bytearray)  # reached by some Work
+    not_works: bytearray = field(default_factory=bytearray)  # holds instances with their own is_completed()
     keeps: dict[int, list[object]] = field(default_factory=dict)  # node -> kept places (node ids) it reaches
     stored: dict[int, list[Fact]] = field(default_factory=dict)  # kept place -> where things are stored in it
     kept: dict[int, Fact] = field(default_factory=dict)  # kept local -> why it outlives its call
@@ -247,7 +247,9 @@ def _call_origin(site: CallSite, inner: Origin, node: int) -> Origin:
     )
 
 
-def solve(g: Graph, public_returns_escape: bool = True) -> Solution:
+def solve(g: Graph, pollable: frozenset[int] = frozenset()) -> Solution:
+    """`pollable`: instance tokens of classes of the program that define is_completed() or wait()
+    themselves (a task, a request): what holds them is not a container of Works."""
     c = Condensed(g)
     api = active_origins(c)
     reached, behind = factory_reach(c, api)
@@ -255,16 +257,9 @@ def solve(g: Graph, public_returns_escape: bool = True) -> Solution:
     solution = Solution(g, c, origins)
     back_all = c.reverse((c.plain, c.params, c.returns))
     back_local = c.reverse((c.plain, c.params))
-    waits = list(g.waits)
-    # `x.handle.wait()` where x's class is not known: every class's `handle` counts as waited.
-    waited = {c.canon[n] for n in g.waits}
-    by_name = {key[1] for n, key in enumerate(g.keys) if key[0] == ANY_ATTR and c.canon[n] in waited}
-    if by_name:
-        waits += [n for n, key in enumerate(g.keys) if key[0] == ATTR and key[-1] in by_name]
-    solution.waited = c.backward(waits, back_all)
+    solution.waited = c.backward(list(g.waits), back_all)
     escapes = list(g.escapes)
-    if public_returns_escape:
-        escapes += _returns_to_outside(g)
+    escapes += _returns_to_outside(g)
     solution.escaped = c.backward(escapes, back_all)
     for raw, per in g.stores.items():
         solution.stored.setdefault(c.canon[raw], []).extend(per.values())
@@ -277,6 +272,7 @@ def solve(g: Graph, public_returns_escape: bool = True) -> Solution:
     polls = {n: fact for n, fact in g.polls.items()}
     solution.polls = c.labels(polls, back_all, POLL_LABELS)
     solution.carriers = c.forward([o.node for o in origins], (c.plain, c.params, c.returns))
+    solution.not_works = c.forward(pollable, (c.plain, c.params, c.returns))
     return solution
 
 
