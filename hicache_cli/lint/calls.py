@@ -301,7 +301,6 @@ class Calls:
         condition: tuple[int, ...] | None = None,
     ) -> Nodes:
         tensor = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "tensor"), None)
-        group = next((k.value for k in call.keywords if k.arg == "group"), None)
         index = len(self.g.origins)
         node = self.n((ORIGIN, index))
         text = ast.unparse(tensor) if isinstance(tensor, ast.Name | ast.Attribute) else None
@@ -315,7 +314,7 @@ class Calls:
             dropped,
             element,
             condition,
-            ast.unparse(group) if group is not None else None,
+            _group_text(call),
         )
         self.g.origins.append(origin)
         if api == "isend" and dropped and text is not None:
@@ -547,6 +546,7 @@ class Calls:
                 tuple(keywords.items()),
                 result,
                 False,
+                _group_text(node),
                 tuple(self.methods.get(method, ())),
                 special,
             )
@@ -640,6 +640,7 @@ def link_call(
     bound: bool,
     result: int | None = None,
     receiver: Nodes = NOTHING,
+    group: str | None = None,
 ) -> Nodes:
     """Arguments -> the callee's parameters (the receiver -> `self`); the callee's return -> this
     call's result node."""
@@ -661,7 +662,9 @@ def link_call(
         result = g.node((CALL, len(g.calls), mid, span.line, span.col))
     ret = g.node((RETURN, callee_mid, fn.qualname))
     g.link([ret], result, g.returns)
-    g.calls.append(CallSite(result, text, ret, mid, span, function, dropped))
+    if isinstance(where, ast.Call):
+        group = _group_text(where)
+    g.calls.append(CallSite(result, text, ret, mid, span, function, dropped, group))
     return frozenset({result})
 
 
@@ -682,6 +685,11 @@ def _condition(async_op: Nodes | None) -> tuple[int, ...] | None:
     if async_op is None or -1 in async_op:
         return None
     return tuple(async_op)
+
+
+def _group_text(call: ast.Call) -> str | None:
+    """`group=` as written, for HC004's "a later Work on the same group"."""
+    return next((ast.unparse(k.value) for k in call.keywords if k.arg == "group"), None)
 
 
 def _wait_of(expr: ast.expr) -> ast.Call | None:

@@ -122,6 +122,7 @@ class Dispatcher:
             True,
             result=call.result,
             receiver=frozenset(call.receiver),
+            group=call.group,
         )
 
     def _settle(self) -> None:

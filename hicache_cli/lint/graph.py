@@ -63,7 +63,7 @@ class Fact:
 @dataclass(slots=True)
 class Origin:
     """A call that creates a Work (or, for batch_isend_irecv, a list of them), or a call of a
-    program function that returns Works it made (a call-site origin: `via` says which)."""
+    program function that returns Works it made (a call-site origin: `inner` is one made inside)."""
 
     node: int
     api: str  # isend, irecv, batch_isend_irecv, all_reduce(async_op=True), or `helper()`
@@ -76,11 +76,11 @@ class Origin:
     condition: tuple[int, ...] | None = None  # async_op's nodes: active only if True reaches one
     group: str | None = None  # `group=` as written (HC004: ordered by a later wait on it)
     mutated: int = 0  # HC003: the first later line that changes the sent tensor in place
-    via: str = ""  # for a call-site origin: where the Works inside were made
+    inner: Origin | None = None  # for a call-site origin: a Work-creating call behind it
 
     @property
     def what(self) -> str:
-        if self.via:
+        if self.inner is not None:
             return f"the Works returned by {self.api}"
         return f"the {self.element} Work from {self.api}" if self.element else f"the Work from {self.api}"
 
@@ -96,6 +96,7 @@ class CallSite:
     span: Span
     function: str
     dropped: bool
+    group: str | None = None  # `group=` as written
 
 
 @dataclass(slots=True)
@@ -125,6 +126,7 @@ class MethodCall:
     keywords: tuple[tuple[str | None, frozenset[int]], ...]
     result: int
     dropped: bool
+    group: str | None = None  # `group=` as written
     fallback: tuple[
         object, ...
     ] = ()  # this module's methods of that name (FunctionInfo), followed when nothing is known

@@ -227,6 +227,7 @@ class Linker:
                 call.symbol[0] == "method",
                 result=call.result,
                 receiver=call.receiver,
+                group=call.group,
             )
         elif isinstance(target, ClassRef):
             self._construct(call, target)

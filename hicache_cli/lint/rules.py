@@ -108,30 +108,49 @@ class KeptNeverWaited(Rule):
     def check(self, ctx: Context) -> Iterator[Finding]:
         sol = ctx.solution
         for origin in sol.active:
-            if origin.dropped and not origin.via:
+            if origin.dropped and origin.inner is None:
                 continue
             n = sol.of(origin.node)
             if sol.waited[n] or sol.escaped[n]:
                 continue
-            kept = [f for place in sol.keeps.get(n, []) if (f := store_fact(sol, place, origin)) is not None]  # type: ignore[arg-type]
-            if not kept:
-                continue
-            yield self._finding(ctx, origin, kept, _polls(ctx, origin.node))
+            pairs = []
+            for place in sol.keeps.get(n, []):
+                fact = store_fact(sol, place, origin)  # type: ignore[arg-type]
+                if fact is not None:
+                    cls = sol.place_class.get(place)  # type: ignore[call-overload]
+                    pairs.append((fact, sol.instance_kept(cls) if cls is not None else None))
+            if pairs:
+                yield self._finding(ctx, origin, pairs, _polls(ctx, origin.node))
 
-    def _finding(self, ctx: Context, origin: Origin, kept: list[Fact], polls: list[Fact]) -> Finding:
-        places = " and ".join(f"{f.text} ({ctx.where(f, origin.mid, origin.function)})" for f in kept)
+    def _finding(
+        self, ctx: Context, origin: Origin, pairs: list[tuple[Fact, Fact | None]], polls: list[Fact]
+    ) -> Finding:
+        def place(fact: Fact, record: Fact | None) -> str:
+            where = f"{fact.text} ({ctx.where(fact, origin.mid, origin.function)})"
+            if record is None:
+                return where
+            return f"{where}, a record kept in {record.text} ({ctx.where(record, origin.mid, origin.function)})"
+
+        places = " and ".join(place(f, r) for f, r in pairs)
+        kept = [f for f, _ in pairs]
         if polls:
             how = ", ".join(ctx.where(f, origin.mid, origin.function) for f in polls)
             tail = f"only polled with is_completed() ({how}), which stays False on gloo until wait() is called"
         else:
             tail = "nothing in the program waits it"
         what = origin.what
-        if origin.via:
-            inner = origin.via.split("#", 1)[0]
-            what = f"{what} ({inner})"
+        if origin.inner is not None:
+            inner = origin.inner
+            made = Fact(inner.mid, inner.span.line, inner.span.col, "", inner.function)
+            what = f"{what} ({inner.api} at {ctx.where(made, origin.mid, origin.function)})"
         related = tuple(ctx.related(f, f"kept in {f.text.split(',', 1)[0]}") for f in kept)
+        related += tuple(ctx.related(r, f"the record is kept in {r.text}") for _, r in pairs if r is not None)
         related += tuple(ctx.related(f, f"only polled: {f.text}.is_completed()") for f in polls)
-        verb = "are" if origin.via else "is"
+        if origin.inner is not None:
+            inner = origin.inner
+            made = Fact(inner.mid, inner.span.line, inner.span.col, "", inner.function)
+            related += (ctx.related(made, f"the Work is made here ({inner.api})"),)
+        verb = "are" if origin.inner is not None else "is"
         return ctx.finding(
             self.id,
             origin.mid,
@@ -220,13 +239,13 @@ class ReceiveDropped(Rule):
         sol = ctx.solution
         later: dict[tuple[int, str, str], list[Origin]] = {}
         for origin in sol.active:
-            if origin.group is not None and not origin.via:
+            if origin.group is not None:
                 later.setdefault((origin.mid, origin.function, origin.group), []).append(origin)
         for origin in sol.active:
             receives = origin.api == "irecv" or (
                 origin.api.endswith("(async_op=True)") and not origin.api.startswith("barrier")
             )
-            if not receives or not origin.dropped or origin.element is not None or origin.via:
+            if not receives or not origin.dropped or origin.element is not None or origin.inner is not None:
                 continue
             into = f" into `{origin.tensor}`" if origin.tensor is not None else ""
             message = (

@@ -19,6 +19,7 @@ from hicache_cli.lint.graph import (
     ATTR,
     CALL,
     GLOBAL,
+    INSTANCE,
     LOCAL,
     ORIGIN,
     RETURN,
@@ -165,8 +166,26 @@ class Solution:
     polls: dict[int, list[object]] = field(default_factory=dict)  # node -> poll facts it reaches
     returns_work: dict[int, Origin] = field(default_factory=dict)  # RETURN/CALL node -> an origin behind it
 
+    place_class: dict[int, object] = field(default_factory=dict)  # attribute place -> its class
+    _instances: dict[object, Fact | None] = field(default_factory=dict)
+
     def of(self, n: int) -> int:
         return self.condensed.canon[n]
+
+    def instance_kept(self, cls: object) -> Fact | None:
+        """Where instances of `cls` are kept (the nearest attribute or module-level name holding
+        one): a record's field outlives the call because the record does."""
+        if cls not in self._instances:
+            self._instances[cls] = None
+            token = self.graph.ids.get((INSTANCE, cls))
+            if token is not None:
+                c = self.condensed
+                seen = c.forward([token], (c.plain, c.params, c.returns))
+                places = persistent(c)
+                found = [n for n in self.stored if seen[n] and places[n] and self.place_class.get(n) != cls]
+                facts = [f for n in found for f in self.stored[n]]
+                self._instances[cls] = min(facts, key=lambda f: (f.mid, f.line)) if facts else None
+        return self._instances[cls]
 
 
 def active_origins(c: Condensed) -> list[Origin]:
@@ -235,7 +254,6 @@ def call_origins(c: Condensed, reached: bytearray, behind: dict[int, Origin]) ->
 
 
 def _call_origin(site: CallSite, inner: Origin, node: int) -> Origin:
-    via = f"{inner.api} at line {inner.span.line}" if inner.mid == site.mid else f"{inner.api}, {inner.function}"
     return Origin(
         node,
         f"{site.callee}()",
@@ -243,7 +261,8 @@ def _call_origin(site: CallSite, inner: Origin, node: int) -> Origin:
         site.span,
         site.function,
         dropped=site.dropped,
-        via=via + f"#{inner.mid}:{inner.span.line}",
+        group=site.group,
+        inner=inner,
     )
 
 
@@ -263,6 +282,9 @@ def solve(g: Graph, pollable: frozenset[int] = frozenset()) -> Solution:
     solution.escaped = c.backward(escapes, back_all)
     for raw, per in g.stores.items():
         solution.stored.setdefault(c.canon[raw], []).extend(per.values())
+    for raw, key in enumerate(g.keys):
+        if key[0] == ATTR and isinstance(key[1], ClassRef):
+            solution.place_class.setdefault(c.canon[raw], key[1])
     places = persistent(c)
     kept = {n: n for n in solution.stored if places[n]}
     kept.update({c.canon[n]: c.canon[n] for n in g.kept})
