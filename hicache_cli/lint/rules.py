@@ -85,6 +85,17 @@ def default_rules() -> list[str]:
     return [rule_id for rule_id, cls in RULES.items() if cls.default]
 
 
+def level_of(finding: Finding) -> str:
+    """The finding's SARIF level: its own when it was downgraded (a note), else its rule's."""
+    rule = RULES.get(finding.rule)
+    return finding.level or (rule.level if rule is not None else "error")
+
+
+def fails(findings: list[Finding]) -> bool:
+    """Whether findings make the exit 1: any but notes (explained, downgraded findings)."""
+    return any(level_of(f) != "note" for f in findings)
+
+
 def _polls(ctx: Context, node: int) -> list[Fact]:
     found = ctx.solution.polls.get(ctx.solution.of(node), [])
     return sorted((f for f in found if isinstance(f, Fact)), key=lambda f: (f.mid, f.line))

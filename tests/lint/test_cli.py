@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = REPO / "tests" / "integration" / "programs"
 TORCH_DISTRIBUTED = Path(torch.distributed.__file__).parent
 ISEND = line_of(SGLANG_0_5_14, "torch.distributed.isend(")  # the finding's line in leaky.py
+COLUMN = SGLANG_0_5_14.splitlines()[ISEND - 1].index("torch.distributed.isend(") + 1  # 1-based, as editors count
 STORE = line_of(SGLANG_0_5_14, ".append(send_work)")
 
 
@@ -48,7 +49,9 @@ def test_findings_exit_1_as_plain_lines(work: Path) -> None:
     done = hicache_lint("leaky.py", "fixed.py", cwd=work)
     assert done.returncode == 1, done.stderr
     [line] = done.stdout.splitlines()
-    assert line.startswith(f"leaky.py:{ISEND}: HC001 the Work from isend is kept in self.work_list (line {STORE})")
+    assert line.startswith(
+        f"leaky.py:{ISEND}:{COLUMN}: HC001 the Work from isend is kept in self.work_list (line {STORE})"
+    )
     assert "\x1b[" not in done.stdout  # not a terminal: no colours
     assert done.stderr.splitlines()[-1].startswith("hicache lint: 1 finding (HC001 1) in 2 files (2 analysed)")
 
@@ -68,7 +71,7 @@ def test_bad_input_is_one_line_each_and_the_rest_is_linted(work: Path) -> None:
         "hicache: error: notes.txt: not a Python file (lint reads .py files)",
         "hicache: error: broken.py: does not parse: invalid syntax (line 2)",
     ]
-    assert done.stdout.startswith(f"leaky.py:{ISEND}: HC001 ")  # the readable file was still linted
+    assert done.stdout.startswith(f"leaky.py:{ISEND}:{COLUMN}: HC001 ")  # the readable file was still linted
 
 
 @pytest.mark.parametrize(
@@ -104,7 +107,7 @@ def test_json_and_sarif_on_stdout_and_to_a_file(work: Path) -> None:
 def test_github_annotations(work: Path) -> None:
     done = hicache_lint("leaky.py", "--format", "github", cwd=work)
     assert done.returncode == 1
-    props = f"file=leaky.py,line={ISEND},endLine={ISEND + 2},title=HC001 work-kept-never-waited"
+    props = f"file=leaky.py,line={ISEND},endLine={ISEND + 2},col={COLUMN},title=HC001 work-kept-never-waited"
     assert done.stdout.startswith(f"::error {props}::")
 
 
@@ -151,7 +154,7 @@ def lint_release(version: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_sglang_0_5_14_is_flagged_in_its_hicache_files() -> None:
     done = lint_release("0.5.14")
     assert done.returncode == 1, done.stderr
-    flagged = [line.split(": HC001 ")[0] for line in done.stdout.splitlines()]
+    flagged = [line.split(": HC001 ")[0].rsplit(":", 1)[0] for line in done.stdout.splitlines()]
     assert flagged == ["sglang/srt/mem_cache/hiradix_cache.py:270", "sglang/srt/mem_cache/unified_radix_cache.py:436"]
 
 

@@ -14,7 +14,7 @@ from hicache_cli.errors import EXIT_FINDING, EXIT_USAGE, UsageError
 from hicache_cli.lint.engine import lint as run_lint
 from hicache_cli.lint.formats import FORMATS
 from hicache_cli.lint.formats.text import line, summary
-from hicache_cli.lint.rules import RULES, default_rules
+from hicache_cli.lint.rules import RULES, default_rules, fails
 from hicache_cli.present.progress import make_console, stdout_is_terminal
 from hicache_cli.rundir import write_atomically
 
@@ -40,7 +40,7 @@ Examples:
   hicache lint . --diff origin/main               # only findings on lines changed since origin/main
 
 Silence one finding with a trailing `# hicache: ignore[HC001]` on its line.
-Exit codes: 0 no findings, 1 findings, 2 bad input (a target that cannot be read: the others are
+Exit codes: 0 no findings (or only notes), 1 findings, 2 bad input (a target that cannot be read: the others are
 still linted) or the findings could not be written (stdout closed or full).
 """
 
@@ -81,14 +81,14 @@ def lint(
     elif output_format == "text" and not closed and stdout_is_terminal():
         console = make_console(live=True)
         for finding in result.findings:
-            location, _, rest = line(finding).partition(f" {finding.rule} ")
+            location, _, rest = line(finding).partition(f" {finding.rule}")
             console.print(Text.assemble((location, "bold"), " ", (finding.rule, "bold red"), " ", rest), soft_wrap=True)
     else:
         write_stdout(FORMATS[output_format](result), closed)
     print(summary(result), file=sys.stderr)
     if result.problems:
         raise typer.Exit(EXIT_USAGE)
-    if result.findings:
+    if fails(result.findings):
         raise typer.Exit(EXIT_FINDING)
 
 
