@@ -399,15 +399,18 @@ class ModuleWalker(Calls):
                 self.drain(call, self.ev(by_index), by_index)  # type: ignore[arg-type]
 
     def while_drains(self, node: ast.While) -> None:
-        """`while X: X.pop().wait()` (or popleft)."""
+        """`while X: X.pop().wait()` (or popleft), also through a name: `w = X.pop(0); w.wait()`."""
+        popped: dict[str, ast.expr] = {}
+        for stmt in own_nodes(node.body):
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                if (container := _popped_from(stmt.value)) is not None:
+                    popped[stmt.targets[0].id] = container
         for call in own_nodes(node.body):
             receiver = _wait_receiver(call)
-            if (
-                isinstance(receiver, ast.Call)
-                and isinstance(receiver.func, ast.Attribute)
-                and receiver.func.attr in ("pop", "popleft")
-            ):
-                container = receiver.func.value
+            container = _popped_from(receiver) if receiver is not None else None
+            if container is None and isinstance(receiver, ast.Name):
+                container = popped.get(receiver.id)
+            if container is not None:
                 self.drain(call, self.ev(container), container)  # type: ignore[arg-type]
 
     # --- HC003: a tensor changed in place after a dropped isend --------------------------------
@@ -447,6 +450,13 @@ def _mentions(value: ast.expr, target: ast.Name | ast.Attribute) -> bool:
 
 def _is_classmethod(fn: ast.AST) -> bool:
     return any(isinstance(d, ast.Name) and d.id == "classmethod" for d in getattr(fn, "decorator_list", []))
+
+
+def _popped_from(expr: ast.AST) -> ast.expr | None:
+    """`X.pop(...)` / `X.popleft()` -> X."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("pop", "popleft"):
+        return expr.func.value
+    return None
 
 
 def _wait_receiver(node: ast.AST) -> ast.expr | None:

@@ -547,7 +547,6 @@ class Calls:
                 result,
                 False,
                 _group_text(node),
-                tuple(self.methods.get(method, ())),
                 special,
             )
         )

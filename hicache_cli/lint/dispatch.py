@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from hicache_cli.lint.calls import link_call
 from hicache_cli.lint.graph import ANY_ATTR, ANY_READ, ATTR, INSTANCE, Graph, MethodCall
-from hicache_cli.lint.modules import FunctionInfo
 from hicache_cli.lint.program import ClassRef, FunctionRef, Program
 from hicache_cli.lint.solve import Condensed
 
@@ -144,25 +143,6 @@ class Dispatcher:
                 isinstance(cls, ClassRef) and self.program.method(cls, call.name) is not None for cls in call.classes
             )
             if followed:
-                continue
-            if call.fallback:
-                for info in call.fallback:
-                    assert isinstance(info, FunctionInfo)
-                    link_call(
-                        g,
-                        call.mid,
-                        info,
-                        call.positional,
-                        call.keywords,
-                        call.mid,
-                        call.span,
-                        call.function,
-                        call.dropped,
-                        f"{call.text}.{call.name}",
-                        True,
-                        result=call.result,
-                        receiver=frozenset(call.receiver),
-                    )
                 continue
             if call.special:
                 continue  # its meaning was applied where it was written

@@ -127,9 +127,6 @@ class MethodCall:
     result: int
     dropped: bool
     group: str | None = None  # `group=` as written
-    fallback: tuple[
-        object, ...
-    ] = ()  # this module's methods of that name (FunctionInfo), followed when nothing is known
     special: bool = False  # a name whose meaning was applied where it was written (wait, append, ...)
     fact: Fact | None = None  # the wait or poll it was taken to be, where it was written
     classes: set[object] = field(default_factory=set)

@@ -339,7 +339,8 @@ def _touches(call: PendingCall, relevant: bytearray) -> bool:
 
     if any(hot(v) for v in call.positional) or any(hot(v) for _, v in call.keywords) or hot(call.receiver):
         return True
-    return call.async_op is not None
+    # `async_op=` may make it a Work; a class's constructor makes the instances dispatch follows
+    return call.async_op is not None or _last_name(call.symbol)[:1].isupper()
 
 
 def _last_name(symbol: tuple) -> str:

@@ -81,7 +81,10 @@ def test_bad_input_is_one_line_each_and_the_rest_is_linted(work: Path) -> None:
             ["--format", "xml"],
             "hicache: error: --format: unknown format 'xml'; choose one of: text, json, sarif, github",
         ),
-        (["--select", "HC9"], "hicache: error: --select: unknown rule HC9; rules: HC001, HC002, HC003, HC004, HC005, all"),
+        (
+            ["--select", "HC9"],
+            "hicache: error: --select: unknown rule HC9; rules: HC001, HC002, HC003, HC004, HC005, all",
+        ),
         (["-o", "no/such/dir/out.sarif"], "hicache: error: --output no/such/dir/out.sarif: directory no/such/dir"),
     ],
 )

@@ -11,7 +11,9 @@ from hicache_cli.lint.formats import FORMATS, github, json_report, sarif, text
 from hicache_cli.lint.rules import RULES
 
 KEPT = Related("pkg/cache.py", 273, 9, "kept in self.work_list")
-HC001 = Finding("pkg/cache.py", 270, "HC001", "HiRadixCache._pp_sync", "the Work from isend is kept", 272, 21, 9, (KEPT,))
+HC001 = Finding(
+    "pkg/cache.py", 270, "HC001", "HiRadixCache._pp_sync", "the Work from isend is kept", 272, 21, 9, (KEPT,)
+)
 HC002 = Finding("/abs/drain.py", 12, "HC002", "C.drain", "drain of self.works: 100%, a,b\nnext")
 RESULT = LintResult(
     findings=[HC001, HC002],

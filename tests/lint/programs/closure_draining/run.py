@@ -1,4 +1,7 @@
-"""Two gloo ranks: rank 0 pushes buffers through the hook, rank 1 receives. `torchrun --nproc-per-node 2 -m PACKAGE.run`."""
+"""Two gloo ranks: rank 0 pushes buffers through the hook, rank 1 receives.
+
+`torchrun --nproc-per-node 2 -m PACKAGE.run`
+"""
 
 import torch
 import torch.distributed as dist

@@ -1,4 +1,7 @@
-"""Two gloo ranks: rank 1 sends logits, rank 0 receives them asynchronously. `torchrun --nproc-per-node 2 -m PACKAGE.run`."""
+"""Two gloo ranks: rank 1 sends logits, rank 0 receives them asynchronously.
+
+`torchrun --nproc-per-node 2 -m PACKAGE.run`
+"""
 
 import torch
 import torch.distributed as dist
