@@ -113,8 +113,11 @@ class Linker:
                     owned_by_name.setdefault(attr, []).append(canon)
                 elif any(n in g.stores for n in nodes):
                     g.escape([canon], f"kept in {attr}, an attribute no class in the program assigns")
-            elif key[0] == GLOBAL and key[1] == -1 and any(n in g.stores for n in nodes):
-                g.escape([canon], f"kept in {key[2]}, a name outside the program")
+            elif all(g.keys[n][0] != GLOBAL or g.keys[n][1] == -1 for n in nodes) and any(
+                g.keys[n][0] == GLOBAL and n in g.stores for n in nodes
+            ):
+                name = next(g.keys[n][2] for n in nodes if g.keys[n][0] == GLOBAL)
+                g.escape([canon], f"kept in {name}, a name outside the program")
         every_by_name: dict[str, list[int]] = {}
         for canon, nodes in members.items():
             for n in nodes:
@@ -321,8 +324,10 @@ class Linker:
                 g.waits.setdefault(n, fact)
             return
         if name in STORE_METHODS:
+            fact = Fact(call.mid, call.span.line, call.span.col, call.text.rsplit(".", 1)[0], call.function)
             for target in call.receiver:
                 g.link(given, target)
+                g.note_store(target, fact)
             return
         if name in READ_METHODS:
             g.link(call.receiver, call.result)
@@ -339,8 +344,10 @@ def _touches(call: PendingCall, relevant: bytearray) -> bool:
 
     if any(hot(v) for v in call.positional) or any(hot(v) for _, v in call.keywords) or hot(call.receiver):
         return True
-    # `async_op=` may make it a Work; a class's constructor makes the instances dispatch follows
-    return call.async_op is not None or _last_name(call.symbol)[:1].isupper()
+    # `async_op=` or a Work API's name (behind a re-export) may make it a Work; a class's
+    # constructor makes the instances dispatch follows
+    name = _last_name(call.symbol)
+    return call.async_op is not None or name in P2P_METHODS or name[:1].isupper()
 
 
 def _last_name(symbol: tuple) -> str:

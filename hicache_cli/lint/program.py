@@ -143,9 +143,10 @@ class Program:
                 return ClassRef(mid, name)
             method = self.method(ClassRef(mid, name), rest[0])
             return method if len(rest) == 1 else None
-        for table in (info.imports, info.aliases):
-            if name in table:
-                return self.resolve(".".join([table[name], *rest]), depth + 1)
+        if name in info.imports:
+            return self.resolve(".".join([info.imports[name], *rest]), depth + 1)
+        if name in info.aliases:  # `isend = dist.isend`: the right side read in this module
+            return self.resolve_in(mid, [*info.aliases[name].split("."), *rest], depth + 1)
         if name in info.names:
             return GlobalRef(mid, name)
         sub = self.module(f"{info.name}.{name}" if info.name else name)
