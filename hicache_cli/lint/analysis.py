@@ -102,7 +102,7 @@ def analyse(
             linker.elements(final=False)
             relevant, names = _relevant(graph, program)
             linked_before = linker.linked
-            needed |= linker.resolve_calls(relevant, names.factories, final=False)
+            needed |= linker.resolve_calls(relevant, names.returning, final=False)
             if linker.linked == linked_before:
                 break
         new_names = names - searched
@@ -113,7 +113,7 @@ def analyse(
             break
     linker.unify()
     relevant, names = _relevant(graph, program)
-    linker.resolve_calls(relevant, names.factories, final=True)
+    linker.resolve_calls(relevant, names.returning, final=True)
     linker.unify()
     dispatcher.run(final=True)
     linker.unify()
@@ -151,6 +151,7 @@ class Names:
     globals: set[str] = field(default_factory=set)  # module-level names Works are kept in: `name`
     classes: set[str] = field(default_factory=set)  # classes whose attributes keep Works: subclasses, `Name.x`
     modules: set[int] = field(default_factory=set)  # modules of those classes' bases
+    returning: set[str] = field(default_factory=set)  # functions and methods returning Works: calls to link
 
     def searches(self) -> list[tuple[bytes, dict[str, object]]]:
         """(word, how it must occur) for each name: `name(`, `.name`, `name`, `class X(Name)`/`Name.x`."""
@@ -206,6 +207,7 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, Names]:
         if kind == RETURN and reached[c.canon[n]]:
             head, _, rest = key[2].partition(".")
             info = program.infos.get(key[1])
+            names.returning.add(key[2].rsplit(".", 1)[-1])
             if rest and info is not None and head in info.classes:
                 names.classes.add(head)  # a method returning Works: reached through its class
             else:

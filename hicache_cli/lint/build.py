@@ -14,6 +14,7 @@ from hicache_cli.lint.graph import (
     LOCAL,
     RETURN,
     TRUE,
+    UNKNOWN,
     Drain,
     Fact,
     Graph,
@@ -168,7 +169,7 @@ class ModuleWalker(Calls):
         if not values:
             return
         for target in targets:
-            if values <= {target}:  # `self.work_list = self.work_list[count:]` keeps, stores nothing new
+            if values <= {target} or self.g.keys[target][0] == UNKNOWN:  # `self.works = self.works[n:]`
                 continue
             self.g.link(values, target)
             self.g.note_store(target, self.fact(where, text))

@@ -448,7 +448,7 @@ class Calls:
         if qualified.startswith(("torch.", "logging.")) or last in INERT_CALLS:
             return NOTHING  # torch's own functions and logging keep no Work they are shown
         self.g.escape(given, f"passed to {qualified}()")
-        return NOTHING
+        return self.g.unknown()
 
     def call_builtin(self: ModuleWalker, name: str, node: ast.Call, positional: list[Nodes], given: Nodes) -> Nodes:
         if name in WAIT_FUNCTIONS:
@@ -473,7 +473,7 @@ class Calls:
         if name in PASS_THROUGH:
             return given
         self.g.escape(given, f"passed to {name}()")
-        return NOTHING
+        return self.g.unknown()
 
     def wait_on(self: ModuleWalker, nodes: Nodes, node: ast.AST, text: str) -> Fact:
         fact = self.fact(node, text)

@@ -148,4 +148,5 @@ class Dispatcher:
                 continue  # its meaning was applied where it was written
             given = frozenset().union(*call.positional, *(v for _, v in call.keywords))
             g.escape(given, f"passed to {call.text}.{call.name}()")
-            g.link(call.receiver, call.result)  # what a method of an unknown value returns may be what it holds
+            # what a method of an unknown value returns may be what it holds, or anything
+            g.link([*call.receiver, *g.unknown()], call.result)

@@ -25,6 +25,7 @@ NOTHING: Nodes = frozenset()
 
 # Key kinds
 LOCAL, ATTR, ANY_ATTR, GLOBAL, RETURN, ORIGIN, CALL, TRUE = "L", "A", "A?", "G", "R", "O", "C", "T"
+UNKNOWN = "?"  # what code outside the program returns: kept by the program, never written into
 FIELD, INSTANCE = "F", "I"  # `x.a` on a value of a class not known where it is written; what a constructor makes
 ANY_READ = "A?r"  # what reading `x.a` may see when x's class is not known: every class's `a`
 # (ANY_ATTR is the other direction: what is stored through such an `x.a` may go to any class's `a`.)
@@ -190,7 +191,12 @@ class Graph:
         if ra != rb:
             self.parent[max(ra, rb)] = min(ra, rb)
 
+    def unknown(self) -> frozenset[int]:
+        return frozenset({self.node((UNKNOWN,))})
+
     def link(self, sources: Iterable[int], target: int, table: dict[int, list[int]] | None = None) -> None:
+        if self.keys[target][0] == UNKNOWN:
+            return  # nothing flows into what unknown code returns
         edges = self.plain if table is None else table
         for source in sources:
             if source != target:

@@ -314,6 +314,7 @@ class Linker:
             g.link(given, call.result)
         elif not (qualified.startswith(("torch.", "logging.")) or last in INERT_CALLS):
             g.escape(given, f"passed to {qualified}()")
+            g.link(g.unknown(), call.result)
 
     def _unknown(self, call: PendingCall, given: Nodes) -> None:
         name = _last_name(call.symbol)
@@ -335,7 +336,7 @@ class Linker:
         if name in INERT_CALLS:
             return
         g.escape(given, f"passed to {call.text}()")
-        g.link(call.receiver, call.result)
+        g.link(call.receiver | g.unknown(), call.result)
 
 
 def _touches(call: PendingCall, relevant: bytearray) -> bool:
