@@ -97,12 +97,12 @@ def analyse(
         needed: set[int] = set()
         for _ in range(MAX_LINKS):  # linking a call can make another call matter
             linker.unify()
-            needed |= dispatcher.run(final=False)
-            linker.unify()
             linker.elements(final=False)
-            relevant, names = _relevant(graph, program)
+            relevant, feeds, names = _relevant(graph, program)
+            needed |= dispatcher.run(final=False, relevant=relevant, returning=names.returning)
+            linker.unify()
             linked_before = linker.linked
-            needed |= linker.resolve_calls(relevant, names.returning, final=False)
+            needed |= linker.resolve_calls(relevant, names.returning, final=False, feeds=feeds)
             if linker.linked == linked_before:
                 break
         new_names = names - searched
@@ -112,10 +112,10 @@ def analyse(
         if not todo:
             break
     linker.unify()
-    relevant, names = _relevant(graph, program)
-    linker.resolve_calls(relevant, names.returning, final=True)
+    relevant, feeds, names = _relevant(graph, program)
+    linker.resolve_calls(relevant, names.returning, final=True, feeds=feeds)
     linker.unify()
-    dispatcher.run(final=True)
+    dispatcher.run(final=True, relevant=relevant, returning=names.returning)
     linker.unify()
     linker.elements(final=True)
     linker.by_name_edges()
@@ -180,9 +180,11 @@ class Names:
         self.classes |= other.classes
 
 
-def _relevant(graph: Graph, program: Program) -> tuple[bytearray, Names]:
-    """What can matter so far: everything a Work or a polled container reaches (by raw node),
-    and the names other modules would use to reach it. (Calls given `async_op=` always matter.)"""
+def _relevant(graph: Graph, program: Program) -> tuple[bytearray, bytearray, Names]:
+    """What can matter so far (by raw node): everything a Work or a polled container reaches
+    (hot); what flows into a hot place or into the receiver of a method given something hot
+    (feeds: a constructor there makes the instances that decide where the call goes); and the
+    names other modules would use to reach what is hot. (Calls given `async_op=` always matter.)"""
     c = Condensed(graph)
     origins = active_origins(c)
     reached, _ = factory_reach(c, origins)
@@ -199,6 +201,11 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, Names]:
         hot = c.forward(seeds + tokens, (c.plain, c.params, c.returns))
     raw = bytearray(len(graph.keys))
     names = Names()
+    receivers = [
+        n for call in graph.method_calls if _any(hot, c, call.positional, call.keywords) for n in call.receiver
+    ]
+    feeding = c.backward([n for n in range(len(graph.keys)) if hot[c.canon[n]]] + receivers, back)
+    feeds = bytearray(feeding[c.canon[n]] for n in range(len(graph.keys)))
     for n, key in enumerate(graph.keys):
         if not hot[c.canon[n]]:
             continue
@@ -218,7 +225,13 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, Names]:
             names.modules.update(a.mid for a in program.ancestors(key[1]))  # where its bases assign it
         elif kind == GLOBAL and key[1] != -1:
             names.globals.add(key[2])
-    return raw, names
+    return raw, feeds, names
+
+
+def _any(hot: bytearray, c: Condensed, positional: tuple, keywords: tuple) -> bool:
+    return any(hot[c.canon[n]] for values in positional for n in values) or any(
+        hot[c.canon[n]] for _, values in keywords for n in values
+    )
 
 
 def _mentioning(datas: list[bytes], names: Names, skip: set[int]) -> set[int]:

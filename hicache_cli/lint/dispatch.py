@@ -34,13 +34,15 @@ class Dispatcher:
         sources = {n: key[1] for n, key in enumerate(self.g.keys) if key[0] == INSTANCE}
         return c, c.forward_labels(sources, (c.plain, c.params, c.returns), CLASSES_PER_VALUE, MANY)
 
-    def run(self, final: bool) -> set[int]:
+    def run(
+        self, final: bool, relevant: bytearray | None = None, returning: set[str] | frozenset[str] = frozenset()
+    ) -> set[int]:
         """Resolve what the known classes decide; returns modules a dispatch leads into that are
         not analysed yet. `final`: settle what is still unknown."""
         needed: set[int] = set()
         for _ in range(MAX_PASSES):
             c, labels = self.classes()
-            changed = self._fields(c, labels) | self._methods(c, labels, needed)
+            changed = self._fields(c, labels) | self._methods(c, labels, needed, relevant, returning)
             if not changed:
                 break
         if final:
@@ -71,7 +73,14 @@ class Dispatcher:
                     changed = True
         return changed
 
-    def _methods(self, c: Condensed, labels: dict[int, list[object]], needed: set[int]) -> bool:
+    def _methods(
+        self,
+        c: Condensed,
+        labels: dict[int, list[object]],
+        needed: set[int],
+        relevant: bytearray | None,
+        returning: set[str] | frozenset[str],
+    ) -> bool:
         changed = False
         for call in self.g.method_calls:
             if call.done:
@@ -86,7 +95,8 @@ class Dispatcher:
                     call.classes.add(cls)
                     continue
                 if method.mid not in self.analysed:
-                    needed.add(method.mid)
+                    if relevant is None or call.name in returning or _touches(call, relevant):
+                        needed.add(method.mid)  # the Works go there (or come back from there)
                     continue
                 call.classes.add(cls)
                 self._link(call, method)
@@ -150,3 +160,8 @@ class Dispatcher:
             g.escape(given, f"passed to {call.text}.{call.name}()")
             # what a method of an unknown value returns may be what it holds, or anything
             g.link([*call.receiver, *g.unknown()], call.result)
+
+
+def _touches(call: MethodCall, relevant: bytearray) -> bool:
+    nodes = [*call.receiver, *(n for v in call.positional for n in v), *(n for _, v in call.keywords for n in v)]
+    return any(n < len(relevant) and relevant[n] for n in nodes)

@@ -76,6 +76,8 @@ class Linker:
         g = self.g
         for node in range(len(g.keys)):
             key = g.keys[node]
+            if key[0] in (ATTR, GLOBAL) and not isinstance(key[1], ClassRef) and not self._flows(node):
+                continue  # another module's name read once and never passed on: nothing to join
             if key[0] == ATTR:
                 owner = self.class_of(key[1])
                 if isinstance(owner, ClassRef):
@@ -90,9 +92,14 @@ class Linker:
                 if canonical != key:
                     g.union(node, g.node(canonical))
             elif key[0] == GLOBAL and key[1] == -1:
-                found = self.program.resolve(key[2])
+                found = self.symbol(("dotted", key[2]))
                 if isinstance(found, GlobalRef):
                     g.union(node, g.node((GLOBAL, found.mid, found.name)))
+
+    def _flows(self, node: int) -> bool:
+        """Whether anything is stored in, read out of, waited or polled at a node."""
+        g = self.g
+        return node in g.stores or node in g.plain or node in g.waits or node in g.polls or node in g.assigned
 
     def by_name_edges(self) -> None:
         """What is stored through an object of unknown class (`task.handle = work`) may be in any
@@ -165,7 +172,9 @@ class Linker:
 
     # --- calls ----------------------------------------------------------------------------------
 
-    def resolve_calls(self, relevant: bytearray, factories: set[str], final: bool) -> set[int]:
+    def resolve_calls(
+        self, relevant: bytearray, factories: set[str], final: bool, feeds: bytearray | None = None
+    ) -> set[int]:
         """Link the calls that can matter: those whose arguments (or receiver) may hold a Work or
         True, or that name a function returning Works. Returns the modules they lead into that
         are not analysed yet. `final`: what is still unresolved is code the program cannot see."""
@@ -174,6 +183,8 @@ class Linker:
             if call.done:
                 continue
             matters = _touches(call, relevant) or _last_name(call.symbol) in factories
+            if not matters and feeds is not None and _last_name(call.symbol)[:1].isupper():
+                matters = call.result < len(feeds) and bool(feeds[call.result])  # a constructor that matters
             if not matters and not final:
                 continue
             if not matters:
@@ -345,10 +356,8 @@ def _touches(call: PendingCall, relevant: bytearray) -> bool:
 
     if any(hot(v) for v in call.positional) or any(hot(v) for _, v in call.keywords) or hot(call.receiver):
         return True
-    # `async_op=` or a Work API's name (behind a re-export) may make it a Work; a class's
-    # constructor makes the instances dispatch follows
-    name = _last_name(call.symbol)
-    return call.async_op is not None or name in P2P_METHODS or name[:1].isupper()
+    # `async_op=` or a Work API's name (behind a re-export) may make it a Work
+    return call.async_op is not None or _last_name(call.symbol) in P2P_METHODS
 
 
 def _last_name(symbol: tuple) -> str:
