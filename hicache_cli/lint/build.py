@@ -321,10 +321,14 @@ class ModuleWalker(Calls):
         return elements
 
     def _may_keep(self, target: ast.expr) -> bool:
-        """An attribute or a module-level name: a place that can outlive a call."""
+        """An attribute, or a module-level name read somewhere here: a place that can outlive a call."""
         if isinstance(target, ast.Attribute):
             return True
-        return isinstance(target, ast.Name) and self.scope.node_for(target.id)[0] == GLOBAL
+        return (
+            isinstance(target, ast.Name)
+            and self.scope.loads[target.id] > 0
+            and self.scope.node_for(target.id)[0] == GLOBAL
+        )
 
     def bind(self, target: ast.expr, values: Nodes, where: ast.AST) -> None:
         if isinstance(target, ast.Name):
@@ -417,11 +421,15 @@ class ModuleWalker(Calls):
     # --- HC003: a tensor changed in place after a dropped isend --------------------------------
 
     def _changed(self, target: ast.expr, line: int) -> None:
+        if not self.sent:
+            return  # no dropped isend before it in this function: nothing to order
         text = _tensor_text(target.value if isinstance(target, ast.Subscript) else target)
         if text is not None:
             self.changed.setdefault(text, []).append(line)
 
     def _rebound(self, target: ast.expr, value: ast.expr) -> None:
+        if not self.sent:
+            return
         text = _tensor_text(target)
         if text is not None:
             self.rebound.setdefault(text, []).append(value.lineno)

@@ -139,6 +139,9 @@ class ModuleInfo:
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
+                if isinstance(target, ast.Name):
+                    self.names.add(target.id)
+                    continue
                 for leaf in ast.walk(target):
                     if isinstance(leaf, ast.Name):
                         self.names.add(leaf.id)

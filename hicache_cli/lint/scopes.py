@@ -17,16 +17,38 @@ from hicache_cli.lint.modules import FunctionInfo, dotted, import_names
 ClassKey = tuple
 
 
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops"})  # Load/Store and operators: no names below them
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_BINDING = frozenset(
+    {ast.Global, ast.Nonlocal, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom}
+    | {ast.ExceptHandler, ast.Assign, ast.AnnAssign}
+)
+
+
 def own_nodes(body: list[ast.stmt] | list[ast.AST]) -> Iterator[ast.AST]:
-    """Every node of a body, not descending into nested functions, classes or lambdas (their
-    def or lambda node itself is included)."""
-    todo: list[ast.AST] = list(reversed(body))
+    """Every node of a body, in no particular order, not descending into nested functions,
+    classes or lambdas (their def or lambda node itself is included). A direct walk over each
+    node type's fields: ast.iter_child_nodes is most of the cost of a large module otherwise."""
+    todo: list[ast.AST] = list(body)
+    pop, push, extend = todo.pop, todo.append, todo.extend
+    fields_of = _FIELDS
+    node_type = ast.AST
     while todo:
-        node = todo.pop()
+        node = pop()
         yield node
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+        if isinstance(node, _NESTED):
             continue
-        todo.extend(reversed(list(ast.iter_child_nodes(node))))
+        kind = type(node)
+        fields = fields_of.get(kind)
+        if fields is None:
+            fields = fields_of[kind] = tuple(f for f in kind._fields if f not in _SKIPPED_FIELDS)
+        for name in fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                extend(v for v in value if isinstance(v, node_type))
+            elif isinstance(value, node_type):
+                push(value)
 
 
 @dataclass
@@ -61,41 +83,60 @@ class Scope:
         self.locals.update(params)
         calls: set[int] = set()
         nonlocal_names: set[str] = set()
+        locals_, loads, value_loads = self.locals, self.loads, self.value_loads
+        name_type, call_type, store = ast.Name, ast.Call, ast.Store
         for node in own_nodes(body):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                calls.add(id(node.func))
-            if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Store):
-                    self.locals.add(node.id)
+            kind = type(node)
+            if kind is name_type:  # most nodes: checked first, by type, not isinstance
+                if type(node.ctx) is store:  # type: ignore[attr-defined]
+                    locals_.add(node.id)  # type: ignore[attr-defined]
                 else:
-                    self.loads[node.id] += 1
+                    loads[node.id] += 1  # type: ignore[attr-defined]
                     if id(node) not in calls:
-                        self.value_loads[node.id] += 1
-            elif isinstance(node, ast.Global):
-                self.declared_global.update(node.names)
-            elif isinstance(node, ast.Nonlocal):
-                nonlocal_names.update(node.names)
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                        value_loads[node.id] += 1  # type: ignore[attr-defined]
+            elif kind is call_type:
+                if type(node.func) is name_type:  # type: ignore[attr-defined]
+                    calls.add(id(node.func))  # type: ignore[attr-defined]
+            elif kind in _BINDING:
+                self._binding(node, nonlocal_names, api_of, class_of, module, is_package)
+        self.locals -= self.declared_global | nonlocal_names
+        if self.kind == "module":
+            self.imports.clear()
+
+    def _binding(
+        self,
+        node: ast.AST,
+        nonlocal_names: set[str],
+        api_of: Callable[[ast.expr], str | None],
+        class_of: Callable[[ast.expr], ClassKey | None],
+        module: str,
+        is_package: bool,
+    ) -> None:
+        """A statement that binds names other than by a plain `name = ...` Name store."""
+        if isinstance(node, ast.Global):
+            self.declared_global.update(node.names)
+        elif isinstance(node, ast.Nonlocal):
+            nonlocal_names.update(node.names)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            self.locals.add(node.name)
+            if node.decorator_list:
+                self.value_loads[node.name] += 1  # a decorator may keep it
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            if self.kind == "function":
+                self.imports.update(import_names(node, module, is_package))
+            self.locals.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, ast.ExceptHandler):
+            if node.name:
                 self.locals.add(node.name)
-                if node.decorator_list:
-                    self.value_loads[node.name] += 1  # a decorator may keep it
-            elif isinstance(node, ast.Import | ast.ImportFrom):
-                if self.kind == "function":
-                    self.imports.update(import_names(node, module, is_package))
-                self.locals.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                self.locals.add(node.name)
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        elif isinstance(node, ast.Assign):
+            if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 name = node.targets[0].id
                 if (api := api_of(node.value)) is not None:
                     self.aliases[name] = api
                 if isinstance(node.value, ast.Call):
                     self._type(name, class_of(node.value.func))
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                self._type(node.target.id, class_of(_unquote(node.annotation)))
-        self.locals -= self.declared_global | nonlocal_names
-        if self.kind == "module":
-            self.imports.clear()
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            self._type(node.target.id, class_of(_unquote(node.annotation)))
 
     def _type(self, name: str, key: ClassKey | None) -> None:
         """One known class per name; a name given two (or an unknown) has none."""

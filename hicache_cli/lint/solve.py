@@ -161,8 +161,10 @@ class Solution:
     carriers: bytearray = field(default_factory=bytearray)  # reached by some Work
     not_works: bytearray = field(default_factory=bytearray)  # holds instances with their own is_completed()
     keeps: dict[int, list[object]] = field(default_factory=dict)  # node -> kept places (node ids) it reaches
-    stored: dict[int, list[Fact]] = field(default_factory=dict)  # kept place -> where things are stored in it
+    # kept place -> where things are stored in it, first per (module, function)
+    stored: dict[int, dict[tuple[int, str], Fact]] = field(default_factory=dict)
     kept: dict[int, Fact] = field(default_factory=dict)  # kept local -> why it outlives its call
+    first_store: dict[int, Fact] = field(default_factory=dict)
     polls: dict[int, list[object]] = field(default_factory=dict)  # node -> poll facts it reaches
     returns_work: dict[int, Origin] = field(default_factory=dict)  # RETURN/CALL node -> an origin behind it
 
@@ -183,7 +185,7 @@ class Solution:
                 seen = c.forward([token], (c.plain, c.params, c.returns))
                 places = persistent(c)
                 found = [n for n in self.stored if seen[n] and places[n] and self.place_class.get(n) != cls]
-                facts = [f for n in found for f in self.stored[n]]
+                facts = [f for n in found for f in self.stored[n].values()]
                 self._instances[cls] = min(facts, key=lambda f: (f.mid, f.line)) if facts else None
         return self._instances[cls]
 
@@ -281,7 +283,9 @@ def solve(g: Graph, pollable: frozenset[int] = frozenset()) -> Solution:
     escapes += _returns_to_outside(g)
     solution.escaped = c.backward(escapes, back_all)
     for raw, per in g.stores.items():
-        solution.stored.setdefault(c.canon[raw], []).extend(per.values())
+        into = solution.stored.setdefault(c.canon[raw], {})
+        for where, fact in per.items():
+            into.setdefault(where, fact)
     for raw, key in enumerate(g.keys):
         if key[0] == ATTR and isinstance(key[1], ClassRef):
             solution.place_class.setdefault(c.canon[raw], key[1])
@@ -314,16 +318,16 @@ def store_fact(solution: Solution, node: int, origin: Origin | None = None) -> F
     """The fact naming a kept place: its store in the origin's function if any, else the first;
     for a local kept by a loop or a closure, why it is kept."""
     canon = solution.of(node)
-    facts = solution.stored.get(canon, [])
     if canon in solution.kept:
         return solution.kept[canon]
+    facts = solution.stored.get(canon)
     if not facts:
         return None
-    if origin is not None:
-        same = [f for f in facts if f.mid == origin.mid and f.function == origin.function]
-        if same:
-            return min(same, key=lambda f: f.line)
-    return min(facts, key=lambda f: (f.mid, f.line))
+    if origin is not None and (same := facts.get((origin.mid, origin.function))) is not None:
+        return same
+    if canon not in solution.first_store:  # once per place: a list filled from many functions
+        solution.first_store[canon] = min(facts.values(), key=lambda f: (f.mid, f.line))
+    return solution.first_store[canon]
 
 
 __all__ = ["CALL", "GLOBAL", "LOCAL", "ORIGIN", "Solution", "factory_reach", "solve"]
