@@ -170,3 +170,39 @@ def test_sglang_0_5_15_waits_and_only_its_drain_s_risks_remain() -> None:
         ("HC002", "UnifiedRadixCache._drain_async_work"),
     ]
     assert hicache_lint("sglang==0.5.15").returncode == 0  # the default rules: clean
+
+
+RELEASES_FLAGGED = ["0.5.13", "0.5.13.post1", "0.5.14"]
+RELEASES_CLEAN = [
+    "0.5.12",
+    "0.5.15",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES_FLAGGED)
+def test_the_leaking_releases_are_flagged_in_both_hicache_classes(version: str) -> None:
+    """Read as whole programs (sglang/srt, 1,400-2,100 files each), as sglang-scan measured."""
+    done = lint_release(version, "--format", "json")
+    assert done.returncode == 1, done.stderr
+    findings = json.loads(done.stdout)["findings"]
+    assert sorted((f["rule"], f["function"]) for f in findings) == [
+        ("HC001", "HiRadixCache._pp_sync"),
+        ("HC001", "UnifiedRadixCache._pp_sync"),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES_CLEAN)
+def test_the_other_releases_are_clean(version: str) -> None:
+    done = lint_release(version)
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
