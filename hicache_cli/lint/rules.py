@@ -194,7 +194,8 @@ class UnboundedDrain(Rule):
         for drain in sol.graph.drains:
             if drain.timeout or drain.guarded:
                 continue
-            if not any(sol.carriers[sol.of(n)] and kept[sol.of(n)] for n in drain.nodes):
+            # an attribute or module-level name holding Works (not a local list drained where it is filled)
+            if not any(sol.carriers[sol.of(n)] and kept[sol.of(n)] and sol.of(n) not in sol.kept for n in drain.nodes):
                 continue
             yield ctx.finding(
                 self.id,
