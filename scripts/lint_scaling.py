@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 SITES_PER_METHOD = 500
+REPO = Path(__file__).resolve().parent.parent
 
 MEASURE = r"""
 import json, resource, sys, time
@@ -74,10 +76,17 @@ def plain_file(megabytes: float) -> tuple[str, int]:
 KINDS = {"isend": isend_file, "plain": plain_file}
 
 
-def measure(path: Path, mode: str) -> dict[str, float]:
-    done = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(path), mode], capture_output=True, text=True, check=True, timeout=3600
-    )
+def measure(path: Path, mode: str, repo: Path, timeout: float) -> dict[str, float]:
+    """One measurement in a fresh interpreter importing hicache_cli from `repo`; a run past
+    `timeout` is reported as such (the code before issue 30 took hours on the largest files)."""
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", MEASURE, str(path), mode],
+            capture_output=True, text=True, check=True, timeout=timeout, env=env,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"seconds": float("nan"), "peak_mb": float("nan"), "findings": f"> {timeout:g} s"}
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -86,6 +95,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 5, 10, 20], help="file sizes in MB")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
     parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--repo", type=Path, default=REPO, help="the hicache checkout to measure (default: this one)")
+    parser.add_argument("--timeout", type=float, default=1800, help="give up on one measurement after this long (s)")
     args = parser.parse_args()
     rows = []
     print(
@@ -99,8 +110,8 @@ def main() -> None:
                 path = Path(tmp) / f"{kind}_{mb:g}mb.py"
                 path.write_text(source, encoding="utf-8")
                 real_mb = len(source) / 1e6
-                parse = measure(path, "parse")
-                whole = measure(path, "lint")
+                parse = measure(path, "parse", args.repo, args.timeout)
+                whole = measure(path, "lint", args.repo, args.timeout)
                 ours = max(0.0, whole["peak_mb"] - parse["peak_mb"])
                 row = {
                     "kind": kind,

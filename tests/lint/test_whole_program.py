@@ -226,3 +226,34 @@ def test_sibling_classes_keep_their_own_attributes(tmp_path: Path) -> None:
         },
     )
     assert rules_in(tmp_path) == [("b.py", "HC001", 9)]
+
+
+def test_a_dist_imported_in_another_module_is_torch_distributed(tmp_path: Path) -> None:
+    """`import torch.distributed as dist` in comm.py, `from pkg.comm import dist` elsewhere."""
+    write_tree(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/comm.py": "import torch.distributed as dist\n",
+            "pkg/user.py": "from pkg.comm import dist\n"
+            + REAPER
+            + "\n    def step(self, t):\n        self.keep(dist.isend(t, 1))\n",
+        },
+    )
+    assert rules_in(tmp_path) == [("user.py", "HC001", 14)]
+
+
+def test_files_named_together_are_one_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "comm.py": "import torch.distributed as dist\n\ndef start(t):\n    return [dist.isend(t, 1)]\n",
+            "sched.py": "from comm import start\n"
+            + REAPER
+            + "\n    def step(self, t):\n        self.works.extend(start(t))\n",
+        },
+    )
+    monkeypatch.chdir(tmp_path)
+    assert [(f.file, f.line) for f in lint(["comm.py", "sched.py"]).findings] == [("sched.py", 14)]
+    alone = lint(["sched.py"]).findings  # start() is code it cannot see: only the reaper is known
+    assert [(f.file, f.rule) for f in alone] == [("sched.py", "HC005")]
