@@ -22,7 +22,7 @@ from hicache_cli.lint.build import ModuleWalker
 from hicache_cli.lint.calls import PendingCall
 from hicache_cli.lint.config import LintConfig
 from hicache_cli.lint.dispatch import Dispatcher
-from hicache_cli.lint.graph import ATTR, GLOBAL, INSTANCE, RETURN, Graph
+from hicache_cli.lint.graph import ATTR, GLOBAL, INSTANCE, RETURN, Args, Graph
 from hicache_cli.lint.link import Linker
 from hicache_cli.lint.modules import ModuleInfo
 from hicache_cli.lint.program import ClassRef, Program
@@ -201,9 +201,7 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, bytearray, Nam
         hot = c.forward(seeds + tokens, (c.plain, c.params, c.returns))
     raw = bytearray(len(graph.keys))
     names = Names()
-    receivers = [
-        n for call in graph.method_calls if _any(hot, c, call.positional, call.keywords) for n in call.receiver
-    ]
+    receivers = [n for call in graph.method_calls if _any(hot, c, call.args) for n in call.args.receiver]
     feeding = c.backward([n for n in range(len(graph.keys)) if hot[c.canon[n]]] + receivers, back)
     feeds = bytearray(feeding[c.canon[n]] for n in range(len(graph.keys)))
     for n, key in enumerate(graph.keys):
@@ -228,10 +226,8 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, bytearray, Nam
     return raw, feeds, names
 
 
-def _any(hot: bytearray, c: Condensed, positional: tuple, keywords: tuple) -> bool:
-    return any(hot[c.canon[n]] for values in positional for n in values) or any(
-        hot[c.canon[n]] for _, values in keywords for n in values
-    )
+def _any(hot: bytearray, c: Condensed, args: Args) -> bool:
+    return any(hot[c.canon[n]] for n in args.given)
 
 
 def _mentioning(datas: list[bytes], names: Names, skip: set[int]) -> set[int]:

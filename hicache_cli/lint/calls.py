@@ -30,12 +30,15 @@ from hicache_cli.lint.graph import (
     ORIGIN,
     RETURN,
     TRUE,
+    Args,
     CallSite,
     Fact,
     FieldAccess,
+    Graph,
     MethodCall,
     Nodes,
     Origin,
+    Site,
     Span,
 )
 from hicache_cli.lint.modules import FunctionInfo, dotted
@@ -54,19 +57,12 @@ class PendingCall:
     """A call into another module of the program (or through a class the program resolves):
     linked once the program knows what it calls."""
 
-    mid: int
-    function: str
-    span: Span
+    site: Site
     symbol: tuple  # ("dotted", "pkg.mod.f") | ("in", mid, ("name", ...)) | ("method", ClassKey, "m")
-    text: str  # the callee as written
-    positional: tuple[Nodes, ...]
-    keywords: tuple[tuple[str | None, Nodes], ...]
-    receiver: Nodes  # what the receiver of a method holds: the result holds it when nothing is known
+    args: Args  # the receiver: what a method's receiver holds (the result holds it when nothing is known)
     result: int  # the call's result node
-    dropped: bool
     tensor: str | None
     async_op: Nodes | None  # what `async_op=` holds; None: not given
-    group: str | None
     done: bool = False
 
 
@@ -390,6 +386,9 @@ class Calls:
         if func.attr.endswith("_") and not func.attr.startswith("_"):
             self._changed(func.value, node.lineno)
 
+    def site(self: ModuleWalker, node: ast.Call, text: str, dropped: bool = False) -> Site:
+        return Site(self.mid, Span.of(node), self.scope.qualname, text, dropped, _group_text(node))
+
     def defer(
         self: ModuleWalker,
         symbol: tuple,
@@ -400,24 +399,17 @@ class Calls:
         receiver: Nodes,
         async_op: Nodes | None,
     ) -> Nodes:
+        """A call that another module (or a class elsewhere) decides: linked by the program."""
         result = self.n((CALL, len(self.g.calls) + len(self.pending), self.mid, node.lineno, node.col_offset))
         tensor = node.args[0] if node.args else None
-        group = next((k.value for k in node.keywords if k.arg == "group"), None)
         self.pending.append(
             PendingCall(
-                self.mid,
-                self.scope.qualname,
-                Span.of(node),
+                self.site(node, ast.unparse(node.func), statement),
                 symbol,
-                ast.unparse(node.func),
-                tuple(positional),
-                tuple(keywords.items()),
-                receiver,
+                Args(tuple(positional), tuple(keywords.items()), receiver),
                 result,
-                statement,
                 ast.unparse(tensor) if isinstance(tensor, ast.Name | ast.Attribute) else None,
                 async_op,
-                ast.unparse(group) if group is not None else None,
             )
         )
         return frozenset({result})
@@ -501,20 +493,8 @@ class Calls:
             if is_super:  # super().m(): the method of this class's bases, on this instance
                 me = frozenset({self.n((INSTANCE, cls))}) if isinstance(cls, ClassRef) else NOTHING
             if method_ref is not None and method_ref.mid == self.mid:
-                return link_call(
-                    self.g,
-                    self.mid,
-                    method_ref.info,
-                    positional,
-                    keywords,
-                    self.mid,
-                    node,
-                    self.scope.qualname,
-                    False,
-                    f"self.{method}",
-                    True,
-                    receiver=me,
-                )
+                args = Args(tuple(positional), tuple(keywords.items()), me)
+                return link_call(self.g, self.mid, method_ref.info, args, self.site(node, f"self.{method}"), True)
             if method not in STORE_METHODS | READ_METHODS | INERT_CALLS or method_ref is not None:
                 return self.defer(
                     ("method", cls, method), node, False, positional, keywords, me, _async_op(node, keywords)
@@ -534,22 +514,8 @@ class Calls:
         text = ast.unparse(receiver)
         special = method in ("wait", "is_completed") or method in STORE_METHODS | READ_METHODS | INERT_CALLS
         result = self.n((CALL, "m", len(self.g.method_calls)))
-        self.g.method_calls.append(
-            MethodCall(
-                self.mid,
-                self.scope.qualname,
-                Span.of(node),
-                method,
-                text,
-                tuple(held),
-                tuple(positional),
-                tuple(keywords.items()),
-                result,
-                False,
-                _group_text(node),
-                special,
-            )
-        )
+        args = Args(tuple(positional), tuple(keywords.items()), held)
+        self.g.method_calls.append(MethodCall(self.site(node, text), method, args, result, special))
         if method == "wait":
             self.g.method_calls[-1].fact = self.wait_on(held, node, text)
             return frozenset({result})
@@ -584,9 +550,8 @@ class Calls:
     ) -> Nodes:
         """A call to a function of this module: arguments flow into its parameters, and its
         return value into this call's own result node."""
-        return link_call(
-            self.g, self.mid, fn, positional, keywords, self.mid, node, self.scope.qualname, statement, text, bound
-        )
+        args = Args(tuple(positional), tuple(keywords.items()))
+        return link_call(self.g, self.mid, fn, args, self.site(node, text, statement), bound)
 
     def construct(
         self: ModuleWalker, cls: ClassRef, positional: list[Nodes], keywords: Keywords, node: ast.Call, statement: bool
@@ -597,20 +562,8 @@ class Calls:
         info = self.program.class_info(cls)
         init = self.program.method(cls, "__init__")
         if init is not None and init.mid == self.mid:
-            link_call(
-                self.g,
-                self.mid,
-                init.info,
-                positional,
-                keywords,
-                self.mid,
-                node,
-                self.scope.qualname,
-                False,
-                cls.name,
-                True,
-                receiver=frozenset({token}),
-            )
+            args = Args(tuple(positional), tuple(keywords.items()), frozenset({token}))
+            link_call(self.g, self.mid, init.info, args, self.site(node, cls.name), True)
         elif init is not None:
             self.defer(("method", cls, "__init__"), node, False, positional, keywords, frozenset({token}), None)
         elif info is not None:
@@ -625,45 +578,25 @@ class Calls:
         return frozenset({token})
 
 
-def link_call(
-    g: object,
-    callee_mid: int,
-    fn: FunctionInfo,
-    positional: list[Nodes] | tuple[Nodes, ...],
-    keywords: Keywords | tuple[tuple[str | None, Nodes], ...],
-    mid: int,
-    where: ast.AST | Span,
-    function: str,
-    dropped: bool,
-    text: str,
-    bound: bool,
-    result: int | None = None,
-    receiver: Nodes = NOTHING,
-    group: str | None = None,
-) -> Nodes:
-    """Arguments -> the callee's parameters (the receiver -> `self`); the callee's return -> this
-    call's result node."""
-    from hicache_cli.lint.graph import Graph
-
-    assert isinstance(g, Graph)
-    if bound and fn.bound and fn.positional and receiver:
-        g.link(receiver, g.node((LOCAL, callee_mid, fn.qualname, fn.positional[0])), g.params)
-    for i, values in enumerate(positional):
+def link_call(g: Graph, callee_mid: int, fn: FunctionInfo, args: Args, site: Site, bound: bool,
+              result: int | None = None) -> Nodes:  # fmt: skip
+    """A call of a function of the program: arguments -> its parameters (the receiver -> `self`),
+    its return -> this call's result node (a CallSite, so each call can be an origin of its own)."""
+    if bound and fn.bound and fn.positional and args.receiver:
+        g.link(args.receiver, g.node((LOCAL, callee_mid, fn.qualname, fn.positional[0])), g.params)
+    for i, values in enumerate(args.positional):
         param = fn.parameter(i, bound)
         if param is not None and values:
             g.link(values, g.node((LOCAL, callee_mid, fn.qualname, param)), g.params)
-    for key, values in keywords.items() if isinstance(keywords, dict) else keywords:
+    for key, values in args.keywords:
         param = fn.keyword(key)
         if param is not None and values:
             g.link(values, g.node((LOCAL, callee_mid, fn.qualname, param)), g.params)
-    span = where if isinstance(where, Span) else Span.of(where)
     if result is None:
-        result = g.node((CALL, len(g.calls), mid, span.line, span.col))
+        result = g.node((CALL, len(g.calls), site.mid, site.span.line, site.span.col))
     ret = g.node((RETURN, callee_mid, fn.qualname))
     g.link([ret], result, g.returns)
-    if isinstance(where, ast.Call):
-        group = _group_text(where)
-    g.calls.append(CallSite(result, text, ret, mid, span, function, dropped, group))
+    g.calls.append(CallSite(result, ret, site))
     return frozenset({result})
 
 

@@ -14,6 +14,8 @@ module's methods of that name.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hicache_cli.lint.calls import link_call
 from hicache_cli.lint.graph import ANY_ATTR, ANY_READ, ATTR, INSTANCE, Graph, MethodCall
 from hicache_cli.lint.program import ClassRef, FunctionRef, Program
@@ -85,7 +87,7 @@ class Dispatcher:
         for call in self.g.method_calls:
             if call.done:
                 continue
-            classes = self._of(c, labels, call.receiver) or []
+            classes = self._of(c, labels, tuple(call.args.receiver)) or []
             self._not_a_work(call, classes)
             for cls in classes:
                 if cls in call.classes:
@@ -95,7 +97,7 @@ class Dispatcher:
                     call.classes.add(cls)
                     continue
                 if method.mid not in self.analysed:
-                    if relevant is None or call.name in returning or _touches(call, relevant):
+                    if relevant is None or call.name in returning or call.args.touches(relevant):
                         needed.add(method.mid)  # the Works go there (or come back from there)
                     continue
                 call.classes.add(cls)
@@ -111,28 +113,14 @@ class Dispatcher:
         if not classes or any(self.program.method(cls, call.name) is None for cls in classes):
             return
         table = self.g.waits if call.name == "wait" else self.g.polls
-        for n in call.receiver:
+        for n in call.args.receiver:
             if table.get(n) is call.fact:
                 del table[n]
         call.fact = None
 
     def _link(self, call: MethodCall, method: FunctionRef) -> None:
-        link_call(
-            self.g,
-            method.mid,
-            method.info,
-            call.positional,
-            call.keywords,
-            call.mid,
-            call.span,
-            call.function,
-            call.dropped,
-            f"{call.text}.{call.name}",
-            True,
-            result=call.result,
-            receiver=frozenset(call.receiver),
-            group=call.group,
-        )
+        site = replace(call.site, text=f"{call.site.text}.{call.name}")
+        link_call(self.g, method.mid, method.info, call.args, site, True, call.result)
 
     def _settle(self) -> None:
         """What no known class decided: a field by name, a method as unknown code."""
@@ -156,12 +144,6 @@ class Dispatcher:
                 continue
             if call.special:
                 continue  # its meaning was applied where it was written
-            given = frozenset().union(*call.positional, *(v for _, v in call.keywords))
-            g.escape(given, f"passed to {call.text}.{call.name}()")
+            g.escape(call.args.given, f"passed to {call.site.text}.{call.name}()")
             # what a method of an unknown value returns may be what it holds, or anything
-            g.link([*call.receiver, *g.unknown()], call.result)
-
-
-def _touches(call: MethodCall, relevant: bytearray) -> bool:
-    nodes = [*call.receiver, *(n for v in call.positional for n in v), *(n for _, v in call.keywords for n in v)]
-    return any(n < len(relevant) and relevant[n] for n in nodes)
+            g.link([*call.args.receiver, *g.unknown()], call.result)

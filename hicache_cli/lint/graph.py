@@ -87,17 +87,42 @@ class Origin:
 
 
 @dataclass(frozen=True, slots=True)
+class Site:
+    """Where a call is written: its module, span and function, the callee as written, whether its
+    value is thrown away, and `group=` as written (HC004: a later Work on the same group)."""
+
+    mid: int
+    span: Span
+    function: str
+    text: str
+    dropped: bool = False
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Args:
+    """What a call is given: positional arguments, keywords, and the receiver of a method."""
+
+    positional: tuple[Nodes, ...] = ()
+    keywords: tuple[tuple[str | None, Nodes], ...] = ()
+    receiver: Nodes = NOTHING
+
+    @property
+    def given(self) -> Nodes:
+        return frozenset().union(*self.positional, *(values for _, values in self.keywords))
+
+    def touches(self, hot: bytearray) -> bool:
+        nodes = [*self.receiver, *(n for v in self.positional for n in v), *(n for _, v in self.keywords for n in v)]
+        return any(n < len(hot) and hot[n] for n in nodes)
+
+
+@dataclass(frozen=True, slots=True)
 class CallSite:
     """A call of a function of the program: its result node gets the callee's return value."""
 
     node: int
-    callee: str  # as written, for messages
     callee_return: int  # the callee's RETURN node
-    mid: int
-    span: Span
-    function: str
-    dropped: bool
-    group: str | None = None  # `group=` as written
+    site: Site
 
 
 @dataclass(slots=True)
@@ -115,19 +140,12 @@ class FieldAccess:
 @dataclass(slots=True)
 class MethodCall:
     """`x.m(...)` where x is a value: dispatched to `m` of each class whose instances x may hold;
-    when none is known, a call of code the program cannot see (or of this module's methods so named)."""
+    when none is known, a call of code the program cannot see."""
 
-    mid: int
-    function: str
-    span: Span
+    site: Site  # text: the receiver as written
     name: str
-    text: str  # the receiver as written
-    receiver: tuple[int, ...]
-    positional: tuple[frozenset[int], ...]
-    keywords: tuple[tuple[str | None, frozenset[int]], ...]
+    args: Args
     result: int
-    dropped: bool
-    group: str | None = None  # `group=` as written
     special: bool = False  # a name whose meaning was applied where it was written (wait, append, ...)
     fact: Fact | None = None  # the wait or poll it was taken to be, where it was written
     classes: set[object] = field(default_factory=set)

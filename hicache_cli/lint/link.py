@@ -7,7 +7,7 @@ origin), or code outside the program."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from dataclasses import replace
 
 from hicache_cli.lint.apis import (
     COLLECTIVES,
@@ -28,6 +28,7 @@ from hicache_cli.lint.graph import (
     INSTANCE,
     NOTHING,
     ORIGIN,
+    Args,
     Fact,
     Graph,
     Nodes,
@@ -218,7 +219,7 @@ class Linker:
 
     def _link(self, call: PendingCall, target: Symbol | None) -> None:
         g = self.g
-        given = frozenset().union(*call.positional, *(v for _, v in call.keywords))
+        given = call.args.given
         if (
             isinstance(target, FunctionRef)
             and target.info.qualname.endswith(".__init__")
@@ -227,22 +228,7 @@ class Linker:
             cls = self.symbol(call.symbol)
             target = cls if isinstance(cls, ClassRef) else None
         if isinstance(target, FunctionRef):
-            link_call(
-                g,
-                target.mid,
-                target.info,
-                call.positional,
-                call.keywords,
-                call.mid,
-                call.span,
-                call.function,
-                call.dropped,
-                call.text,
-                call.symbol[0] == "method",
-                result=call.result,
-                receiver=call.receiver,
-                group=call.group,
-            )
+            link_call(g, target.mid, target.info, call.args, call.site, call.symbol[0] == "method", call.result)
         elif isinstance(target, ClassRef):
             self._construct(call, target)
         elif isinstance(target, External):
@@ -259,34 +245,21 @@ class Linker:
         info = self.program.class_info(cls)
         init = self.program.method(cls, "__init__")
         if init is not None:
-            link_call(
-                g,
-                init.mid,
-                init.info,
-                call.positional,
-                call.keywords,
-                call.mid,
-                call.span,
-                call.function,
-                False,
-                call.text,
-                True,
-                receiver=token,
-            )
+            args = Args(call.args.positional, call.args.keywords, token)
+            link_call(g, init.mid, init.info, args, replace(call.site, dropped=False), True)
         elif info is not None and info.record:
-            for i, values in enumerate(call.positional[: len(info.fields)]):
+            for i, values in enumerate(call.args.positional[: len(info.fields)]):
                 self._field(call, cls, info.fields[i], values)
-            for key, values in call.keywords:
+            for key, values in call.args.keywords:
                 if key is not None:
                     self._field(call, cls, key, values)
         if info is not None and info.tuple_like:
-            for values in [*call.positional, *(v for _, v in call.keywords)]:
-                g.link(values, call.result)
+            g.link(call.args.given, call.result)
 
     def _field(self, call: PendingCall, cls: ClassRef, name: str, values: Nodes) -> None:
         node = self.g.node((ATTR, cls, name))
         self.g.link(values, node)
-        self.g.note_store(node, Fact(call.mid, call.span.line, call.span.col, f"{cls.name}.{name}", call.function))
+        self.g.note_store(node, _fact(call, f"{cls.name}.{name}"))
 
     def _external(self, call: PendingCall, qualified: str, given: Nodes) -> None:
         """A call that resolved outside the program: torch.distributed's API (an origin), a wait,
@@ -301,24 +274,16 @@ class Linker:
             api = None
         if api is not None:
             node = g.node((ORIGIN, len(g.origins)))
+            site = call.site
             g.origins.append(
-                Origin(
-                    node,
-                    api,
-                    call.mid,
-                    call.span,
-                    call.function,
-                    call.tensor,
-                    call.dropped,
-                    condition=condition,
-                    group=call.group,
-                )
-            )
+                Origin(node, api, site.mid, site.span, site.function, call.tensor, site.dropped, None, condition,
+                       site.group)
+            )  # fmt: skip
             g.link([node], call.result)
             return
         last = qualified.rsplit(".", 1)[-1]
         if last in WAIT_FUNCTIONS:
-            fact = Fact(call.mid, call.span.line, call.span.col, qualified, call.function)
+            fact = _fact(call, qualified)
             for n in given:
                 g.waits.setdefault(n, fact)
         elif qualified in PASS_THROUGH_QUALIFIED:
@@ -330,34 +295,36 @@ class Linker:
     def _unknown(self, call: PendingCall, given: Nodes) -> None:
         name = _last_name(call.symbol)
         g = self.g
+        receiver = call.args.receiver
         if name == "wait":
-            fact = Fact(call.mid, call.span.line, call.span.col, call.text, call.function)
-            for n in call.receiver:
+            fact = _fact(call, call.site.text)
+            for n in receiver:
                 g.waits.setdefault(n, fact)
             return
         if name in STORE_METHODS:
-            fact = Fact(call.mid, call.span.line, call.span.col, call.text.rsplit(".", 1)[0], call.function)
-            for target in call.receiver:
+            fact = _fact(call, call.site.text.rsplit(".", 1)[0])
+            for target in receiver:
                 g.link(given, target)
                 g.note_store(target, fact)
             return
         if name in READ_METHODS:
-            g.link(call.receiver, call.result)
+            g.link(receiver, call.result)
             return
         if name in INERT_CALLS:
             return
-        g.escape(given, f"passed to {call.text}()")
-        g.link(call.receiver | g.unknown(), call.result)
+        g.escape(given, f"passed to {call.site.text}()")
+        g.link(receiver | g.unknown(), call.result)
 
 
 def _touches(call: PendingCall, relevant: bytearray) -> bool:
-    def hot(nodes: Iterable[int]) -> bool:
-        return any(0 <= n < len(relevant) and relevant[n] for n in nodes)
+    # what it is given may hold a Work; `async_op=` or a Work API's name (behind a re-export)
+    # may make it one
+    return call.args.touches(relevant) or call.async_op is not None or _last_name(call.symbol) in P2P_METHODS
 
-    if any(hot(v) for v in call.positional) or any(hot(v) for _, v in call.keywords) or hot(call.receiver):
-        return True
-    # `async_op=` or a Work API's name (behind a re-export) may make it a Work
-    return call.async_op is not None or _last_name(call.symbol) in P2P_METHODS
+
+def _fact(call: PendingCall, text: str) -> Fact:
+    site = call.site
+    return Fact(site.mid, site.span.line, site.span.col, text, site.function)
 
 
 def _last_name(symbol: tuple) -> str:

@@ -87,20 +87,8 @@ class Condensed:
         return back
 
     def backward(self, seeds: Iterable[int], back: dict[int, list[int]]) -> bytearray:
-        seen = bytearray(self.size)
-        todo = deque()
-        for s in seeds:
-            c = self.canon[s]
-            if not seen[c]:
-                seen[c] = 1
-                todo.append(c)
-        while todo:
-            n = todo.popleft()
-            for m in back.get(n, ()):
-                if not seen[m]:
-                    seen[m] = 1
-                    todo.append(m)
-        return seen
+        """What can reach a seed: forward over the reversed edges (`reverse`)."""
+        return self.forward(seeds, (back,))
 
     def forward_labels(
         self, sources: dict[int, object], tables: tuple[dict[int, list[int]], ...], limit: int, many: object
@@ -255,16 +243,10 @@ def call_origins(c: Condensed, reached: bytearray, behind: dict[int, Origin]) ->
     return out
 
 
-def _call_origin(site: CallSite, inner: Origin, node: int) -> Origin:
+def _call_origin(call: CallSite, inner: Origin, node: int) -> Origin:
+    site = call.site
     return Origin(
-        node,
-        f"{site.callee}()",
-        site.mid,
-        site.span,
-        site.function,
-        dropped=site.dropped,
-        group=site.group,
-        inner=inner,
+        node, f"{site.text}()", site.mid, site.span, site.function, dropped=site.dropped, group=site.group, inner=inner
     )
 
 
