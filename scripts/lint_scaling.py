@@ -3,9 +3,11 @@
     .venv/bin/python scripts/lint_scaling.py                 # 1, 2, 5, 10, 20 MB, both kinds
     .venv/bin/python scripts/lint_scaling.py --sizes 1 2 4 --kinds isend
 
-Two kinds of generated file: `isend` (a class whose methods each append an `isend` Work to
-`self.works`, reaped by `is_completed()`: ~70 bytes a site, so HC001 fires at every site) and
-`plain` (module-level assignments, no trigger word: linted only because it is named). Each
+Three kinds of generated file: `isend` (a class whose methods each append an `isend` Work to
+`self.works`, reaped by `is_completed()`: ~70 bytes a site, so HC001 fires at every site),
+`dropped` (one function of isends whose Works are dropped and whose tensors are then changed:
+HC003 at every site) and `plain` (module-level assignments, no trigger word: linted only
+because it is named). Each
 size is measured twice, each time in a fresh interpreter: `ast.parse` alone, then the whole
 `lint()` (read, parse, analyse, rules). Peak memory is the process's maximum resident set
 (`ru_maxrss`), so "ours" is the lint's peak less the parse's peak in the same run. Ratios
@@ -62,6 +64,19 @@ def isend_file(megabytes: float) -> tuple[str, int]:
     return "".join(parts), sites
 
 
+def dropped_file(megabytes: float) -> tuple[str, int]:
+    """One function of isends whose Works are thrown away, each tensor changed after its send
+    (HC003 at every site): the shape that made every dropped isend walk the whole function."""
+    parts = ["import torch.distributed as dist\n\n\ndef pump(tensors):\n"]
+    size, sites = len(parts[0]), 0
+    while size < megabytes * 1e6:
+        chunk = f"    dist.isend(tensors[{sites % 97}], dst=1, tag={sites})\n    tensors[{sites % 97}].add_(1)\n"
+        parts.append(chunk)
+        size += len(chunk)
+        sites += 1
+    return "".join(parts), sites
+
+
 def plain_file(megabytes: float) -> tuple[str, int]:
     """Module-level assignments: (source, statements)."""
     lines, size, n = [], 0, 0
@@ -73,7 +88,7 @@ def plain_file(megabytes: float) -> tuple[str, int]:
     return "".join(lines), n
 
 
-KINDS = {"isend": isend_file, "plain": plain_file}
+KINDS = {"isend": isend_file, "dropped": dropped_file, "plain": plain_file}
 
 
 def measure(path: Path, mode: str, repo: Path, timeout: float) -> dict[str, float]:

@@ -299,7 +299,8 @@ class Calls:
         tensor = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "tensor"), None)
         index = len(self.g.origins)
         node = self.n((ORIGIN, index))
-        text = ast.unparse(tensor) if isinstance(tensor, ast.Name | ast.Attribute) else None
+        # the tensor as written: only a dropped Work's messages name it (HC003, HC004)
+        text = ast.unparse(tensor) if dropped and isinstance(tensor, ast.Name | ast.Attribute) else None
         origin = Origin(
             node,
             api,

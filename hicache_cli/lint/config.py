@@ -4,6 +4,7 @@ that defines them."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,20 +27,30 @@ class LintConfig:
     wrappers: tuple[str, ...] = DEFAULT_WRAPPERS
 
     def canonical(self, qualname: str) -> str:
-        """`torch.distributed.distributed_c10d.isend` and `deepspeed.comm.isend` (or any module
-        below a wrapper: `deepspeed.comm.comm.isend`) -> `torch.distributed.isend`."""
-        for prefix in DIST_MODULES:
-            if qualname.startswith(prefix + "."):
-                return DIST + qualname[len(prefix) :]
-        for wrapper in self.wrappers:
-            if qualname == wrapper:
-                return DIST
-            if qualname.startswith(wrapper + "."):
-                return DIST + "." + qualname.rsplit(".", 1)[1]
-        return qualname
+        return _canonical(self.wrappers, qualname)
 
     def is_wrapper(self, dotted: str) -> bool:
-        return any(dotted == w or dotted.startswith(w + ".") for w in self.wrappers)
+        return _is_wrapper(self.wrappers, dotted)
+
+
+@functools.lru_cache(maxsize=65536)
+def _canonical(wrappers: tuple[str, ...], qualname: str) -> str:
+    """`torch.distributed.distributed_c10d.isend` and `deepspeed.comm.isend` (or any module
+    below a wrapper: `deepspeed.comm.comm.isend`) -> `torch.distributed.isend`."""
+    for prefix in DIST_MODULES:
+        if qualname.startswith(prefix + "."):
+            return DIST + qualname[len(prefix) :]
+    for wrapper in wrappers:
+        if qualname == wrapper:
+            return DIST
+        if qualname.startswith(wrapper + "."):
+            return DIST + "." + qualname.rsplit(".", 1)[1]
+    return qualname
+
+
+@functools.lru_cache(maxsize=65536)
+def _is_wrapper(wrappers: tuple[str, ...], dotted: str) -> bool:
+    return any(dotted == w or dotted.startswith(w + ".") for w in wrappers)
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], str | None]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from hicache_cli.lint.suppress import Suppressions
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Related:
     """Another place a finding names: where its Work is kept, where it is only polled."""
 
@@ -18,7 +18,7 @@ class Related:
     message: str  # what happens there: "kept in self.work_list", "polled with is_completed()"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Finding:
     """One rule's finding. `line`/`column` is where it points (the Work's creation, for HC001),
     `end_line`/`end_column` the end of that call or statement; `related` the other places it

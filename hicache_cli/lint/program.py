@@ -70,6 +70,7 @@ class Program:
     by_suffix: dict[str, int | None] = field(default_factory=dict)  # None: more than one module
     infos: dict[int, ModuleInfo] = field(default_factory=dict)
     _parents: dict[ClassRef, list[ClassRef]] = field(default_factory=dict)
+    _internal: dict[str, bool] = field(default_factory=dict)
     _children: dict[ClassRef, list[ClassRef]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -107,11 +108,16 @@ class Program:
         return canonical == DIST or (canonical.startswith(DIST + ".") and canonical.rsplit(".", 1)[1] in DIST_API)
 
     def is_internal(self, dotted: str) -> bool:
-        """Whether a dotted name may lead into the program (so it is resolved later, not now)."""
-        if self.is_api(dotted):
-            return False
-        parts = dotted.split(".")
-        return any(self.module(".".join(parts[:i])) is not None for i in range(len(parts), 0, -1))
+        """Whether a dotted name may lead into the program (so it is resolved later, not now).
+        Asked once per name: a module calls `dist.isend` thousands of times."""
+        found = self._internal.get(dotted)
+        if found is None:
+            parts = dotted.split(".")
+            found = not self.is_api(dotted) and any(
+                self.module(".".join(parts[:i])) is not None for i in range(len(parts), 0, -1)
+            )
+            self._internal[dotted] = found
+        return found
 
     # --- names ----------------------------------------------------------------------------------
 
