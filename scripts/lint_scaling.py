@@ -67,10 +67,10 @@ def isend_file(megabytes: float) -> tuple[str, int]:
 def dropped_file(megabytes: float) -> tuple[str, int]:
     """One function of isends whose Works are thrown away, each tensor changed after its send
     (HC003 at every site): the shape that made every dropped isend walk the whole function."""
-    parts = ["import torch.distributed as dist\n\n\ndef pump(tensors):\n"]
+    parts = ["import torch.distributed as dist\n\n\ndef pump(t):\n"]
     size, sites = len(parts[0]), 0
     while size < megabytes * 1e6:
-        chunk = f"    dist.isend(tensors[{sites % 97}], dst=1, tag={sites})\n    tensors[{sites % 97}].add_(1)\n"
+        chunk = f"    dist.isend(t, dst=1, tag={sites})\n    t.add_({sites % 97})\n"
         parts.append(chunk)
         size += len(chunk)
         sites += 1
