@@ -5,6 +5,7 @@ calls into other modules, left for the program to resolve (linking)."""
 from __future__ import annotations
 
 import ast
+import bisect
 
 from hicache_cli.lint.calls import Calls, PendingCall
 from hicache_cli.lint.graph import (
@@ -436,12 +437,20 @@ class ModuleWalker(Calls):
 
     def _mutations_done(self) -> None:
         """At the end of a function: each dropped isend's first later in-place change of its
-        tensor with no rebinding of the name in between."""
+        tensor with no rebinding of the name in between (binary searches: a function of many
+        dropped isends stays linear-logarithmic)."""
+        for text in {text for _, text, _ in self.sent}:
+            self.changed.get(text, []).sort()
+            self.rebound.get(text, []).sort()
         for index, text, end in self.sent:
-            rebinds = [r for r in self.rebound.get(text, []) if r > end]
-            later = [ln for ln in self.changed.get(text, []) if ln > end and not any(end < r < ln for r in rebinds)]
-            if later:
-                self.g.origins[index].mutated = min(later)
+            changes, rebinds = self.changed.get(text, []), self.rebound.get(text, [])
+            at = bisect.bisect_right(changes, end)
+            if at == len(changes):
+                continue
+            first = changes[at]
+            rebind = bisect.bisect_right(rebinds, end)
+            if rebind == len(rebinds) or rebinds[rebind] >= first:
+                self.g.origins[index].mutated = first
 
 
 def _mentions(value: ast.expr, target: ast.Name | ast.Attribute) -> bool:
