@@ -3,8 +3,9 @@
     .venv/bin/python scripts/lint_scaling.py                 # 1, 2, 5, 10, 20 MB, both kinds
     .venv/bin/python scripts/lint_scaling.py --sizes 1 2 4 --kinds isend
 
-Three kinds of generated file: `isend` (a class whose methods each append an `isend` Work to
-`self.works`, reaped by `is_completed()`: ~70 bytes a site, so HC001 fires at every site),
+Three kinds of generated file: `isend` (a class whose methods each append 500 `isend` Works to
+`self.works` and poll the newest, reaped by `is_completed()`: ~70 bytes a site, HC001 at every
+site, and every Work can reach every method's `newest`: a search per Work is quadratic),
 `dropped` (one function of isends whose Works are dropped and whose tensors are then changed:
 HC003 at every site) and `plain` (module-level assignments, no trigger word: linted only
 because it is named). Each
@@ -57,6 +58,7 @@ def isend_file(megabytes: float) -> tuple[str, int]:
         for _ in range(SITES_PER_METHOD):
             lines.append(f"        self.works.append(dist.isend(t, dst={sites % 7}, tag={sites}))\n")
             sites += 1
+        lines.append("        newest = self.works[-1]\n        return newest.is_completed()\n")
         chunk = "".join(lines)
         parts.append(chunk)
         size += len(chunk)
