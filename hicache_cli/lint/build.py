@@ -5,9 +5,10 @@ calls into other modules, left for the program to resolve (linking)."""
 from __future__ import annotations
 
 import ast
-import bisect
 
 from hicache_cli.lint.calls import Calls, PendingCall
+from hicache_cli.lint.drains import Drains
+from hicache_cli.lint.exprs import Expressions
 from hicache_cli.lint.graph import (
     CALL,
     GLOBAL,
@@ -16,20 +17,20 @@ from hicache_cli.lint.graph import (
     RETURN,
     TRUE,
     UNKNOWN,
-    Drain,
     Fact,
     Graph,
     Nodes,
-    Span,
 )
 from hicache_cli.lint.modules import FunctionInfo, ModuleInfo, class_info
+from hicache_cli.lint.mutations import Mutations
+from hicache_cli.lint.naming import Naming
 from hicache_cli.lint.program import ClassRef, Program
-from hicache_cli.lint.scopes import Loop, Scope, annotation_class, own_nodes
+from hicache_cli.lint.scopes import Loop, Scope, annotation_class
 
 MODULE = "<module>"
 
 
-class ModuleWalker(Calls):
+class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
     """One walk over a module: scopes as it enters them, facts and edges as it meets them."""
 
     def __init__(self, program: Program, graph: Graph, mid: int, info: ModuleInfo, pending: list[PendingCall]) -> None:
@@ -366,92 +367,6 @@ class ModuleWalker(Calls):
 
     # --- drains (HC002): every Work of a container waited in turn ------------------------------
 
-    def drain(self, call: ast.Call, items: Nodes, container: ast.expr) -> None:
-        timeout = bool(call.args or call.keywords)
-        self.g.drains.append(
-            Drain(
-                self.mid,
-                Span.of(call),
-                tuple(items),
-                ast.unparse(container),
-                self.scope.qualname,
-                timeout,
-                self.finally_depth > 0,
-            )
-        )
-
-    def for_drains(self, node: ast.For | ast.AsyncFor, items: Nodes) -> None:
-        """`for w in X: w.wait()`, `for i, w in enumerate(X)`, `for t, w in pairs`, and
-        `for i in range(len(X)): X[i].wait()`."""
-        names = {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
-        container = node.iter
-        by_index = _range_len(node.iter)
-        if by_index is not None and isinstance(node.target, ast.Name):
-            container, names = by_index, set()
-            index = node.target.id
-        for call in own_nodes(node.body):
-            receiver = _wait_receiver(call)
-            if receiver is None:
-                continue
-            if isinstance(receiver, ast.Name) and receiver.id in names:
-                self.drain(call, items, _unwrapped(container))  # type: ignore[arg-type]
-            elif (
-                by_index is not None
-                and isinstance(receiver, ast.Subscript)
-                and isinstance(receiver.slice, ast.Name)
-                and receiver.slice.id == index
-                and ast.unparse(receiver.value) == ast.unparse(by_index)
-            ):
-                self.drain(call, self.ev(by_index), by_index)  # type: ignore[arg-type]
-
-    def while_drains(self, node: ast.While) -> None:
-        """`while X: X.pop().wait()` (or popleft), also through a name: `w = X.pop(0); w.wait()`."""
-        popped: dict[str, ast.expr] = {}
-        for stmt in own_nodes(node.body):
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                if (container := _popped_from(stmt.value)) is not None:
-                    popped[stmt.targets[0].id] = container
-        for call in own_nodes(node.body):
-            receiver = _wait_receiver(call)
-            container = _popped_from(receiver) if receiver is not None else None
-            if container is None and isinstance(receiver, ast.Name):
-                container = popped.get(receiver.id)
-            if container is not None:
-                self.drain(call, self.ev(container), container)  # type: ignore[arg-type]
-
-    # --- HC003: a tensor changed in place after a dropped isend --------------------------------
-
-    def _changed(self, target: ast.expr, line: int) -> None:
-        if not self.sent:
-            return  # no dropped isend before it in this function: nothing to order
-        text = _tensor_text(target.value if isinstance(target, ast.Subscript) else target)
-        if text is not None:
-            self.changed.setdefault(text, []).append(line)
-
-    def _rebound(self, target: ast.expr, value: ast.expr) -> None:
-        if not self.sent:
-            return
-        text = _tensor_text(target)
-        if text is not None:
-            self.rebound.setdefault(text, []).append(value.lineno)
-
-    def _mutations_done(self) -> None:
-        """At the end of a function: each dropped isend's first later in-place change of its
-        tensor with no rebinding of the name in between (binary searches: a function of many
-        dropped isends stays linear-logarithmic)."""
-        for text in {text for _, text, _ in self.sent}:
-            self.changed.get(text, []).sort()
-            self.rebound.get(text, []).sort()
-        for index, text, end in self.sent:
-            changes, rebinds = self.changed.get(text, []), self.rebound.get(text, [])
-            at = bisect.bisect_right(changes, end)
-            if at == len(changes):
-                continue
-            first = changes[at]
-            rebind = bisect.bisect_right(rebinds, end)
-            if rebind == len(rebinds) or rebinds[rebind] >= first:
-                self.g.origins[index].mutated = first
-
 
 def _mentions(value: ast.expr, target: ast.Name | ast.Attribute) -> bool:
     """Whether `value` reads what `target` names (`self.works` in `[w for w in self.works if ...]`)."""
@@ -468,48 +383,6 @@ def _mentions(value: ast.expr, target: ast.Name | ast.Attribute) -> bool:
 
 def _is_classmethod(fn: ast.AST) -> bool:
     return any(isinstance(d, ast.Name) and d.id == "classmethod" for d in getattr(fn, "decorator_list", []))
-
-
-def _popped_from(expr: ast.AST) -> ast.expr | None:
-    """`X.pop(...)` / `X.popleft()` -> X."""
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("pop", "popleft"):
-        return expr.func.value
-    return None
-
-
-def _wait_receiver(node: ast.AST) -> ast.expr | None:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "wait":
-        return node.func.value
-    return None
-
-
-def _range_len(expr: ast.expr) -> ast.expr | None:
-    """`range(len(X))` -> X."""
-    if (
-        isinstance(expr, ast.Call)
-        and isinstance(expr.func, ast.Name)
-        and expr.func.id == "range"
-        and len(expr.args) == 1
-        and isinstance(expr.args[0], ast.Call)
-        and isinstance(expr.args[0].func, ast.Name)
-        and expr.args[0].func.id == "len"
-        and len(expr.args[0].args) == 1
-    ):
-        return expr.args[0].args[0]
-    return None
-
-
-def _unwrapped(expr: ast.expr) -> ast.expr:
-    """`enumerate(X)`, `list(X)`, `reversed(X)` -> X, for the drain's text."""
-    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.args:
-        if expr.func.id not in ("enumerate", "list", "tuple", "reversed", "sorted", "iter"):
-            break
-        expr = expr.args[0]
-    return expr
-
-
-def _tensor_text(expr: ast.expr) -> str | None:
-    return ast.unparse(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
 
 
 __all__ = ["MODULE", "ModuleWalker", "TRUE"]

@@ -22,18 +22,14 @@ from hicache_cli.lint.config import DIST
 from hicache_cli.lint.graph import (
     ATTR,
     CALL,
-    FIELD,
-    GLOBAL,
     INSTANCE,
     LOCAL,
     NOTHING,
     ORIGIN,
     RETURN,
-    TRUE,
     Args,
     CallSite,
     Fact,
-    FieldAccess,
     Graph,
     MethodCall,
     Nodes,
@@ -41,7 +37,7 @@ from hicache_cli.lint.graph import (
     Site,
     Span,
 )
-from hicache_cli.lint.modules import FunctionInfo, dotted
+from hicache_cli.lint.modules import FunctionInfo
 from hicache_cli.lint.program import ClassRef
 
 if TYPE_CHECKING:
@@ -67,226 +63,8 @@ class PendingCall:
 
 
 class Calls:
-    """Mixed into ModuleWalker: expression evaluation and call handling."""
-
-    # --- names --------------------------------------------------------------------------------
-
-    def name_key(self: ModuleWalker, name: str) -> tuple:
-        key = self.scope.node_for(name)
-        if key[0] == GLOBAL and self.scope.kind != "class":
-            imported = self.scope.lookup_import(name) or self.info.imports.get(name)
-            if imported is not None and self.program.is_internal(imported):
-                return (GLOBAL, -1, imported)  # another module's name: one place once resolved
-        return key
-
-    def symbol(self: ModuleWalker, expr: ast.expr) -> tuple | None:
-        """What a callee written as a name or a dotted path is (None: a value, called)."""
-        if isinstance(expr, ast.Name):
-            return self._name_symbol(expr.id)
-        if not isinstance(expr, ast.Attribute):
-            return None
-        parts: list[str] = []
-        root: ast.expr = expr
-        while isinstance(root, ast.Attribute):
-            parts.append(root.attr)
-            root = root.value
-        if not isinstance(root, ast.Name):
-            return None
-        parts.reverse()
-        base = self._name_symbol(root.id)
-        if base is None:
-            return None
-        kind = base[0]
-        if kind == "ext":
-            return ("ext", self.program.config.canonical(".".join([base[1], *parts])))
-        if kind == "dotted":
-            return ("dotted", ".".join([base[1], *parts]))
-        if kind == "in":
-            return ("in", base[1], (*base[2], *parts))
-        if kind == "own_class" and len(parts) == 1:
-            method = self.program.method(base[1], parts[0])
-            if method is not None and method.mid == self.mid:
-                return ("own_method", method.info)
-            return ("method", base[1], parts[0])
-        return None
-
-    def _name_symbol(self: ModuleWalker, name: str) -> tuple | None:
-        scope = self.scope
-        if scope.function(name) is not None:
-            return ("closure", name)
-        imported = scope.lookup_import(name)
-        if imported is None:
-            if scope.is_local(name):
-                return None
-            info = self.info
-            if name in info.functions:
-                return ("own_func", info.functions[name])
-            if name in info.classes:
-                return ("own_class", ClassRef(self.mid, name))
-            imported = info.imports.get(name) or info.aliases.get(name)
-            if imported is None:
-                if name in info.names or name in scope.locals:
-                    return None
-                if any(self.program.is_internal(star) for star in info.stars):
-                    return ("in", self.mid, (name,))
-                for star in info.stars:
-                    if self.program.config.canonical(star) == DIST or star.startswith(DIST_PREFIX):
-                        return ("ext", f"{DIST}.{name}")
-                return ("builtin", name)
-        if self.program.is_internal(imported):
-            return ("dotted", imported)
-        return ("ext", self.program.config.canonical(imported))
-
-    def class_key(self: ModuleWalker, expr: ast.expr) -> tuple | ClassRef | None:
-        """The class a constructor call or an annotation names, as far as this module can tell."""
-        symbol = self.symbol(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
-        if symbol is None:
-            return None
-        if symbol[0] == "own_class":
-            return symbol[1]
-        if symbol[0] in ("dotted", "in"):
-            return ("sym", symbol)
-        return None
-
-    def api_named(self: ModuleWalker, expr: ast.expr) -> str | None:
-        """`dist.isend` (under any import) -> `isend`; None for anything not torch.distributed's."""
-        symbol = self.symbol(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
-        if symbol is not None and symbol[0] == "ext" and symbol[1].startswith(DIST_PREFIX):
-            return symbol[1][len(DIST_PREFIX) :]
-        return None
-
-    def attr_key(self: ModuleWalker, receiver: ast.expr, attr: str) -> tuple | None:
-        """The place `receiver.attr` is when this module can tell: per class hierarchy when the
-        receiver's class is known (self, a class, a local made by a constructor or annotated), per
-        module for a module. None for a value of a class not known here (a field access)."""
-        scope = self.scope
-        if isinstance(receiver, ast.Name):
-            owner = scope.self_scope(receiver.id)
-            if owner is not None and owner.cls is not None:
-                return (ATTR, owner.cls, attr)
-            if scope.is_local(receiver.id):
-                typed = scope.type_of(receiver.id)
-                return (ATTR, typed, attr) if typed is not None else None
-            symbol = self._name_symbol(receiver.id)
-            if symbol is not None:
-                if symbol[0] == "own_class":
-                    return (ATTR, symbol[1], attr)
-                if symbol[0] in ("dotted", "in"):
-                    return (ATTR, ("sym", symbol), attr)  # a class or a module elsewhere: linked later
-        elif isinstance(receiver, ast.Attribute) and dotted(receiver) is not None:
-            symbol = self.symbol(receiver)
-            if symbol is not None and symbol[0] in ("dotted", "in"):
-                return (ATTR, ("sym", symbol), attr)
-        return None
-
-    def attr_node(self: ModuleWalker, node: ast.Attribute) -> int:
-        """The node of `x.a`: its place, or a field access the solver resolves by x's classes."""
-        key = self.attr_key(node.value, node.attr)
-        if key is not None:
-            return self.n(key)
-        access = self.n((FIELD, len(self.g.fields)))
-        self.g.fields.append(FieldAccess(access, tuple(self.ev(node.value)), node.attr))
-        return access
-
-    def _is_value(self: ModuleWalker, expr: ast.expr) -> bool:
-        """Whether an expression is a value (a local, an object) rather than a class or module path."""
-        root = expr
-        while isinstance(root, ast.Attribute):
-            root = root.value
-        return not isinstance(root, ast.Name) or self._name_symbol(root.id) is None
-
-    def is_self(self: ModuleWalker, expr: ast.expr) -> bool:
-        return self.scope.is_self(expr)
-
-    # --- expressions --------------------------------------------------------------------------
-
-    def ev(self: ModuleWalker, node: ast.expr | None) -> Nodes:
-        """What the expression's value may hold: the nodes it reads from, or the origin it creates."""
-        if node is None:
-            return NOTHING
-        if isinstance(node, ast.Constant):
-            return frozenset({self.n((TRUE,))}) if node.value is True else NOTHING
-        if isinstance(node, ast.Name):
-            return frozenset({self.n(self.name_key(node.id))})
-        if isinstance(node, ast.Attribute):
-            if node.attr == "wait" and isinstance(node.ctx, ast.Load):
-                # `x.wait` handed on as a callable (`instrument(self.handle.wait)()`, a callback):
-                # it will be called, so x counts as waited.
-                self.wait_on(self.ev(node.value), node, ast.unparse(node.value))
-            return frozenset({self.attr_node(node)})
-        if isinstance(node, ast.Subscript):
-            self.ev(node.slice)
-            return self.ev(node.value)
-        if isinstance(node, ast.Call):
-            return self.call(node)
-        if isinstance(node, ast.IfExp):
-            self.ev(node.test)
-            return self.ev(node.body) | self.ev(node.orelse)
-        if isinstance(node, ast.BinOp):  # `works_a + works_b`; long chains are flattened, not recursed
-            parts, todo = [], [node]
-            while todo:
-                part = todo.pop()
-                if isinstance(part, ast.BinOp):
-                    todo += [part.right, part.left]
-                else:
-                    parts.append(part)
-            return frozenset().union(*(self.ev(p) for p in parts))
-        if isinstance(node, ast.BoolOp | ast.List | ast.Tuple | ast.Set):
-            parts = node.values if isinstance(node, ast.BoolOp) else node.elts
-            return frozenset().union(*(self.ev(p) for p in parts))
-        if isinstance(node, ast.Dict):
-            for key in node.keys:
-                self.ev(key)
-            return frozenset().union(*(self.ev(v) for v in node.values))
-        if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
-            return self.comprehension(node)
-        if isinstance(node, ast.NamedExpr):
-            values = self.ev(node.value)
-            self.bind(node.target, values, node)
-            return values
-        if isinstance(node, ast.Starred | ast.Await):
-            return self.ev(node.value)
-        if isinstance(node, ast.Yield | ast.YieldFrom):
-            self.g.escape(self.ev(node.value), "yielded")
-            return NOTHING
-        if isinstance(node, ast.Lambda):
-            return self.lambda_value(node, NOTHING)
-        for child in ast.iter_child_nodes(node):  # compare, unary, f-strings, slices: read, keep nothing
-            if isinstance(child, ast.expr):
-                self.ev(child)
-        return NOTHING
-
-    def lambda_value(self: ModuleWalker, node: ast.Lambda, feed: Nodes) -> Nodes:
-        """A lambda is a function: its body is walked in its own scope; `feed` goes to its first
-        parameter (`filter(lambda w: w.wait(), works)`: each element of works)."""
-        scope = self.function(node, None)
-        if node.args.args and feed:
-            self.g.link(feed, self.n((LOCAL, self.mid, scope.qualname, node.args.args[0].arg)))
-        return NOTHING
-
-    def comprehension(self: ModuleWalker, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> Nodes:
-        for gen in node.generators:
-            items = self.ev(gen.iter)
-            self.bind(gen.target, items, node)
-            for cond in gen.ifs:
-                self.ev(cond)
-        if isinstance(node, ast.DictComp):
-            self.ev(node.key)
-            return self.ev(node.value)
-        first = node.generators[0]
-        if len(node.generators) == 1:
-            names = {n.id for n in ast.walk(first.target) if isinstance(n, ast.Name)}
-            receiver = _wait_of(node.elt)
-            if receiver is not None and isinstance(receiver.func.value, ast.Name) and receiver.func.value.id in names:
-                self.drain(receiver, self.ev(first.iter), first.iter)
-        return self.ev(node.elt)
-
-    # --- calls --------------------------------------------------------------------------------
-
-    def args(self: ModuleWalker, call: ast.Call) -> tuple[list[Nodes], Keywords]:
-        positional = [self.ev(a) for a in call.args]
-        keywords = {k.arg: self.ev(k.value) for k in call.keywords}
-        return positional, keywords
+    """Mixed into ModuleWalker: which calls create Works, and where a call's arguments and
+    result go."""
 
     def new_origin(
         self: ModuleWalker,
@@ -623,9 +401,3 @@ def _condition(async_op: Nodes | None) -> tuple[int, ...] | None:
 def _group_text(call: ast.Call) -> str | None:
     """`group=` as written, for HC004's "a later Work on the same group"."""
     return next((ast.unparse(k.value) for k in call.keywords if k.arg == "group"), None)
-
-
-def _wait_of(expr: ast.expr) -> ast.Call | None:
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "wait":
-        return expr
-    return None
