@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 MEASURE = r"""
 import json, resource, sys, time
+import hicache_cli
+print(hicache_cli.__file__, file=sys.stderr)
 path, mode = sys.argv[1], sys.argv[2]
 started = time.perf_counter()
 if mode == "parse":
@@ -97,10 +99,10 @@ def measure(path: Path, mode: str, repo: Path, timeout: float) -> dict[str, floa
     """One measurement in a fresh interpreter importing hicache_cli from `repo`; a run past
     `timeout` is reported as such (the code before issue 30 took hours on the largest files)."""
     env = dict(os.environ, PYTHONPATH=str(repo))
-    try:
+    try:  # cwd: `python -c` puts it first on sys.path, before any installed (or editable) hicache
         done = subprocess.run(
             [sys.executable, "-c", MEASURE, str(path), mode],
-            capture_output=True, text=True, check=True, timeout=timeout, env=env,
+            capture_output=True, text=True, check=True, timeout=timeout, env=env, cwd=repo,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         return {"seconds": float("nan"), "peak_mb": float("nan"), "findings": f"> {timeout:g} s"}
