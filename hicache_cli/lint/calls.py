@@ -119,7 +119,7 @@ class Calls:
             if name in COLLECTIVES and async_op is not None:
                 return self.new_origin(f"{name}(async_op=True)", node, statement, condition=_condition(async_op))
             self.g.escape(given, f"passed to {ast.unparse(func)}()")
-            return NOTHING
+            return self.g.unknown()  # a callback's result: code the program cannot see
         kind = symbol[0]
         if kind in ("dotted", "in") and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
             if name in STORE_METHODS | READ_METHODS | INERT_CALLS:  # `Backend.ongoing_reqs.append(r)`
