@@ -24,7 +24,7 @@ from hicache_cli.sglang_target.locate import locate_tree, parse_target
 # Directories a walk does not enter: hidden ones (.git, .venv, .tox), caches, virtualenvs.
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
 SGLANG_RUNTIME = Path("sglang") / "srt"  # what `lint sglang...` reads: SGLang's runtime
-PATHS = "paths"  # the program every path target belongs to (each SGLang spec is its own)
+FILES = "files"  # the program the files named on the command line make together
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,8 @@ class SourceFile:
     shown: str  # how findings name it
     named: bool = False  # named on the command line: parsed even if it cannot hold a finding
     root: Path | None = None  # the directory target it was found under (module names below it)
-    program: str = PATHS  # files of one program are analysed together
+    program: str = FILES  # files of one program are analysed together: a directory target, an
+    # SGLang target, or all the files named
 
 
 @dataclass
@@ -115,7 +116,7 @@ def expand(targets: Sequence[str], progress: Callable[[str], None] | None = None
             out.problems.append(InputProblem(text.replace("\0", "\\0"), "no such file or directory"))
             continue
         if present:
-            _add_path(out, path, text, here, None, seen, PATHS)
+            _add_path(out, path, text, here, None, seen, f"dir:{text}" if path.is_dir() else FILES)
         elif is_sglang_spec(text):
             _add_sglang(out, text, here, progress, seen)
         else:
