@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from hicache_cli.errors import UsageError
@@ -79,7 +81,29 @@ def lint_files(
     return result
 
 
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Python's cyclic collector walks every live object each time it runs its oldest generation:
+    with a large module's AST and graph alive (millions of objects, no reference cycles worth
+    collecting) that made the lint superlinear in a file's size (~40% of the time at 10 MB).
+    Reference counting still frees everything as usual."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _lint_program(
+    files: list[SourceFile], datas: list[bytes], result: LintResult, rules: Sequence[type[Rule]], config: LintConfig
+) -> None:
+    with _no_cyclic_gc():
+        _lint_analysed(files, datas, result, rules, config)
+
+
+def _lint_analysed(
     files: list[SourceFile], datas: list[bytes], result: LintResult, rules: Sequence[type[Rule]], config: LintConfig
 ) -> None:
     analysis = analyse(
