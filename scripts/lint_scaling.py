@@ -131,6 +131,14 @@ def main() -> None:
                 real_mb = len(source) / 1e6
                 parse = measure(path, "parse", args.repo, args.timeout)
                 whole = measure(path, "lint", args.repo, args.timeout)
+                if whole["seconds"] != whole["seconds"]:  # NaN: gave up at --timeout
+                    print(f"{kind:<6} {real_mb:>5.1f} {units:>9} | {parse['seconds']:>8.2f} {parse['peak_mb']:>9.0f} | "
+                          f"{'> ' + format(args.timeout, 'g') + ' s':>17}", flush=True)  # fmt: skip
+                    rows.append(
+                        {"kind": kind, "mb": round(real_mb, 2), "units": units, "lint_s": f"> {args.timeout:g}"}
+                    )
+                    path.unlink()
+                    continue
                 ours = max(0.0, whole["peak_mb"] - parse["peak_mb"])
                 row = {
                     "kind": kind,
