@@ -389,6 +389,12 @@ LINT_RELEASES = (
 ).split()
 
 
+LINT_PEAK = (
+    "import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
+    "stderr=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
+
+
 def _lint_cli(*args: str) -> tuple[int, str, float]:
     """`hicache lint ...` in a process of its own: (exit code, stdout, wall seconds)."""
     started = time.monotonic()
@@ -401,6 +407,21 @@ def _lint_cli(*args: str) -> tuple[int, str, float]:
         check=False,
     )
     return proc.returncode, proc.stdout, time.monotonic() - started
+
+
+def _lint_cli_peak_mb(*args: str) -> float:
+    """The peak resident set of one `hicache lint ...` process (its own, from a parent that
+    starts nothing else), in MB."""
+    cmd = [sys.executable, "-m", "hicache_cli", "lint", *args]
+    proc = subprocess.run(
+        [sys.executable, "-c", LINT_PEAK, *cmd],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(proc.stdout.strip()) / 1024
 
 
 def lint(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -438,14 +459,15 @@ def lint(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
             "findings": len(result.findings),
             "cli_wall_s": [round(w, 2) for w in walls],
             "cli_median_s": round(statistics.median(walls), 2),
+            "cli_peak_mb": round(_lint_cli_peak_mb(target, "--select", "all")),
             "library_s": round(result.seconds, 2),
             "parse_every_file_s": round(parse_all, 2),
         }
         out[name] = row
         print(
             f"{name}: {row['files']} files, {row['analysed']} analysed, {row['findings']} findings; CLI "
-            f"{row['cli_median_s']} s (median of {args.lint_runs}), library {row['library_s']} s; "
-            f"parsing every file would take {row['parse_every_file_s']} s"
+            f"{row['cli_median_s']} s (median of {args.lint_runs}), peak {row['cli_peak_mb']} MB; library "
+            f"{row['library_s']} s; parsing every file would take {row['parse_every_file_s']} s"
         )
     return out
 

@@ -4,7 +4,7 @@ keep nor wait what they are shown."""
 
 from __future__ import annotations
 
-from hicache_cli.lint.names import DIST
+from hicache_cli.lint.config import DIST
 
 P2P_APIS = {f"{DIST}.isend": "isend", f"{DIST}.irecv": "irecv", f"{DIST}.batch_isend_irecv": "batch_isend_irecv"}
 P2P_METHODS = frozenset(P2P_APIS.values())  # `group.isend(...)`-style wrappers

@@ -1,26 +1,56 @@
-"""The rules, as small classes in one registry (RULES). Each reads one module's ModuleFlow and
-returns its findings; the first line of its docstring is its one-line explanation (`--help`,
-SARIF, docs/lint.md). A rule is on by default unless it says `default = False`."""
+"""The rules, as small classes in one registry (RULES). Each reads a solved program and yields
+its findings; the first line of its docstring is its one-line explanation (`--help`, SARIF,
+docs/lint.md). A rule is on by default unless it says `default = False`."""
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hicache_cli.lint.flow import PERSISTENT, Fact, ModuleFlow, Node, Origin
-from hicache_cli.lint.scopes import own_nodes
+from hicache_cli.lint.findings import Finding, Related
+from hicache_cli.lint.graph import Fact, Origin, Span
+from hicache_cli.lint.solve import Solution, persistent, store_fact
 
 
-@dataclass(frozen=True)
-class RawFinding:
-    """A finding before it knows its file: the rule adds what, the engine adds where."""
+@dataclass
+class Context:
+    """What a rule reads: the solved program, and how its modules are named to the user."""
 
-    line: int
-    end_line: int
-    function: str
-    message: str
+    solution: Solution
+    shown: list[str]  # module id -> file as shown
+
+    def where(self, fact: Fact, mid: int, function: str | None = None) -> str:
+        """`line 12` in the same function, `line 12, C.reap` in the same file, else `comm.py:12, C.reap`."""
+        if fact.mid != mid:
+            return f"{self.shown[fact.mid]}:{fact.line}, {fact.function}"
+        return f"line {fact.line}" if fact.function == function else f"line {fact.line}, {fact.function}"
+
+    def related(self, fact: Fact, message: str) -> Related:
+        return Related(self.shown[fact.mid], fact.line, fact.col + 1, message)
+
+    def finding(
+        self,
+        rule: str,
+        mid: int,
+        span: Span,
+        function: str,
+        message: str,
+        related: tuple[Related, ...] = (),
+        level: str = "",
+    ) -> Finding:
+        return Finding(
+            self.shown[mid],
+            span.line,
+            rule,
+            function,
+            message,
+            span.end_line,
+            span.col + 1,
+            span.end_col,
+            related,
+            level,
+        )
 
 
 class Rule:
@@ -39,7 +69,7 @@ class Rule:
     def explanation(cls) -> str:
         return " ".join(line.strip() for line in (cls.__doc__ or "").strip().splitlines()[1:] if line.strip())
 
-    def check(self, flow: ModuleFlow) -> Iterator[RawFinding]:
+    def check(self, ctx: Context) -> Iterator[Finding]:
         raise NotImplementedError
 
 
@@ -55,62 +85,91 @@ def default_rules() -> list[str]:
     return [rule_id for rule_id, cls in RULES.items() if cls.default]
 
 
-def _where(fact: Fact, origin_function: str | None = None) -> str:
-    return f"line {fact.line}" if fact.function == origin_function else f"line {fact.line}, {fact.function}"
+def level_of(finding: Finding) -> str:
+    """The finding's SARIF level: its own when it was downgraded (a note), else its rule's."""
+    rule = RULES.get(finding.rule)
+    return finding.level or (rule.level if rule is not None else "error")
 
 
-def _kept_in(flow: ModuleFlow, reached: set[Node], origin: Origin) -> list[Fact]:
-    """Where an origin's Works can be kept beyond one call: attributes, module names, and local
-    lists that grow in a while loop. Of each place's stores, the one in the origin's function
-    (`self.work_list.append(send_work)` next to the isend), else the first."""
-    kept = []
-    for node in reached:
-        if node[0] in PERSISTENT and node in flow.stores:
-            facts = flow.stores[node]
-            kept.append(next((f for f in facts if f.function == origin.function), facts[0]))
-        elif node in flow.grows:
-            kept.append(flow.grows[node])
-    return sorted(kept, key=lambda f: (f.function != origin.function, f.line, f.text))
+def fails(findings: list[Finding]) -> bool:
+    """Whether findings make the exit 1: any but notes (explained, downgraded findings)."""
+    return any(level_of(f) != "note" for f in findings)
+
+
+def _polls(ctx: Context, node: int) -> list[Fact]:
+    found = ctx.solution.polls.get(ctx.solution.of(node), [])
+    return sorted((f for f in found if isinstance(f, Fact)), key=lambda f: (f.mid, f.line))
 
 
 @register
 class KeptNeverWaited(Rule):
-    """An async Work is kept in a list or attribute that nothing in the module ever waits.
+    """An async Work is kept in a list or attribute that nothing in the program ever waits.
 
     On gloo a Work is freed only once it is waited: polling `is_completed()` returns False
     until `wait()` is called, so a list of Works that is only polled grows by every Work put
     in it (SGLang 0.5.13 to 0.5.14, HiCache's PP sync: ~12 GB/h of host memory). The finding
-    points at the call that creates the Work and names where it is kept and where it is only
-    polled. Fix: `wait()` the kept Works (all of them, at the start of the next round), then
-    clear the list.
+    points at the call that creates the Work (or at the call of a function that returns Works
+    it made) and names where it is kept and where it is only polled, in any module. Fix:
+    `wait()` the kept Works (all of them, at the start of the next round), then clear the list.
     """
 
     id = "HC001"
     name = "work-kept-never-waited"
 
-    def check(self, flow: ModuleFlow) -> Iterator[RawFinding]:
-        for origin in flow.origins:
-            if origin.dropped:
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        sol = ctx.solution
+        for origin in sol.active:
+            if origin.dropped and origin.inner is None:
                 continue
-            reached = flow.reach(origin.node)
-            if any(n in flow.waits or n in flow.escapes for n in reached):
+            n = sol.of(origin.node)
+            if sol.waited[n] or sol.escaped[n]:
                 continue
-            kept = _kept_in(flow, reached, origin)
-            if not kept:
-                continue
-            places = " and ".join(f"{f.text} ({_where(f, origin.function)})" for f in kept[:2])
-            polls = sorted({f for n in reached for f in flow.polls.get(n, [])}, key=lambda f: f.line)
-            if polls:
-                how = ", ".join(_where(f, origin.function) for f in polls[:3])
-                tail = f"only polled with is_completed() ({how}), which stays False on gloo until wait() is called"
-            else:
-                tail = "nothing in this module waits it"
-            yield RawFinding(
-                origin.line,
-                origin.end_line,
-                origin.function,
-                f"{origin.what} is kept in {places} and never waited: {tail}",
-            )
+            pairs = []
+            for place in sol.keeps.get(n, []):
+                fact = store_fact(sol, place, origin)  # type: ignore[arg-type]
+                if fact is not None:
+                    cls = sol.place_class.get(place)  # type: ignore[call-overload]
+                    pairs.append((fact, sol.instance_kept(cls) if cls is not None else None))
+            if pairs:
+                yield self._finding(ctx, origin, pairs, _polls(ctx, origin.node))
+
+    def _finding(
+        self, ctx: Context, origin: Origin, pairs: list[tuple[Fact, Fact | None]], polls: list[Fact]
+    ) -> Finding:
+        def place(fact: Fact, record: Fact | None) -> str:
+            where = f"{fact.text} ({ctx.where(fact, origin.mid, origin.function)})"
+            if record is None:
+                return where
+            return f"{where}, a record kept in {record.text} ({ctx.where(record, origin.mid, origin.function)})"
+
+        places = " and ".join(place(f, r) for f, r in pairs)
+        kept = [f for f, _ in pairs]
+        if polls:
+            how = ", ".join(ctx.where(f, origin.mid, origin.function) for f in polls)
+            tail = f"only polled with is_completed() ({how}), which stays False on gloo until wait() is called"
+        else:
+            tail = "nothing in the program waits it"
+        what = origin.what
+        if origin.inner is not None:
+            inner = origin.inner
+            made = Fact(inner.mid, inner.span.line, inner.span.col, "", inner.function)
+            what = f"{what} ({inner.api} at {ctx.where(made, origin.mid, origin.function)})"
+        related = tuple(ctx.related(f, f"kept in {f.text.split(',', 1)[0]}") for f in kept)
+        related += tuple(ctx.related(r, f"the record is kept in {r.text}") for _, r in pairs if r is not None)
+        related += tuple(ctx.related(f, f"only polled: {f.text}.is_completed()") for f in polls)
+        if origin.inner is not None:
+            inner = origin.inner
+            made = Fact(inner.mid, inner.span.line, inner.span.col, "", inner.function)
+            related += (ctx.related(made, f"the Work is made here ({inner.api})"),)
+        verb = "are" if origin.inner is not None else "is"
+        return ctx.finding(
+            self.id,
+            origin.mid,
+            origin.span,
+            origin.function,
+            f"{what} {verb} kept in {places} and never waited: {tail}",
+            related,
+        )
 
 
 @register
@@ -129,62 +188,24 @@ class UnboundedDrain(Rule):
     level = "warning"
     default = False
 
-    def check(self, flow: ModuleFlow) -> Iterator[RawFinding]:
-        carriers: set[Node] = set()
-        for origin in flow.origins:
-            carriers |= {n for n in flow.reach(origin.node) if n[0] in PERSISTENT}
-        for drain in flow.drains:
-            if drain.timeout or drain.guarded or not drain.nodes & carriers:
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        sol = ctx.solution
+        kept = persistent(sol.condensed)
+        for drain in sol.graph.drains:
+            if drain.timeout or drain.guarded:
                 continue
-            yield RawFinding(
-                drain.line,
-                drain.line,
+            # an attribute or module-level name holding Works (not a local list drained where it is filled)
+            if not any(sol.carriers[sol.of(n)] and kept[sol.of(n)] and sol.of(n) not in sol.kept for n in drain.nodes):
+                continue
+            yield ctx.finding(
+                self.id,
+                drain.mid,
+                drain.span,
                 drain.function,
                 f"drain of {drain.text} calls wait() with no timeout, outside try/finally: a peer that never "
                 f"receives parks this rank until the process group's timeout, and if wait() raises, "
                 f"{drain.text} is never cleared",
             )
-
-
-def _is_expr(node: ast.AST, text: str) -> bool:
-    return isinstance(node, ast.Name | ast.Attribute | ast.Subscript) and ast.unparse(node) == text
-
-
-def _mutations(body: ast.AST, text: str) -> Iterator[int]:
-    """Lines that change the tensor written `text` in place: `t[...] = x`, `t += x`,
-    `t.copy_(x)` (a method ending in `_`), `out=t`."""
-    for node in own_nodes(body.body if hasattr(body, "body") else [body]):  # type: ignore[attr-defined]
-        if isinstance(node, ast.Assign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                if isinstance(target, ast.Subscript) and _is_expr(target.value, text):
-                    yield node.lineno
-                elif isinstance(node, ast.AugAssign) and _is_expr(target, text):
-                    yield node.lineno
-        elif isinstance(node, ast.Call):
-            func = node.func
-            if (
-                isinstance(func, ast.Attribute)
-                and func.attr.endswith("_")
-                and not func.attr.startswith("_")
-                and _is_expr(func.value, text)
-            ):
-                yield node.lineno
-            elif any(k.arg == "out" and _is_expr(k.value, text) for k in node.keywords):
-                yield node.lineno
-
-
-def _rebinds(body: ast.AST, text: str) -> list[int]:
-    lines = []
-    for node in own_nodes(body.body if hasattr(body, "body") else [body]):  # type: ignore[attr-defined]
-        if isinstance(node, ast.Assign) and any(_is_expr(t, text) for t in node.targets):
-            lines.append(node.lineno)
-    return lines
-
-
-def _tensor_text(origin: Origin) -> str | None:
-    tensor = origin.tensor
-    return ast.unparse(tensor) if isinstance(tensor, ast.Name | ast.Attribute) else None
 
 
 @register
@@ -199,24 +220,16 @@ class SentTensorMutated(Rule):
     id = "HC003"
     name = "sent-tensor-mutated"
 
-    def check(self, flow: ModuleFlow) -> Iterator[RawFinding]:
-        for origin in flow.origins:
-            text = _tensor_text(origin)
-            if origin.api != "isend" or not origin.dropped or text is None:
-                continue
-            body = flow.functions.get(origin.function)
-            if body is None:
-                continue
-            rebound = [line for line in _rebinds(body, text) if line > origin.end_line]
-            later = [line for line in _mutations(body, text) if line > origin.end_line]
-            later = [line for line in later if not any(origin.end_line < r < line for r in rebound)]
-            if later:
-                yield RawFinding(
-                    origin.line,
-                    origin.end_line,
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        for origin in ctx.solution.active:
+            if origin.api == "isend" and origin.dropped and origin.mutated:
+                yield ctx.finding(
+                    self.id,
+                    origin.mid,
+                    origin.span,
                     origin.function,
-                    f"the Work from isend is dropped and `{text}` is changed in place at line {min(later)} "
-                    "while the send may still be reading it",
+                    f"the Work from isend is dropped and `{origin.tensor}` is changed in place at line "
+                    f"{origin.mutated} while the send may still be reading it",
                 )
 
 
@@ -226,24 +239,88 @@ class ReceiveDropped(Rule):
 
     The received data lands at some unknown time after the call returns; with the Work gone
     nothing can wait for it, so every later read of the tensor races with the receive. Fix:
-    keep the Work and wait() it before reading the tensor (or use the blocking call).
+    keep the Work and wait() it before reading the tensor (or use the blocking call). When a
+    later Work on the same group is waited in the same function, the finding says so and is a
+    note: that wait orders this receive on NCCL's stream, but not on gloo.
     """
 
     id = "HC004"
     name = "receive-dropped"
 
-    def check(self, flow: ModuleFlow) -> Iterator[RawFinding]:
-        for origin in flow.origins:
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        sol = ctx.solution
+        later: dict[tuple[int, str, str], list[Origin]] = {}
+        for origin in sol.active:
+            if origin.group is not None:
+                later.setdefault((origin.mid, origin.function, origin.group), []).append(origin)
+        for origin in sol.active:
             receives = origin.api == "irecv" or (
                 origin.api.endswith("(async_op=True)") and not origin.api.startswith("barrier")
             )
-            if not receives or not origin.dropped or origin.element is not None:
+            if not receives or not origin.dropped or origin.element is not None or origin.inner is not None:
                 continue
-            into = f" into `{ast.unparse(origin.tensor)}`" if origin.tensor is not None else ""
-            yield RawFinding(
-                origin.line,
-                origin.end_line,
-                origin.function,
+            into = f" into `{origin.tensor}`" if origin.tensor is not None else ""
+            message = (
                 f"the Work from {origin.api}{into} is dropped: nothing can wait for the data, so reads of it race "
-                "with the receive",
+                "with the receive"
             )
+            ordered = self._ordered_by(ctx, origin, later.get((origin.mid, origin.function, origin.group or ""), []))
+            if ordered is not None:
+                message = (
+                    f"the Work from {origin.api}{into} is dropped; the {ordered.api} Work on the same group "
+                    f"(line {ordered.span.line}) is waited, which orders this receive before it on NCCL's stream "
+                    "but not on gloo, and no error it raises is ever seen"
+                )
+                yield ctx.finding(self.id, origin.mid, origin.span, origin.function, message, level="note")
+                continue
+            yield ctx.finding(self.id, origin.mid, origin.span, origin.function, message)
+
+    @staticmethod
+    def _ordered_by(ctx: Context, origin: Origin, same_group: list[Origin]) -> Origin | None:
+        sol = ctx.solution
+        for other in same_group:
+            if other.span.line > origin.span.end_line and not other.dropped and sol.waited[sol.of(other.node)]:
+                return other
+        return None
+
+
+@register
+class PollOnlyReaper(Rule):
+    """A container's elements are only ever polled with is_completed(), never waited.
+
+    The shape of the incident's `_reap_completed_async_work`, found even when the analysis
+    cannot see where the Works come from (another library's call, a callback): on gloo a send
+    Work never completes until it is waited, so a reaper that drops only completed Works frees
+    nothing and the container grows. The finding points at the poll and names where things are
+    kept. Fix: wait() what is kept (a drain at the start of each round), then clear it.
+    """
+
+    id = "HC005"
+    name = "reaped-only-by-polling"
+
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        sol = ctx.solution
+        kept = persistent(sol.condensed)
+        reaped = {sol.of(n) for n in sol.graph.reaped}
+        seen: set[tuple[int, int]] = set()
+        for n in sorted(set(sol.stored)):
+            if not kept[n] or n in sol.kept or n not in reaped:
+                continue  # an attribute or module-level name that something is dropped from
+            if sol.carriers[n] or sol.waited[n] or sol.escaped[n] or sol.not_works[n]:
+                continue
+            polls = _polls(ctx, n)
+            store = store_fact(sol, n)
+            if not polls or store is None:
+                continue
+            poll = polls[0]
+            if (poll.mid, poll.line) in seen:
+                continue
+            seen.add((poll.mid, poll.line))
+            place = store.text.split(",", 1)[0]
+            message = (
+                f"{place} ({ctx.where(store, poll.mid, poll.function)}) is reaped only by is_completed() "
+                f"on {poll.text}: on gloo a send Work never completes until it is waited, so this container grows"
+            )
+            span = Span(poll.line, poll.col, poll.line, 0)
+            related = (ctx.related(store, f"kept in {place}"),)
+            yield ctx.finding(self.id, poll.mid, span, poll.function, message, related)

@@ -6,17 +6,34 @@ from __future__ import annotations
 import io
 import re
 import tokenize
+from dataclasses import dataclass, field
 
 MARK = "hicache: ignore"
 _COMMENT = re.compile(r"#\s*hicache:\s*ignore(?:\[(?P<rules>[^\]]*)\])?")
 ALL = frozenset({"*"})
 
 
-def suppressions(source: bytes) -> dict[int, frozenset[str]]:
-    """Line -> the rule ids silenced on it (ALL for a bare ignore). Read with tokenize, so a
-    `#` inside a string is not a comment; a file that does not tokenize has none."""
+@dataclass(frozen=True)
+class Suppressions:
+    """Line -> the rule ids silenced on it (ALL for a bare ignore)."""
+
+    lines: dict[int, frozenset[str]] = field(default_factory=dict)
+
+    def silences(self, rule: str, first: int, last: int) -> bool:
+        if not self.lines:
+            return False
+        for line in range(first, last + 1):
+            ids = self.lines.get(line)
+            if ids is not None and ("*" in ids or rule in ids):
+                return True
+        return False
+
+
+def suppressions(source: bytes) -> Suppressions:
+    """Read with tokenize, so a `#` inside a string is not a comment; a file that does not
+    tokenize has none past the point where it stops."""
     if MARK.encode() not in source:
-        return {}
+        return Suppressions()
     found: dict[int, frozenset[str]] = {}
     try:
         for token in tokenize.tokenize(io.BytesIO(source).readline):
@@ -29,13 +46,5 @@ def suppressions(source: bytes) -> dict[int, frozenset[str]]:
             ids = ALL if rules is None else frozenset(r.strip().upper() for r in rules.split(",") if r.strip())
             found[token.start[0]] = found.get(token.start[0], frozenset()) | ids
     except (tokenize.TokenError, SyntaxError):
-        return found
-    return found
-
-
-def is_suppressed(table: dict[int, frozenset[str]], rule: str, first: int, last: int) -> bool:
-    for line in range(first, last + 1):
-        ids = table.get(line)
-        if ids is not None and (ids == ALL or "*" in ids or rule in ids):
-            return True
-    return False
+        pass
+    return Suppressions(found)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from hicache_cli.lint.engine import lint_source
 from hicache_cli.lint.findings import Finding
@@ -26,3 +27,12 @@ def line_of(source: str, marker: str) -> int:
         if marker in text:
             return number
     raise AssertionError(f"{marker!r} not in the source")
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    """Write `files` (relative path -> dedented source) below root; returns root."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return root

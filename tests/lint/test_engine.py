@@ -12,15 +12,15 @@ from tests.lint.test_kept_never_waited import SGLANG_0_5_14, SGLANG_0_5_15
 
 
 def test_select_rules() -> None:
-    assert [r.id for r in select_rules(None)] == ["HC001", "HC003", "HC004"]
-    assert [r.id for r in select_rules(["all"])] == ["HC001", "HC002", "HC003", "HC004"]
+    assert [r.id for r in select_rules(None)] == ["HC001", "HC003", "HC004", "HC005"]
+    assert [r.id for r in select_rules(["all"])] == ["HC001", "HC002", "HC003", "HC004", "HC005"]
     assert [r.id for r in select_rules(["hc002,HC001", "HC002"])] == ["HC002", "HC001"]
 
 
 def test_an_unknown_rule_is_one_line_of_bad_input() -> None:
     with pytest.raises(UsageError) as caught:
         select_rules(["HC001,HC999"])
-    assert str(caught.value) == "--select: unknown rule HC999; rules: HC001, HC002, HC003, HC004, all"
+    assert str(caught.value) == "--select: unknown rule HC999; rules: HC001, HC002, HC003, HC004, HC005, all"
     assert caught.value.exit_code == 2
 
 
@@ -34,7 +34,7 @@ def test_a_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(f.file, f.rule) for f in result.findings] == [("leaky.py", "HC001")]
     assert (result.files, result.parsed) == (4, 2)
     assert [str(p) for p in result.problems] == ["broken_dist.py: does not parse: '(' was never closed (line 2)"]
-    assert result.rules == ["HC001", "HC003", "HC004"]
+    assert result.rules == ["HC001", "HC003", "HC004", "HC005"]
 
 
 def test_a_named_file_is_always_parsed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hicache_cli.lint.findings import Finding, InputProblem, LintResult
+from hicache_cli.lint.findings import Finding, InputProblem, LintResult, Related
 from hicache_cli.lint.formats import FORMATS, github, json_report, sarif, text
 from hicache_cli.lint.rules import RULES
 
-HC001 = Finding("pkg/cache.py", 270, "HC001", "HiRadixCache._pp_sync", "the Work from isend is kept", 272)
+KEPT = Related("pkg/cache.py", 273, 9, "kept in self.work_list")
+HC001 = Finding(
+    "pkg/cache.py", 270, "HC001", "HiRadixCache._pp_sync", "the Work from isend is kept", 272, 21, 9, (KEPT,)
+)
 HC002 = Finding("/abs/drain.py", 12, "HC002", "C.drain", "drain of self.works: 100%, a,b\nnext")
 RESULT = LintResult(
     findings=[HC001, HC002],
@@ -28,7 +31,9 @@ def test_the_registry_of_formats() -> None:
 
 
 def test_text_is_one_line_per_finding() -> None:
-    assert text.render(RESULT).splitlines()[0] == "pkg/cache.py:270: HC001 the Work from isend is kept"
+    first, second = text.render(RESULT).split("\n", 1)
+    assert first == "pkg/cache.py:270:21: HC001 the Work from isend is kept"
+    assert second.startswith("/abs/drain.py:12: HC002 ")  # no column known: none shown
     assert text.render(LintResult()) == ""
 
 
@@ -42,11 +47,17 @@ def test_json_findings_have_the_documented_keys() -> None:
     data = json.loads(json_report.render(RESULT))
     assert data["findings"][0] == {
         "rule": "HC001",
+        "level": "error",
         "file": "pkg/cache.py",
         "line": 270,
+        "column": 21,
+        "end_line": 272,
+        "end_column": 9,
         "function": "HiRadixCache._pp_sync",
         "message": "the Work from isend is kept",
+        "related": [{"file": "pkg/cache.py", "line": 273, "column": 9, "message": "kept in self.work_list"}],
     }
+    assert data["schema_version"] == 2
     assert data["problems"] == [{"target": "missing.py", "reason": "no such file or directory"}]
     assert (data["files"], data["analysed"], data["suppressed"], data["rules"]) == (3, 2, 1, RESULT.rules)
 
@@ -89,7 +100,19 @@ def test_sarif_has_the_shape_github_needs() -> None:
     assert run["tool"]["driver"]["rules"][0]["shortDescription"]["text"] == RULES["HC001"].summary()
     first, second = run["results"]
     assert first["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "pkg/cache.py"
-    assert first["locations"][0]["physicalLocation"]["region"] == {"startLine": 270, "endLine": 272}
+    # 1-based columns; SARIF's endColumn is one past the last character
+    region = {"startLine": 270, "endLine": 272, "startColumn": 21, "endColumn": 10}
+    assert first["locations"][0]["physicalLocation"]["region"] == region
+    assert first["relatedLocations"] == [
+        {
+            "id": 1,
+            "message": {"text": "kept in self.work_list"},
+            "physicalLocation": {
+                "artifactLocation": {"uri": "pkg/cache.py"},
+                "region": {"startLine": 273, "endLine": 273, "startColumn": 9},
+            },
+        }
+    ]
     assert first["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == "HiRadixCache._pp_sync"
     assert second["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "file:///abs/drain.py"
     assert (first["level"], second["level"]) == ("error", "warning")
@@ -107,7 +130,7 @@ def test_sarif_without_findings_is_still_a_complete_log() -> None:
 
 def test_github_annotations_escape_what_workflow_commands_need() -> None:
     first, second = github.render(RESULT).splitlines()
-    props = "file=pkg/cache.py,line=270,endLine=272,title=HC001 work-kept-never-waited"
+    props = "file=pkg/cache.py,line=270,endLine=272,col=21,title=HC001 work-kept-never-waited"
     assert first == f"::error {props}::the Work from isend is kept"
     assert second.startswith("::warning file=/abs/drain.py,line=12,endLine=12,title=HC002 drain-without-timeout::")
     assert second.endswith("drain of self.works: 100%25, a,b%0Anext")

@@ -163,9 +163,9 @@ POSITIVES = {
             def __init__(self):
                 self.works = []
             def _send(self, t):
-                return dist.isend(t, 1)  # HERE
+                return dist.isend(t, 1)
             def step(self, t):
-                self.works.append(self._send(t))
+                self.works.append(self._send(t))  # HERE: the call of the helper, whose Work is kept
         """,
     "an alias of isend chosen at run time": """
         import torch.distributed as dist
@@ -221,7 +221,7 @@ def test_only_the_unwaited_element_of_an_unpacked_batch_is_found() -> None:
         """
     [finding] = lint_snippet(source, "HC001")
     assert finding.message.startswith("the send_work Work from batch_isend_irecv is kept in self.sent")
-    assert "nothing in this module waits it" in finding.message
+    assert "nothing in the program waits it" in finding.message
 
 
 NEGATIVES = {

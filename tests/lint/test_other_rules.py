@@ -11,7 +11,7 @@ from tests.lint.test_kept_never_waited import SGLANG_0_5_15
 
 
 def test_hc002_is_off_by_default_and_the_others_on() -> None:
-    assert default_rules() == ["HC001", "HC003", "HC004"]
+    assert default_rules() == ["HC001", "HC003", "HC004", "HC005"]
     assert RULES["HC002"].level == "warning"
 
 
@@ -119,3 +119,74 @@ def test_hc004_dropped_receives() -> None:
     assert [(f.line, f.function) for f in findings] == [(4, "step"), (5, "step")]
     assert findings[0].message.startswith("the Work from irecv into `buf` is dropped")
     assert findings[1].message.startswith("the Work from all_reduce(async_op=True) into `t` is dropped")
+
+
+def test_hc004_is_a_note_when_a_later_work_on_the_same_group_is_waited() -> None:
+    """lmdeploy's broadcast: two dropped broadcasts, then a third on the same group whose Work is
+    returned and waited. On NCCL's stream that wait orders the earlier ones; the finding says
+    so, as a note (no exit 1), and a dropped receive on another group stays an error."""
+    source = """
+        import torch.distributed as dist
+        class Extra:
+            def broadcast(self, src, group, other):
+                dist.broadcast(self.a, src=src, group=group, async_op=True)
+                dist.broadcast(self.b, src=src, group=other, async_op=True)
+                handle = dist.broadcast(self.c, src=src, group=group, async_op=True)
+                return handle
+        def step(extra: Extra, group, other):
+            extra.broadcast(0, group, other).wait()
+        """
+    first, second = lint_snippet(source, "HC004")
+    assert (first.line, first.level) == (line_of(source, "self.a"), "note")
+    assert first.message.startswith("the Work from broadcast(async_op=True) into `self.a` is dropped; the ")
+    assert f"on the same group (line {line_of(source, 'self.c')}) is waited" in first.message
+    assert (second.line, second.level) == (line_of(source, "self.b"), "")
+
+
+HC005_FOUND = """
+from mylib import start_send
+
+
+class Pump:
+    def __init__(self):
+        self.pending = []
+
+    def step(self, t):
+        self.pending.extend(start_send(t))
+
+    def reap(self):
+        while self.pending and self.pending[0].is_completed():
+            self.pending.pop(0)
+"""
+
+
+def test_hc005_a_reaper_that_only_polls_works_it_cannot_see_made() -> None:
+    [finding] = lint_snippet(HC005_FOUND, "HC005", "HC001")
+    assert finding.rule == "HC005"
+    assert finding.line == line_of(HC005_FOUND, "is_completed()")
+    assert finding.message.startswith(
+        f"self.pending (line {line_of(HC005_FOUND, '.extend(')}, Pump.step) is reaped only by is_completed()"
+    )
+    assert "on gloo a send Work never completes until it is waited, so this container grows" in finding.message
+    assert [(r.line, r.message) for r in finding.related] == [
+        (line_of(HC005_FOUND, ".extend("), "kept in self.pending")
+    ]
+
+
+HC005_CLEAN = {
+    "a drain waits them too": HC005_FOUND
+    + "\n    def drain(self):\n        for w in self.pending:\n            w.wait()\n",
+    "they are handed on": HC005_FOUND + "\n    def flush(self, pool):\n        pool.submit(self.pending)\n",
+    "nothing is dropped from it (not a reaper)": HC005_FOUND.replace("self.pending.pop(0)", "break"),
+    "the elements are tasks with their own is_completed()": HC005_FOUND.replace(
+        "from mylib import start_send", "class Task:\n    def is_completed(self):\n        return True\n"
+    ).replace("start_send(t)", "[Task()]"),
+    "the Works are seen: HC001's, not HC005's": HC005_FOUND.replace(
+        "from mylib import start_send", "import torch.distributed as dist"
+    ).replace("start_send(t)", "[dist.isend(t, 1)]"),
+}
+
+
+@pytest.mark.parametrize("source", HC005_CLEAN.values(), ids=HC005_CLEAN.keys())
+def test_hc005_quiet(source: str) -> None:
+    assert lint_snippet(source, "HC005") == []

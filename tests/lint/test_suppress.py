@@ -46,8 +46,8 @@ def test_an_ignore_on_another_line_does_not_silence() -> None:
 
 def test_the_table_reads_comments_only() -> None:
     source = b's = "# hicache: ignore[HC001]"\nx = 1  #hicache:ignore[hc001, HC003]\ny = 2  # hicache: ignore\n'
-    assert suppressions(source) == {2: frozenset({"HC001", "HC003"}), 3: ALL}
+    assert suppressions(source).lines == {2: frozenset({"HC001", "HC003"}), 3: ALL}
 
 
 def test_a_file_that_does_not_tokenize_keeps_what_was_read() -> None:
-    assert suppressions(b'x = 1  # hicache: ignore\ny = """never closed\n') == {1: ALL}
+    assert suppressions(b'x = 1  # hicache: ignore\ny = """never closed\n').lines == {1: ALL}

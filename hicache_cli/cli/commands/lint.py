@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from hicache_cli.errors import EXIT_FINDING, EXIT_USAGE, UsageError
 from hicache_cli.lint.engine import lint as run_lint
 from hicache_cli.lint.formats import FORMATS
 from hicache_cli.lint.formats.text import line, summary
-from hicache_cli.lint.rules import RULES, default_rules
+from hicache_cli.lint.rules import RULES, default_rules, fails
 from hicache_cli.present.progress import make_console, stdout_is_terminal
 from hicache_cli.rundir import write_atomically
 
@@ -29,7 +30,7 @@ LINT_EXAMPLES = f"""Rules:
 
 Examples:
 
-  hicache lint src/                               # every .py file below src/
+  hicache lint src/                               # every .py file below src/, as one program
 
   hicache lint sglang==0.5.14                     # a release's sglang/srt: HC001 in its HiCache files
 
@@ -37,13 +38,20 @@ Examples:
 
   hicache lint . --select all                     # every rule, HC002 included
 
+  hicache lint . --diff origin/main               # only findings on lines changed since origin/main
+
 Silence one finding with a trailing `# hicache: ignore[HC001]` on its line.
-Exit codes: 0 no findings, 1 findings, 2 a target that cannot be read (the others are still linted).
+Exit codes: 0 no findings (or only notes), 1 findings, 2 bad input (a target that cannot be read: the others are
+still linted) or the findings could not be written (stdout closed or full).
 """
 
 FORMAT_HELP = "Output: " + ", ".join(FORMATS) + "."
 SELECT_HELP = (
     f"Rules to run, comma-separated or repeated: {', '.join(RULES)}, or all (default: {', '.join(default_rules())})."
+)
+WRAPPER_HELP = (
+    "A module whose functions are torch.distributed's under the same names (repeatable; "
+    "deepspeed.comm is known; also [tool.hicache.lint] wrappers in pyproject.toml)."
 )
 
 
@@ -54,32 +62,61 @@ def lint(
         help="Files, directories (their .py files), or sglang, sglang==VERSION, sglang:PATH. Default: .",
     ),
     output_format: str = typer.Option("text", "--format", "-f", help=FORMAT_HELP),
-    select: list[str] = typer.Option(
-        None,
-        "--select",
-        help=SELECT_HELP,
-    ),
+    select: list[str] = typer.Option(None, "--select", help=SELECT_HELP),
     output: Path = typer.Option(None, "--output", "-o", help="Write the findings here instead of to stdout."),
+    wrapper: list[str] = typer.Option(None, "--wrapper", metavar="MODULE", help=WRAPPER_HELP),
+    diff: str = typer.Option(None, "--diff", metavar="REF", help="Only findings on lines changed since this git ref."),
 ) -> None:
     """Find async Works kept and never waited (the HiCache leak's shape), statically."""
+    closed = sys.stdout is None  # started with stdout closed (`>&-`)
     if output_format not in FORMATS:
         raise UsageError(f"--format: unknown format {output_format!r}; choose one of: {', '.join(FORMATS)}")
     check_output_paths(output=output)
-    result = run_lint(targets or ["."], select, say)
+    result = run_lint(targets or ["."], select, say, wrapper or (), diff=diff)
     for problem in result.problems:
         print(f"hicache: error: {problem}", file=sys.stderr)
+    for warning in result.warnings:
+        print(f"hicache: warning: {warning}", file=sys.stderr)
     if output is not None:
         write_atomically(output, FORMATS[output_format](result))
-    elif output_format == "text" and stdout_is_terminal():
+    elif output_format == "text" and not closed and stdout_is_terminal():
         console = make_console(live=True)
         for finding in result.findings:
-            location, _, rest = line(finding).partition(f" {finding.rule} ")
+            location, _, rest = line(finding).partition(f" {finding.rule}")
             console.print(Text.assemble((location, "bold"), " ", (finding.rule, "bold red"), " ", rest), soft_wrap=True)
     else:
-        sys.stdout.write(FORMATS[output_format](result))
-        sys.stdout.flush()
+        write_stdout(FORMATS[output_format](result), closed)
     print(summary(result), file=sys.stderr)
     if result.problems:
         raise typer.Exit(EXIT_USAGE)
-    if result.findings:
+    if fails(result.findings):
         raise typer.Exit(EXIT_FINDING)
+
+
+def write_stdout(text: str, closed: bool) -> None:
+    """The findings on stdout. One that cannot take them (closed, a full disk, /dev/full) is an
+    error of its own (exit 2: never 1, which means findings); a reader that went away (`| head`)
+    is not: what it read is what it wanted."""
+    if not text:
+        return
+    if closed or sys.stdout is None:
+        raise UsageError("cannot write the findings to stdout: it is closed")
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+    except (OSError, ValueError) as exc:  # ValueError: a stdout closed by the time it is written
+        _drop_stdout()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot write the findings to stdout: {reason}") from None
+
+
+def _drop_stdout() -> None:
+    """Point fd 1 at /dev/null, so Python's own flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -1,4 +1,4 @@
-"""`file:line: HC001 message`, one finding a line, as compilers and ruff print them."""
+"""`file:line:column: HC001 message`, one finding a line, as compilers and ruff print them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from hicache_cli.lint.findings import Finding, LintResult
 
 
 def line(finding: Finding) -> str:
-    return f"{finding.file}:{finding.line}: {finding.rule} {finding.message}"
+    column = f"{finding.column}:" if finding.column else ""
+    note = " (note)" if finding.level == "note" else ""
+    return f"{finding.file}:{finding.line}:{column} {finding.rule}{note} {finding.message}"
 
 
 def render(result: LintResult) -> str:
@@ -23,4 +25,5 @@ def summary(result: LintResult) -> str:
     files = f"{result.files} file{'' if result.files == 1 else 's'} ({result.parsed} analysed)"
     extra = f", {result.suppressed} suppressed" if result.suppressed else ""
     problems = f", {len(result.problems)} unreadable" if result.problems else ""
+    problems += f", {len(result.warnings)} skipped" if result.warnings else ""
     return f"hicache lint: {found} in {files}{extra}{problems}, {result.seconds:.1f} s; rules {','.join(result.rules)}"

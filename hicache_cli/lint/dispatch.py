@@ -1,0 +1,149 @@
+"""Which classes a value may be an instance of, and what that decides: `x.a` is the place `a`
+of those classes (a record's field, a wrapper's `work`), and `x.m(...)` calls their method `m`
+(a wrapper's `wait()` that waits its Work, a helper object's `add()` that keeps it).
+
+Every constructor call makes its class's instance token; tokens flow along the graph like any
+value (into lists, through parameters and returns), and each node carries up to a few classes
+(a multi-source pass, linear in the graph). A field access joins its node to each class's place;
+a method call links to each class's method. That changes the graph, so it runs again until
+nothing new is learnt (a few passes). What stays unknown at the end: a field is the place of
+that name on any object (waits there count for every class's attribute so named), and a
+method call is code the program cannot see (its arguments escape), or, failing that, this
+module's methods of that name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hicache_cli.lint.calls import link_call
+from hicache_cli.lint.graph import ANY_ATTR, ANY_READ, ATTR, INSTANCE, Graph, MethodCall
+from hicache_cli.lint.program import ClassRef, FunctionRef, Program
+from hicache_cli.lint.solve import Condensed
+
+CLASSES_PER_VALUE = 4  # more than this many classes: the value is taken as unknown
+MAX_PASSES = 4
+MANY = object()
+
+
+class Dispatcher:
+    def __init__(self, program: Program, graph: Graph, analysed: set[int]) -> None:
+        self.program, self.g, self.analysed = program, graph, analysed
+
+    def classes(self) -> tuple[Condensed, dict[int, list[object]]]:
+        """Each node (condensed) -> the classes of the instances it may hold (MANY: too many)."""
+        c = Condensed(self.g)
+        sources = {n: key[1] for n, key in enumerate(self.g.keys) if key[0] == INSTANCE}
+        return c, c.forward_labels(sources, (c.plain, c.params, c.returns), CLASSES_PER_VALUE, MANY)
+
+    def run(
+        self, final: bool, relevant: bytearray | None = None, returning: set[str] | frozenset[str] = frozenset()
+    ) -> set[int]:
+        """Resolve what the known classes decide; returns modules a dispatch leads into that are
+        not analysed yet. `final`: settle what is still unknown."""
+        needed: set[int] = set()
+        for _ in range(MAX_PASSES):
+            c, labels = self.classes()
+            changed = self._fields(c, labels) | self._methods(c, labels, needed, relevant, returning)
+            if not changed:
+                break
+        if final:
+            self._settle()
+        return needed
+
+    def _of(self, c: Condensed, labels: dict[int, list[object]], nodes: tuple[int, ...]) -> list[ClassRef] | None:
+        found: list[ClassRef] = []
+        for n in nodes:
+            for label in labels.get(c.canon[n], ()):
+                if label is MANY:
+                    return None
+                if isinstance(label, ClassRef) and label not in found:
+                    found.append(label)
+        return found
+
+    def _fields(self, c: Condensed, labels: dict[int, list[object]]) -> bool:
+        g = self.g
+        changed = False
+        for access in g.fields:
+            if access.done:
+                continue
+            classes = self._of(c, labels, access.receiver) or []
+            for cls in classes:
+                if cls not in access.classes:
+                    access.classes.add(cls)
+                    g.union(access.node, g.node((ATTR, cls, access.attr)))
+                    changed = True
+        return changed
+
+    def _methods(
+        self,
+        c: Condensed,
+        labels: dict[int, list[object]],
+        needed: set[int],
+        relevant: bytearray | None,
+        returning: set[str] | frozenset[str],
+    ) -> bool:
+        changed = False
+        for call in self.g.method_calls:
+            if call.done:
+                continue
+            classes = self._of(c, labels, tuple(call.args.receiver)) or []
+            self._not_a_work(call, classes)
+            for cls in classes:
+                if cls in call.classes:
+                    continue
+                method = self.program.method(cls, call.name)
+                if method is None:
+                    call.classes.add(cls)
+                    continue
+                if method.mid not in self.analysed:
+                    if relevant is None or call.name in returning or call.args.touches(relevant):
+                        needed.add(method.mid)  # the Works go there (or come back from there)
+                    continue
+                call.classes.add(cls)
+                self._link(call, method)
+                changed = True
+        return changed
+
+    def _not_a_work(self, call: MethodCall, classes: list[ClassRef]) -> None:
+        """`task.is_completed()` on a class of the program that defines is_completed (or wait):
+        that method, not a Work's; the poll (or wait) taken where it was written is not one."""
+        if call.fact is None or call.name not in ("wait", "is_completed"):
+            return
+        if not classes or any(self.program.method(cls, call.name) is None for cls in classes):
+            return
+        table = self.g.waits if call.name == "wait" else self.g.polls
+        for n in call.args.receiver:
+            if table.get(n) is call.fact:
+                del table[n]
+        call.fact = None
+
+    def _link(self, call: MethodCall, method: FunctionRef) -> None:
+        site = replace(call.site, text=f"{call.site.text}.{call.name}")
+        link_call(self.g, method.mid, method.info, call.args, site, True, call.result)
+
+    def _settle(self) -> None:
+        """What no known class decided: a field by name, a method as unknown code."""
+        g = self.g
+        for access in g.fields:
+            if not access.classes:
+                # Unknown class: reads see every class's attribute of that name, and what is stored
+                # through it may be in any of them (two hubs, so reads and writes do not join them all).
+                g.link([g.node((ANY_READ, access.attr))], access.node)
+                if access.node in g.stores or access.node in g.assigned:
+                    g.link([access.node], g.node((ANY_ATTR, access.attr)))
+            access.done = True
+        for call in g.method_calls:
+            if call.done:
+                continue
+            call.done = True
+            followed = any(
+                isinstance(cls, ClassRef) and self.program.method(cls, call.name) is not None for cls in call.classes
+            )
+            if followed:
+                continue
+            if call.special:
+                continue  # its meaning was applied where it was written
+            g.escape(call.args.given, f"passed to {call.site.text}.{call.name}()")
+            # what a method of an unknown value returns may be what it holds, or anything
+            g.link([*call.args.receiver, *g.unknown()], call.result)

@@ -1,0 +1,229 @@
+"""Where each asynchronous Work goes in one program: a flow graph over its places.
+
+Nodes are the places a value can be: a local variable (per function), an attribute (per class
+hierarchy, or by name when the owner is unknown), a module-level name, a function's return
+value, the result of one call to a function of the program, each Work's creation (an origin),
+and the constant True (for `async_op=flag`). An edge says that what one node holds may end up
+in another. Edges come in three kinds, so the solver can tell a call's context apart: plain
+(`self.work_list.append(w)`: w -> work_list), argument -> parameter, and return value -> the
+call's result. Nodes are ints; keys are tuples, interned once.
+
+Facts say what was done to a node: stored into (where), waited, polled with is_completed(),
+handed to code the program cannot see (an escape), or kept beyond a call (a local that grows in
+a while loop, or one a closure that outlives its function captures). Each node keeps a bounded
+number of facts, so a file with 285,000 `append`s into one list costs one fact, not 285,000.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+Key = tuple
+Nodes = frozenset[int]
+NOTHING: Nodes = frozenset()
+
+# Key kinds
+LOCAL, ATTR, ANY_ATTR, GLOBAL, RETURN, ORIGIN, CALL, TRUE = "L", "A", "A?", "G", "R", "O", "C", "T"
+UNKNOWN = "?"  # what code outside the program returns: kept by the program, never written into
+FIELD, INSTANCE = "F", "I"  # `x.a` on a value of a class not known where it is written; what a constructor makes
+ANY_READ = "A?r"  # what reading `x.a` may see when x's class is not known: every class's `a`
+# (ANY_ATTR is the other direction: what is stored through such an `x.a` may go to any class's `a`.)
+PERSISTENT = (ATTR, GLOBAL)  # outlive a call: what can grow round after round
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    line: int
+    col: int  # 0-based, as ast counts
+    end_line: int
+    end_col: int
+
+    @classmethod
+    def of(cls, node: object) -> Span:
+        line = getattr(node, "lineno", 0)
+        return cls(
+            line,
+            getattr(node, "col_offset", 0),
+            getattr(node, "end_lineno", None) or line,
+            getattr(node, "end_col_offset", None) or 0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """Something done to a node: stored into, waited, polled, kept."""
+
+    mid: int  # the module it happened in
+    line: int
+    col: int
+    text: str  # what it was done to, as written (`self.work_list`), or why
+    function: str
+
+
+@dataclass(slots=True)
+class Origin:
+    """A call that creates a Work (or, for batch_isend_irecv, a list of them), or a call of a
+    program function that returns Works it made (a call-site origin: `inner` is one made inside)."""
+
+    node: int
+    api: str  # isend, irecv, batch_isend_irecv, all_reduce(async_op=True), or `helper()`
+    mid: int
+    span: Span
+    function: str
+    tensor: str | None = None  # the tensor it sends or receives into, as written
+    dropped: bool = False  # its Work is thrown away: a statement of its own, or a name never read
+    element: str | None = None  # the name one element of an unpacked batch went to
+    condition: tuple[int, ...] | None = None  # async_op's nodes: active only if True reaches one
+    group: str | None = None  # `group=` as written (HC004: ordered by a later wait on it)
+    mutated: int = 0  # HC003: the first later line that changes the sent tensor in place
+    inner: Origin | None = None  # for a call-site origin: a Work-creating call behind it
+
+    @property
+    def what(self) -> str:
+        if self.inner is not None:
+            return f"the Works returned by {self.api}"
+        return f"the {self.element} Work from {self.api}" if self.element else f"the Work from {self.api}"
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Where a call is written: its module, span and function, the callee as written, whether its
+    value is thrown away, and `group=` as written (HC004: a later Work on the same group)."""
+
+    mid: int
+    span: Span
+    function: str
+    text: str
+    dropped: bool = False
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Args:
+    """What a call is given: positional arguments, keywords, and the receiver of a method."""
+
+    positional: tuple[Nodes, ...] = ()
+    keywords: tuple[tuple[str | None, Nodes], ...] = ()
+    receiver: Nodes = NOTHING
+
+    @property
+    def given(self) -> Nodes:
+        return frozenset().union(*self.positional, *(values for _, values in self.keywords))
+
+    def touches(self, hot: bytearray) -> bool:
+        nodes = [*self.receiver, *(n for v in self.positional for n in v), *(n for _, v in self.keywords for n in v)]
+        return any(n < len(hot) and hot[n] for n in nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """A call of a function of the program: its result node gets the callee's return value."""
+
+    node: int
+    callee_return: int  # the callee's RETURN node
+    site: Site
+
+
+@dataclass(slots=True)
+class FieldAccess:
+    """`x.a` where x is a value: the place `a` of each class whose instances x may hold, once
+    the solver knows them (by name when it cannot tell)."""
+
+    node: int
+    receiver: tuple[int, ...]
+    attr: str
+    classes: set[object] = field(default_factory=set)  # the classes it was joined to so far
+    done: bool = False
+
+
+@dataclass(slots=True)
+class MethodCall:
+    """`x.m(...)` where x is a value: dispatched to `m` of each class whose instances x may hold;
+    when none is known, a call of code the program cannot see."""
+
+    site: Site  # text: the receiver as written
+    name: str
+    args: Args
+    result: int
+    special: bool = False  # a name whose meaning was applied where it was written (wait, append, ...)
+    fact: Fact | None = None  # the wait or poll it was taken to be, where it was written
+    classes: set[object] = field(default_factory=set)
+    done: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """`for work in CONTAINER: work.wait(...)` and its kin: every Work in a container waited."""
+
+    mid: int
+    span: Span  # the wait() call
+    nodes: tuple[int, ...]  # what the loop goes through
+    text: str
+    function: str
+    timeout: bool
+    guarded: bool  # inside a try that has a finally clause
+
+
+@dataclass
+class Graph:
+    ids: dict[Key, int] = field(default_factory=dict)
+    keys: list[Key] = field(default_factory=list)
+    plain: dict[int, list[int]] = field(default_factory=dict)
+    params: dict[int, list[int]] = field(default_factory=dict)  # argument -> parameter
+    returns: dict[int, list[int]] = field(default_factory=dict)  # return value -> call result
+    stores: dict[int, dict[tuple[int, str], Fact]] = field(default_factory=dict)  # first per (module, function)
+    assigned: set[int] = field(default_factory=set)  # attributes given a value (`x.a = ...`), not only grown
+    reaped: set[int] = field(default_factory=set)  # containers things are dropped from (remove, pop, a filtered copy)
+    waits: dict[int, Fact] = field(default_factory=dict)
+    polls: dict[int, Fact] = field(default_factory=dict)
+    escapes: dict[int, str] = field(default_factory=dict)
+    kept: dict[int, Fact] = field(default_factory=dict)  # locals that outlive their call
+    elements: dict[int, tuple[int, ...]] = field(default_factory=dict)  # a call's result -> its unpacked elements
+    fields: list[FieldAccess] = field(default_factory=list)
+    method_calls: list[MethodCall] = field(default_factory=list)
+    origins: list[Origin] = field(default_factory=list)
+    calls: list[CallSite] = field(default_factory=list)
+    drains: list[Drain] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)  # union-find: places that are one place
+
+    def node(self, key: Key) -> int:
+        found = self.ids.get(key)
+        if found is None:
+            found = self.ids[key] = len(self.keys)
+            self.keys.append(key)
+            self.parent.append(found)
+        return found
+
+    def find(self, n: int) -> int:
+        parent = self.parent
+        root = n
+        while parent[root] != root:
+            root = parent[root]
+        while parent[n] != root:
+            parent[n], n = root, parent[n]
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def unknown(self) -> frozenset[int]:
+        return frozenset({self.node((UNKNOWN,))})
+
+    def link(self, sources: Iterable[int], target: int, table: dict[int, list[int]] | None = None) -> None:
+        if self.keys[target][0] == UNKNOWN:
+            return  # nothing flows into what unknown code returns
+        edges = self.plain if table is None else table
+        for source in sources:
+            if source != target:
+                edges.setdefault(source, []).append(target)
+
+    def note_store(self, node: int, fact: Fact) -> None:
+        per = self.stores.setdefault(node, {})
+        per.setdefault((fact.mid, fact.function), fact)
+
+    def escape(self, nodes: Iterable[int], why: str) -> None:
+        for n in nodes:
+            self.escapes.setdefault(n, why)

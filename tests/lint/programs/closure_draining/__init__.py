@@ -1,0 +1,1 @@
+"""A send hook installed into a namespace: packed sends that do not block the caller."""
