@@ -183,9 +183,17 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         # long as the loop runs: a scheduler's loop is one.
         name = self.g.keys[target][3]
         loop = next((lp for lp in reversed(self.loops) if lp.is_while and name not in lp.fresh), None)
-        if loop is not None:
+        if loop is None:
+            return
+        bound = self.scope.bounded.get(name)
+        if bound is None:
             why = f"{text}, a local that grows on every pass of the while loop at line {loop.line}"
-            self.g.kept[target] = self.fact(where, why)
+        else:  # still kept (it outlives each pass) and still never waited, but it does not grow
+            why = (
+                f"{text}, a deque(maxlen={bound}) filled on every pass of the while loop at line {loop.line}, "
+                f"which drops its oldest Works unwaited"
+            )
+        self.g.kept[target] = self.fact(where, why)
 
     # --- statements ---------------------------------------------------------------------------
 

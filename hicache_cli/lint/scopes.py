@@ -68,6 +68,7 @@ class Scope:
     types: dict[str, ClassKey | None] = field(default_factory=dict)  # locals of one known class
     functions: dict[str, FunctionInfo] = field(default_factory=dict)  # functions defined here
     captured: set[Key] = field(default_factory=set)  # enclosing functions' locals this one reads
+    bounded: dict[str, str] = field(default_factory=dict)  # `d = deque(maxlen=8)`: name -> its maxlen, as written
 
     def collect(
         self,
@@ -135,6 +136,8 @@ class Scope:
                     self.aliases[name] = api
                 if isinstance(node.value, ast.Call):
                     self._type(name, class_of(node.value.func))
+                    if (bound := deque_bound(node.value)) is not None:
+                        self.bounded[name] = bound
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             self._type(node.target.id, class_of(_unquote(node.annotation)))
 
@@ -284,3 +287,18 @@ def fresh_bindings(loop: ast.While | ast.For | ast.AsyncFor) -> set[str]:
         elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
             fresh |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
     return fresh
+
+
+def deque_bound(call: ast.Call) -> str | None:
+    """`deque(maxlen=8)`, `collections.deque(xs, 8)` -> "8": a container that never holds more
+    than that (the oldest falls off); None for anything else, or a maxlen of None."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name != "deque":
+        return None
+    given = next((k.value for k in call.keywords if k.arg == "maxlen"), None)
+    if given is None and len(call.args) >= 2:
+        given = call.args[1]
+    if given is None or (isinstance(given, ast.Constant) and given.value is None):
+        return None
+    return ast.unparse(given)

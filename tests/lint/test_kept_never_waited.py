@@ -224,6 +224,27 @@ def test_only_the_unwaited_element_of_an_unpacked_batch_is_found() -> None:
     assert "nothing in the program waits it" in finding.message
 
 
+def test_a_bounded_deque_in_a_while_loop_is_found_and_not_called_growing() -> None:
+    # tests/integration/programs/telemetry_stream.py's shape: never waited (HC001), but a
+    # deque(maxlen=8) drops its oldest Works instead of growing, and the message says so.
+    source = """
+        import collections
+        import torch.distributed as dist
+        def sender(t):
+            recent = collections.deque(maxlen=8)
+            while True:
+                recent.append(dist.isend(t, 1))  # HERE
+        """
+    [finding] = lint_snippet(source, "HC001")
+    assert finding.line == line_of(source, "# HERE")
+    assert "kept in recent, a deque(maxlen=8) filled on every pass of the while loop at line 6" in finding.message
+    assert "which drops its oldest Works unwaited" in finding.message
+    assert "grows" not in finding.message
+    unbounded = source.replace("collections.deque(maxlen=8)", "collections.deque(maxlen=None)")
+    [finding] = lint_snippet(unbounded, "HC001")
+    assert "recent, a local that grows on every pass of the while loop at line 6" in finding.message
+
+
 NEGATIVES = {
     "waited in another method": SGLANG_0_5_15,
     "waited by a helper loop": """
