@@ -96,6 +96,13 @@ def fails(findings: list[Finding]) -> bool:
     return any(level_of(f) != "note" for f in findings)
 
 
+def _is_field(store: Fact) -> bool:
+    """Whether a Work was stored as a field of a record (by its constructor, or into another
+    object's attribute), so where the record is kept is worth naming; not when an object's own
+    method keeps it in `self.x` (a cache's work list: that object is no record)."""
+    return not store.text.startswith("self.") or store.function.endswith(".__init__")
+
+
 def _polls(ctx: Context, node: int) -> list[Fact]:
     found = ctx.solution.polls.get(ctx.solution.of(node), [])
     return sorted((f for f in found if isinstance(f, Fact)), key=lambda f: (f.mid, f.line))
@@ -129,7 +136,8 @@ class KeptNeverWaited(Rule):
                 fact = store_fact(sol, place, origin)  # type: ignore[arg-type]
                 if fact is not None:
                     cls = sol.place_class.get(place)  # type: ignore[call-overload]
-                    pairs.append((fact, sol.instance_kept(cls) if cls is not None else None))
+                    record = sol.instance_kept(cls) if cls is not None and _is_field(fact) else None
+                    pairs.append((fact, record))
             if pairs:
                 yield self._finding(ctx, origin, pairs, _polls(ctx, origin.node))
 
