@@ -117,8 +117,10 @@ def test_github_annotations(work: Path) -> None:
 def test_help_lists_the_rules() -> None:
     done = hicache_lint("--help")
     assert done.returncode == 0
-    for rule in ("HC001", "HC002", "HC003", "HC004"):
+    for rule in ("HC001", "HC002", "HC003", "HC004", "HC005"):
         assert rule in done.stdout
+    # the pyproject table is printed, not eaten as rich markup
+    assert "[tool.hicache.lint]" in " ".join(done.stdout.replace("│", " ").split())
 
 
 def test_our_leaky_programs_are_found_and_the_draining_ones_are_not() -> None:

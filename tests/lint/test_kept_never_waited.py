@@ -487,12 +487,15 @@ def test_a_wrapper_this_module_defines_is_followed_not_assumed() -> None:
 def test_an_object_keeping_its_own_work_list_is_not_called_a_record() -> None:
     # SGLang 0.5.13's UnifiedRadixCache is held in StreamingSession.inner: the Work is kept in the
     # cache's own work_list, and the cache is no record built with the Work.
-    source = SGLANG_0_5_14 + """
+    source = (
+        SGLANG_0_5_14
+        + """
 
 class StreamingSession:
     def __init__(self):
         self.inner = HiRadixCache()
 """
+    )
     [finding] = lint_snippet(source, "HC001")
     append = line_of(source, "self.work_list.append")
     assert f"kept in self.work_list (line {append}) and never waited" in finding.message

@@ -51,7 +51,7 @@ SELECT_HELP = (
 )
 WRAPPER_HELP = (
     "A module whose functions are torch.distributed's under the same names (repeatable; "
-    "deepspeed.comm is known; also [tool.hicache.lint] wrappers in pyproject.toml)."
+    "deepspeed.comm is known; also `wrappers` in pyproject.toml's \\[tool.hicache.lint])."  # \[: not rich markup
 )
 
 
