@@ -1,5 +1,5 @@
-"""`--html FILE` on the commands that run something (stress, trace, check, compare-policies,
-sglang-scan), through main() on synthetic runs (conftest's FakeExecute: no ranks start):
+"""`--html FILE` on the commands that run something (stress, trace, attach, check,
+compare-policies, sglang-scan), through main() on synthetic runs (conftest's FakeExecute: no ranks start):
 the path checked before anything runs, the page written after the report, also for a run
 that leaked, failed or was interrupted, and said where it went. A real run's page:
 tests/integration/test_html_option_real.py."""
@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.cli.commands import attach as attach_command
 from hicache_cli.cli.commands import sglang_scan as scan_command
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
+from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.present.html import write_page
 from tests.cli.test_html_page import Page
 from tests.conftest import FakeExecute, assert_refused, build_pp2_report
@@ -34,9 +36,18 @@ def one_release(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scan_command, "config_from_options", lambda *a, **k: StressConfig(duration_s=10.0))
 
 
+@pytest.fixture
+def attachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`attach 4242` taken as a process to follow (no /proc checks: FakeExecute attaches to
+    nothing), followed as a traced program is."""
+    config = trace_config(["python"], None, "10s", 10.0, None, 100.0, "60s")
+    monkeypatch.setattr(attach_command, "attach_config", lambda *a, **k: config)
+
+
 RUNS = {
     "stress": ["stress", "--duration", "10s"],
     "trace": ["trace", "--duration", "10s", "--", "python", "-c", "pass"],
+    "attach": ["attach", "4242"],
     "check": ["check", "--duration", "10s"],
     "compare-policies": ["compare-policies", "--policies", "drain,reap", "--duration", "10s"],
     "sglang-scan": ["sglang-scan", "--versions", "0.5.12", "--duration", "10s"],
@@ -48,6 +59,7 @@ RUNS = {
 VERDICTS = {
     "stress": ["LEAK"],
     "trace": ["BOUNDED"],
+    "attach": ["BOUNDED"],
     "check": ["BOUNDED"],
     "compare-policies": ["drain", "BOUNDED", "reap", "LEAK"],
     "sglang-scan": ["0.5.12", "LEAK"],
@@ -75,6 +87,7 @@ def test_each_command_writes_its_page_and_says_where(
     command: str,
     fake_execute: FakeExecute,
     one_release: None,
+    attachable: None,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -150,6 +163,7 @@ def test_a_file_hicache_did_not_write_is_refused_before_the_run(
     command: str,
     fake_execute: FakeExecute,
     one_release: None,
+    attachable: None,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -176,6 +190,7 @@ def test_a_path_that_cannot_take_a_page_is_one_line(
     problem: str,
     fake_execute: FakeExecute,
     one_release: None,
+    attachable: None,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
