@@ -14,6 +14,7 @@ from hicache_cli.api import with_sglang
 from hicache_cli.config import DEFAULT_POLICY, DEFAULT_PROBE_HZ, RunConfig, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import LOOPBACK, pick_port
+from hicache_cli.present.html import check_page_output
 from hicache_cli.present.metrics_exporter import check_metrics_options
 from hicache_cli.rundir import output_problem
 from hicache_cli.sglang_target.locate import parse_target
@@ -133,18 +134,28 @@ def check_output_paths(**paths: Path | None) -> None:
             raise UsageError(f"--{option.replace('_', '-')} {path}: {problem}")
 
 
+def check_html(html: Path | None) -> None:
+    """`--html FILE`, before the run: an output like the others, and never a file hicache
+    did not write (a page it wrote before is written again)."""
+    if html is not None:
+        check_output_paths(html=html)
+        check_page_output(html, "--html")
+
+
 def check_run_options(
     refresh: float,
     report: Path | None,
     port: int | None,
     metrics_port: int | None = None,
     metrics_host: str | None = None,
+    html: Path | None = None,
 ) -> None:
     """Options about running rather than the workload; a bad or busy port fails here,
     before anything is created."""
     if not 0.2 <= refresh <= 20:
         raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
     check_output_paths(report=report)
+    check_html(html)
     if port is not None:
         pick_port(LOOPBACK, port)
     check_metrics_options(metrics_port, metrics_host)

@@ -67,7 +67,16 @@ def json_document(what: str) -> Any:
     return typer.Option(False, "--json", help=f"Print {what} on stdout; everything else goes to stderr.")
 
 
+def html_page(what: str) -> Any:
+    return typer.Option(
+        None,
+        "--html",
+        help=f"Also write {what} as one self-contained HTML page here, at the end (docs/report.md).",
+    )
+
+
 REPORT = typer.Option(None, "--report", help="Also write the JSON report here.")
+HTML = html_page("the report")
 MARKDOWN = typer.Option(None, "--markdown", help="Write the table as Markdown (for a PR comment).")
 PP = typer.Option(_SHAPE.pp, "--pp", help="Pipeline-parallel stages (ranks per pipeline).")
 TP = typer.Option(_SHAPE.tp, "--tp", help="Tensor-parallel ranks per stage; world size is pp x tp.")

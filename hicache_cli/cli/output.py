@@ -1,17 +1,23 @@
 """What a command writes besides its own text: progress notes on stderr, the one JSON
-document on stdout (`--json`), the GitHub step summary."""
+document on stdout (`--json`), the GitHub step summary, the page (`--html`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
 
+from hicache_cli.analysis.bundles import Bundle
+from hicache_cli.analysis.results import Report
+from hicache_cli.errors import UsageError
 from hicache_cli.files import append_regular
 from hicache_cli.present.github import STEP_SUMMARY_ENV
+from hicache_cli.present.html import write_page
 from hicache_cli.present.progress import ensure_stdout
 
 
@@ -43,3 +49,16 @@ def append_step_summary(markdown: str) -> None:
         append_regular(path, (markdown + "\n").encode("utf-8"))  # a FIFO there would block the command's end
     except OSError as exc:
         say(f"warning: cannot add to the step summary {path}: {exc.strerror or exc}")
+
+
+def write_html(doc: Report | Bundle, path: Path | None, console: Console) -> None:
+    """`--html FILE`: the page of what the command wrote, said where as `report:` is. Its
+    path was checked before the run (configure.check_html); one that cannot take the page
+    now (a file put there meanwhile, a full disk) is a warning: the run's result and its
+    exit code stand, and `hicache report html` draws the page later."""
+    if path is None:
+        return
+    try:
+        console.print(f"html: {write_page(doc, path)}", soft_wrap=True)
+    except UsageError as exc:
+        say(f"warning: --html: {exc}")

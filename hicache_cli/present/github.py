@@ -11,6 +11,7 @@ from hicache_cli.analysis.gate import Assertion
 from hicache_cli.analysis.kinds import Verdict
 from hicache_cli.analysis.results import RankReport, Report
 from hicache_cli.present import mermaid
+from hicache_cli.present.html.bundle import pick_rank
 from hicache_cli.present.html.run_charts import depth_title, rank_name
 from hicache_cli.present.tables import policy_table, to_markdown
 from hicache_cli.workflow_commands import escape_data, escape_property
@@ -103,7 +104,7 @@ def summary_charts(report: Report) -> str:
 
 def compare_summary(rows: list[PolicyRow], reports: list[Report], title: str) -> str:
     """compare-policies in a step summary: its Markdown table, then why each rank that was
-    not bounded was not, and each failure."""
+    not bounded was not, and each failure, then RSS and depth over time, a line per policy."""
     text = to_markdown(policy_table(rows), md(title))
     reasons = [f"- {md(row.note)}" for row in rows if row.note]
     for report in reports:
@@ -115,4 +116,24 @@ def compare_summary(rows: list[PolicyRow], reports: list[Report], title: str) ->
             reasons.append(f"- {md(policy)} rank {f.rank} {f.kind}: {md(f.message)}")
     if reasons:
         text += "\n**Not bounded, and why**\n\n" + "\n".join(reasons) + "\n"
+    if charts := comparison_charts(reports):
+        text += "\n" + charts + "\n"
     return text
+
+
+def comparison_charts(reports: list[Report]) -> str:
+    """RSS and work-list depth of each policy's run as charts GitHub draws, after a sentence
+    naming each line's colour and which rank it is; empty when no run has a series."""
+    runs = mermaid.shown_runs(reports)
+    blocks = mermaid.run_charts(runs)
+    if not blocks:
+        return ""
+    names = [f"{r.config.label} {r.verdict} ({mermaid.COLOURS[i][1]})" for i, r in enumerate(runs)]
+    more = sum(1 for r in reports if pick_rank(r, "rss") is not None) - len(runs)
+    lines = ", ".join(names) + (f"; {more} more in the bundle" if more > 0 else "")
+    sentence = (
+        f"**RSS and work-list depth over time, a line per policy**: {md(lines)}. Each line is the rank "
+        f"the table reads: RSS of the steepest RSS trend, depth of the deepest work list. "
+        f"{mermaid.POINTS} points per line, thinned; the table's numbers are exact."
+    )
+    return "\n\n".join([sentence, *blocks])

@@ -118,6 +118,47 @@ def test_compare_summary_has_the_table_and_why_not_bounded() -> None:
     assert not any(line.startswith("- drain") for line in why)
 
 
+def _lines(block: list[str]) -> list[list[float]]:
+    return [json.loads(line.split("line ", 1)[1]) for line in block if line.startswith("    line [")]
+
+
+def test_compare_summary_draws_rss_and_depth_a_line_per_policy() -> None:
+    """After the table and the reasons: RSS and depth, a line per policy in the table's order,
+    each the rank the table reads (reap: rank 0, which leaks), coloured as the sentence says."""
+    leak, bounded = build_pp2_report(leaking=True), build_pp2_report(leaking=False)
+    bounded = replace(bounded, config=replace(bounded.config, target=replace(bounded.config.target, policy="drain")))
+    text = compare_summary([summarize(leak), summarize(bounded)], [leak, bounded], "hicache compare-policies")
+    rss, depth = _mermaid_blocks(text)
+    assert rss[0] == mermaid.INIT and rss[2] == '    title "RSS (MiB)"'
+    assert depth[2] == '    title "work-list depth (Works)"'
+    growing, flat = _lines(depth)
+    assert growing[-1] == 60000 and growing == sorted(growing) and set(flat) == {0}
+    climbing, level = _lines(rss)
+    assert climbing[-1] > climbing[0] and len(set(level)) == 1
+    assert "a line per policy**: reap LEAK (blue), drain BOUNDED (orange)." in text
+    assert text.index("**Not bounded, and why**") < text.index("```mermaid")
+
+
+def test_compare_summary_names_each_colour_up_to_the_palette() -> None:
+    """More runs than colours: the first len(COLOURS) are drawn, the rest counted; the palette
+    has a colour per line."""
+    base = build_pp2_report(leaking=False)
+    names = [f"p{i}" for i in range(len(mermaid.COLOURS) + 2)]
+    reports = [replace(base, config=replace(base.config, target=replace(base.config.target, policy=n))) for n in names]
+    text = compare_summary([summarize(r) for r in reports], reports, "hicache compare-policies")
+    rss, _ = _mermaid_blocks(text)
+    assert len(_lines(rss)) == len(mermaid.COLOURS)
+    assert rss[0] == mermaid.init(len(mermaid.COLOURS)) and rss[0].count("#") == len(mermaid.COLOURS)
+    colours = ", ".join(f"p{i} BOUNDED ({word})" for i, (_, word) in enumerate(mermaid.COLOURS))
+    assert f"{colours}; 2 more in the bundle." in text
+
+
+def test_compare_summary_without_series_has_no_charts() -> None:
+    report = build_pp2_report(leaking=False)
+    bare = replace(report, ranks=[replace(r, series=None) for r in report.ranks])
+    assert "```mermaid" not in compare_summary([summarize(bare)], [bare], "hicache compare-policies")
+
+
 # -- through the commands -------------------------------------------------------------
 
 
@@ -147,6 +188,7 @@ def test_compare_policies_appends_to_the_step_summary(fake_execute: FakeExecute,
     text = summary.read_text()
     assert text.startswith("earlier step\n### hicache compare-policies: pp=2 tp=1, 10s, workload mixed\n")
     assert "- reap rank 0: LEAK" in text
+    assert len(_mermaid_blocks(text)) == 2 and "reap LEAK (blue), drain BOUNDED (orange)" in text
 
 
 def test_no_summary_off_github(fake_execute: FakeExecute, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import typer
 from hicache_cli.analysis.kinds import Status
 from hicache_cli.cli import options, running
 from hicache_cli.cli.configure import check_run_options
-from hicache_cli.cli.output import print_json
+from hicache_cli.cli.output import print_json, write_html
 from hicache_cli.errors import EXIT_OK, EXIT_RUN_FAILED
 from hicache_cli.execution import RunResult
 from hicache_cli.launch.attach_launcher import attach_config
@@ -42,6 +42,7 @@ def attach(
     leak_threshold: float = options.LEAK_THRESHOLD,
     run_dir: Path = options.run_dir("attach"),
     report: Path = options.REPORT,
+    html: Path = options.HTML,
     no_live: bool = options.NO_LIVE,
     refresh: float = options.REFRESH,
     metrics_port: int = options.METRICS_PORT,
@@ -50,7 +51,7 @@ def attach(
 ) -> None:
     """Attach to a running process: the Works it already holds, by holder; then trace it; then detach."""
     config = attach_config(pids or [], duration, probe_hz, warmup, leak_threshold, census=not no_census)
-    check_run_options(refresh, report, None, metrics_port, metrics_host)
+    check_run_options(refresh, report, None, metrics_port, metrics_host, html)
     metrics = running.serve_metrics(ctx, metrics_port, metrics_host, config)
     directory = create_run_dir(run_dir, "attach")
     result, console = running.run_attached(
@@ -61,6 +62,7 @@ def attach(
     for line in verdict_lines(result.report):
         console.print(line)
     console.print(f"report: {result.report_path}")
+    write_html(result.report, html, console)
     if json_output:
         print_json(result.report.to_dict())
     raise typer.Exit(attach_exit_code(result))

@@ -25,7 +25,7 @@ from hicache_cli.analysis.results import Report
 from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli import options, running
 from hicache_cli.cli.configure import StressOptions, check_output_paths, check_run_options, config_from_options
-from hicache_cli.cli.output import append_step_summary, print_json, say
+from hicache_cli.cli.output import append_step_summary, print_json, say, write_html
 from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.attach_launcher import attach_config
@@ -71,6 +71,7 @@ def check(
     ),
     junit: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per assertion per rank)."),
     report: Path = options.REPORT,
+    html: Path = options.HTML,
     workload: str = options.WORKLOAD,
     seed: int = options.SEED,
     wait_timeout: str = options.WAIT_TIMEOUT,
@@ -124,7 +125,7 @@ def check(
         raise UsageError("--tolerance applies to --baseline: give the report to compare with")
     allowed = parse_tolerance(tolerance)
     check_output_paths(junit=junit)
-    check_run_options(4.0, report, port)
+    check_run_options(4.0, report, port, html=html)
     if pid:
         config = attach_config(
             pid, max_duration or duration or CHECK_DURATION, DEFAULT_PROBE_HZ, warmup, limits.max_rss_slope_mb_per_h
@@ -180,6 +181,7 @@ def check(
     if json_output:
         compared = None if base is None else {"report": str(baseline), "tolerance": asdict(allowed)}
         print_json(gate_document(rep, results, limits, compared))
+    write_html(rep, html, console)  # an interrupted run's page too: what was measured
     running.exit_if_interrupted(rep)
     console.print(summary_table(rep, console.width))
     for a in results:

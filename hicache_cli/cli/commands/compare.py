@@ -9,11 +9,12 @@ from pathlib import Path
 import typer
 
 from cache.policies import POLICIES, not_applicable
+from hicache_cli.analysis.bundles import Bundle
 from hicache_cli.analysis.compare import bundle, not_applicable_row, summarize
 from hicache_cli.analysis.results import Report
 from hicache_cli.cli import options, running
-from hicache_cli.cli.configure import StressOptions, check_output_paths, config_from_options
-from hicache_cli.cli.output import append_step_summary, print_json, say
+from hicache_cli.cli.configure import StressOptions, check_html, check_output_paths, config_from_options
+from hicache_cli.cli.output import append_step_summary, print_json, say, write_html
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.present.github import compare_summary
@@ -63,6 +64,7 @@ def compare_policies(
     output: Path = options.output("the JSON bundle of all runs"),
     markdown: Path = options.MARKDOWN,
     plot: Path = typer.Option(None, "--plot", help="Write a PNG of RSS and depth per policy (needs the plot extra)."),
+    html: Path = options.html_page("the comparison"),
     run_dir: Path = options.run_dir("compare"),
     no_live: bool = options.NO_LIVE,
     json_output: bool = options.json_document("the JSON bundle (as --output writes it)"),
@@ -70,6 +72,7 @@ def compare_policies(
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
     check_output_paths(output=output, markdown=markdown, plot=plot)
+    check_html(html)
     opts = StressOptions.given(ctx, policy=names[0], target="model")  # --target adds SGLangs, below
     base = config_from_options(opts)
     configs = [replace(base, target=replace(base.target, policy=name)) for name in names]  # checked once
@@ -125,6 +128,7 @@ def compare_policies(
     if plot is not None:
         console.print(f"plot: {plot_reports([(r.config.label, r) for r in reports], plot)}")
     console.print(f"bundle: {parent / 'compare.json'}")
+    write_html(Bundle.read(data, parent / "compare.json"), html, console)
     if json_output:
         print_json(data)
     running.exit_if_interrupted(*reports)

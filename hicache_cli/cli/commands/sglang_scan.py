@@ -8,11 +8,12 @@ from pathlib import Path
 
 import typer
 
+from hicache_cli.analysis.bundles import Bundle
 from hicache_cli.analysis.kinds import Status
 from hicache_cli.analysis.scan import first_change, not_applicable, row_from_report, scan_bundle
 from hicache_cli.cli import options, running
-from hicache_cli.cli.configure import StressOptions, check_output_paths, config_from_options
-from hicache_cli.cli.output import print_json, say
+from hicache_cli.cli.configure import StressOptions, check_html, check_output_paths, config_from_options
+from hicache_cli.cli.output import print_json, say, write_html
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import EXIT_RUN_FAILED
 from hicache_cli.present.progress import make_console
@@ -33,12 +34,14 @@ def sglang_scan(
     sglang_class: str = options.SGLANG_CLASS,
     output: Path = options.output("the JSON bundle of all runs"),
     markdown: Path = options.MARKDOWN,
+    html: Path = options.html_page("the scan"),
     run_dir: Path = options.run_dir("sglang-scan"),
     no_live: bool = options.NO_LIVE,
     json_output: bool = options.json_document("the JSON bundle (as --output writes it)"),
 ) -> None:
     """Run SGLang's own PP-sync code from each release in a range: where the leak came and went."""
     check_output_paths(output=output, markdown=markdown)
+    check_html(html)
     base = StressOptions.given(ctx, tp=1, policy=None, workload="idle", seed=0)
     config_from_options(base)  # the shared options, checked before anything is fetched
     chosen = pick_versions(versions, release_versions(say))
@@ -90,6 +93,7 @@ def sglang_scan(
             markdown, to_markdown(release_table(rows), f"hicache sglang-scan: pp={pp}, {duration} per release")
         )
     console.print(f"bundle: {parent / 'scan.json'}")
+    write_html(Bundle.read(data, parent / "scan.json"), html, console)
     if json_output:
         print_json(data)
     running.exit_if_interrupted(*reports.values())

@@ -10,7 +10,7 @@ from rich.console import Console
 from hicache_cli.analysis.kinds import Status
 from hicache_cli.cli import options, running
 from hicache_cli.cli.configure import StressOptions, check_run_options, config_from_options
-from hicache_cli.cli.output import print_json, say
+from hicache_cli.cli.output import print_json, say, write_html
 from hicache_cli.errors import EXIT_RUN_FAILED, UsageError
 from hicache_cli.execution import RunResult
 from hicache_cli.launch.nodes import NodeSpec, link_summary, node_spec
@@ -43,6 +43,7 @@ def stress(
     pp_backend: str = options.PP_BACKEND,
     run_dir: Path = options.run_dir("<policy>"),
     report: Path = options.REPORT,
+    html: Path = options.HTML,
     port: int = options.PORT,
     nnodes: int = typer.Option(1, "--nnodes", help="Nodes the ranks span; run hicache on each (docs/multinode.md)."),
     node_rank: int = typer.Option(None, "--node-rank", help="This node's index; node 0 shows the dashboard."),
@@ -68,7 +69,7 @@ def stress(
     json_output: bool = options.JSON,
 ) -> None:
     """Run a real multi-rank HiCache PP-sync workload under one drain policy and report on it."""
-    check_run_options(refresh, report, port, metrics_port, metrics_host)  # cheap, before a release is fetched
+    check_run_options(refresh, report, port, metrics_port, metrics_host, html)  # cheap, before a release is fetched
     config = config_from_options(
         StressOptions.given(ctx),
         say,
@@ -78,10 +79,10 @@ def stress(
     )
     if nodes is not None and port is not None:
         raise UsageError("--port is for one machine; across nodes the rendezvous is --rdzv-endpoint")
-    if nodes is not None and not nodes.is_head and report is not None:
-        raise UsageError("--report: node 0 writes the report; give it there")
-    if nodes is not None and not nodes.is_head and json_output:
-        raise UsageError("--json: node 0 writes the report; give it there")
+    if nodes is not None and not nodes.is_head:
+        for option, wanted in (("--report", report is not None), ("--html", html is not None), ("--json", json_output)):
+            if wanted:
+                raise UsageError(f"{option}: node 0 writes the report; give it there")
     metrics = running.serve_metrics(ctx, metrics_port, metrics_host, config)
     directory = create_run_dir(run_dir, config.label)
     live = running.wants_live(no_live, json_output) and (nodes is None or nodes.is_head)  # the dashboard is node 0's
@@ -105,6 +106,7 @@ def stress(
     if nodes is not None and (dropped := link_summary(result.run_dir)) is not None:
         console.print(dropped)
     console.print(f"report: {result.report_path}")
+    write_html(result.report, html, console)
     if json_output:
         print_json(result.report.to_dict())
     running.exit_if_interrupted(result.report)

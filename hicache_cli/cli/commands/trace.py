@@ -8,7 +8,7 @@ import typer
 
 from hicache_cli.cli import options, running
 from hicache_cli.cli.configure import check_run_options
-from hicache_cli.cli.output import print_json
+from hicache_cli.cli.output import print_json, write_html
 from hicache_cli.errors import EXIT_RUN_FAILED
 from hicache_cli.execution import RunResult
 from hicache_cli.launch.trace_launcher import trace_config
@@ -43,6 +43,7 @@ def trace(
     stall_timeout: str = options.TRACE_STALL_TIMEOUT,
     run_dir: Path = options.run_dir("trace"),
     report: Path = options.REPORT,
+    html: Path = options.HTML,
     no_live: bool = typer.Option(
         False, "--no-live", help="No dashboard: the program's output passes through, hicache's goes to stderr."
     ),
@@ -57,7 +58,7 @@ def trace(
 ) -> None:
     """Watch any torch.distributed program for Works it never waits, and name where they come from."""
     config = trace_config(command or [], loop, duration, probe_hz, warmup, leak_threshold, stall_timeout)
-    check_run_options(refresh, report, None, metrics_port, metrics_host)
+    check_run_options(refresh, report, None, metrics_port, metrics_host, html)
     metrics = running.serve_metrics(ctx, metrics_port, metrics_host, config)
     directory = create_run_dir(run_dir, "trace")
     result, console = running.run_traced(
@@ -67,6 +68,7 @@ def trace(
     for line in verdict_lines(result.report):
         console.print(line)
     console.print(f"report: {result.report_path}")
+    write_html(result.report, html, console)
     if json_output:
         print_json(result.report.to_dict())
     raise typer.Exit(trace_exit_code(result))

@@ -24,13 +24,16 @@ def default_output(source: Path) -> Path:
     return source.with_suffix(".html")
 
 
-def check_page_output(path: Path) -> None:
+def check_page_output(path: Path, option: str = "-o") -> None:
     """Raise UsageError unless `path` can take a page: its directory exists, and it is new or
-    a page hicache wrote (a file hicache did not create is never replaced)."""
+    a page hicache wrote (a file hicache did not create is never replaced). `option` is the
+    one the refusal tells the user to choose another file with."""
     if (problem := output_problem(path)) is not None:
         raise UsageError(f"cannot write {path}: {problem}")
     if path.exists() and not _is_our_page(path):
-        raise UsageError(f"{path} exists and is not a page hicache wrote; remove it or choose another file with -o")
+        raise UsageError(
+            f"{path} exists and is not a page hicache wrote; remove it or choose another file with {option}"
+        )
 
 
 def _is_our_page(path: Path) -> bool:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from hicache_cli.analysis.bundles import COMPARE, Bundle, BundleEntry
-from hicache_cli.analysis.results import RankReport, Verdict
+from hicache_cli.analysis.bundles import COMPARE, Bundle
+from hicache_cli.analysis.results import RankReport, Report, Verdict
 from hicache_cli.present.html import charts
 from hicache_cli.present.html.charts import Chart, value
 from hicache_cli.present.html.markup import Cell, definitions, esc, table, tag
@@ -24,8 +24,10 @@ PICKS = {
 }
 
 
-def _pick(entry: BundleEntry, measure: str) -> RankReport | None:
-    ranks = [r for r in entry.report.ranks if r.samples and r.series] if entry.report is not None else []
+def pick_rank(report: Report | None, measure: str) -> RankReport | None:
+    """The rank of a policy's or release's run drawn for `measure` (PICKS), or None when no
+    rank has a series."""
+    ranks = [r for r in report.ranks if r.samples and r.series] if report is not None else []
     if not ranks:
         return None
     if measure == "rss":
@@ -41,7 +43,7 @@ def bundle_charts(bundle: Bundle) -> list[Chart]:
     for measure, picked in PICKS.items():
         lines = []
         for i, entry in enumerate(bundle.entries):
-            if (rank := _pick(entry, measure)) is not None:
+            if (rank := pick_rank(entry.report, measure)) is not None:
                 name = f"{entry.name} (rank {rank.rank}): {entry.verdict}"
                 lines.append(rank_line(rank, i, measure, name, trend=measure != "p99"))
         note = f"One line per {word}: {picked}."
