@@ -121,13 +121,13 @@ def paths(document: Any, where: str = "") -> Iterator[tuple[str, tuple[Any, ...]
 # The unit tier's ways for a value of each JSON type: all of the first, and one of the second
 # in turn (a path's index in the document picks it). Every key is also deleted.
 FITTING: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    type(None): (("wrong type", "negative"), ("markup", "garbage list", "object of garbage")),
+    type(None): (("wrong type",), ("negative", "markup", "garbage list", "object of garbage")),
     bool: (("null", "wrong type"), ()),
-    int: (("null", "wrong type", "past float"), ("negative", "huge", "NaN", "boolean")),
+    int: (("null", "wrong type"), ("negative", "zero", "past float", "huge", "NaN", "boolean")),
     float: (("null", "wrong type"), ("negative", "largest float", "NaN", "-infinity")),
-    str: (("null", "wrong type"), ("markup", "empty string", "long string")),
-    list: (("null", "wrong type", "garbage list"), ("empty list", "nested 40")),
-    dict: (("null", "wrong type", "odd keys"), ("extra key", "empty object", "object of garbage", "nested 3000")),
+    str: (("null", "wrong type"), ("markup", "empty string", "long string", "nested 40")),
+    list: (("null", "wrong type"), ("garbage list", "empty list", "nested 40")),
+    dict: (("null", "wrong type"), ("odd keys", "extra key", "empty object", "object of garbage", "nested 3000")),
 }
 
 
@@ -164,7 +164,7 @@ def mutations(document: Any, hows: tuple[str, ...] | None = None, *, sweep: bool
                 continue  # a list item or the document itself: nothing to delete
             if how == "extra key" and not isinstance(value, dict):
                 continue
-            mutated = copy.deepcopy(document)
+            mutated = _copy_path(document, keys)
             *parents, last = (None, *keys)
             node = mutated
             for key in parents[1:]:
@@ -180,6 +180,17 @@ def mutations(document: Any, hows: tuple[str, ...] | None = None, *, sweep: bool
                 else:
                     node[last] = new
             yield Mutation(where, how, mutated)
+
+
+def _copy_path(document: Any, keys: tuple[Any, ...]) -> Any:
+    """`document` with every object and list on the way to `keys` copied, the value there
+    too (one level): what a mutation changes is its own, the rest is shared, unchanged."""
+    top = copy.copy(document)
+    node = top
+    for key in keys:
+        node[key] = copy.copy(node[key])
+        node = node[key]
+    return top
 
 
 def load(path: Path) -> Any:
