@@ -238,7 +238,7 @@ def _try(value: Any, hint: Any, where: str, length: int | None, depth: int) -> t
 @functools.cache
 def _plain(hint: Any) -> bool:
     """Whether values of `hint` are read as they are: numbers, text, booleans or null."""
-    return all(option in _EXACT or option is NONE for option in _options(hint))
+    return all(option in _PLAIN or option is NONE for option in _options(hint))
 
 
 @functools.cache
@@ -252,21 +252,27 @@ def matcher(hint: Any) -> typing.Callable[[Any], bool]:
     if hint is Any:
         return lambda value: True
     options = _options(hint)
+    if len(options) == 2 and NONE in options:  # (the common union, tested without a loop)
+        other = matcher(next(option for option in options if option is not NONE))
+        return lambda value: value is None or other(value)
     if len(options) > 1:
         tests = tuple(matcher(option) for option in options)
         return lambda value: any(test(value) for test in tests)
     origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
     if origin is NONE:
         return lambda value: value is None
-    if origin in _EXACT:  # type(), not isinstance: JSON true is no count, and no number a bool
-        kinds = _EXACT[origin]
-        return lambda value: type(value) in kinds and (kinds is _TEXT or _measured(value))
+    if origin is str or origin is bool:
+        return lambda value: type(value) is origin  # type(), not isinstance: JSON true is no count
+    if origin is int:
+        return lambda value: type(value) is int and -INT_END < value < INT_END
+    if origin is float:  # (False for NaN and the infinities)
+        return lambda value: (type(value) is float or type(value) is int) and -INT_END < value < INT_END
     if origin in (list, tuple):
         item = matcher(args[0] if args else Any)
-        return lambda value: type(value) is list and all(item(v) for v in value)
+        return lambda value: type(value) is list and all(map(item, value))
     if origin in (dict, Mapping):
         item = matcher(args[1] if len(args) == 2 else Any)
-        return lambda value: type(value) is dict and all(item(v) for v in value.values())
+        return lambda value: type(value) is dict and all(map(item, value.values()))
     return lambda value: False
 
 
@@ -276,13 +282,8 @@ def _fits(number: int | float) -> bool:
     return type(number) is not int or INT_MIN <= number < INT_END
 
 
-def _measured(number: float) -> bool:
-    return -INT_END < number < INT_END  # (False for NaN and the infinities)
-
-
 INT_MIN, INT_END = -(1 << 63), 1 << 64  # what JSON's other readers take as an integer
-_TEXT = (str,)
-_EXACT: dict[Any, tuple[type, ...]] = {bool: (bool,), int: (int,), float: (int, float), str: _TEXT}
+_PLAIN = frozenset((bool, int, float, str))
 
 
 def _expect_object(data: Any, where: str) -> Mapping[str, Any]:
