@@ -64,7 +64,7 @@ class Target(Record):
         if cls is Target:
             kind = data.get("kind") if isinstance(data, dict) else None
             if not isinstance(kind, str) or kind not in KINDS:  # (a list is no key: TypeError)
-                raise ShapeError(f"{where or 'target'}.kind: {kind!r}; expected one of {', '.join(KINDS)}")
+                raise ShapeError(f"{where or 'target'}.kind: {repr(kind)[:60]}; expected one of {', '.join(KINDS)}")
             return KINDS[kind].from_dict(data, where)
         return super().from_dict({k: v for k, v in data.items() if k != "kind"}, where)
 

@@ -11,7 +11,8 @@ read; `RunConfig.load` refuses a config or gives one `report build` and `watch` 
 line the decoder does not take is skipped like a torn one, so the run reads as without it.
 
 The unit tier runs each schema path once, in the ways that fit its type (a few seconds);
-HICACHE_FUZZ=all runs every mutation in every way (tens of thousands; about half an hour here).
+HICACHE_FUZZ=all runs every mutation in every way (22,297 of them, 36,966 reader calls: two
+minutes here).
 """
 
 from __future__ import annotations
