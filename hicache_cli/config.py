@@ -134,9 +134,14 @@ class RunConfig(Record):
             data = json.loads(read_bytes(path, follow=False, limit=CONFIG_LIMIT))
             if not isinstance(data, dict):
                 raise ValueError(f"a JSON {type(data).__name__}, not an object")
-            return cls.from_dict(data)
+            # every run's config passed validate() before it was written: one that does not
+            # now (tp 0, pp 10**30) was written by someone else, and would divide by zero or
+            # fill the memory wherever a reader trusts it
+            return cls.from_dict(data).validate()
         except OSError as exc:
             raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+        except UsageError as exc:
+            raise UsageError(f"{path}: not a hicache run's config ({exc})") from None
         except (ValueError, TypeError, RecursionError) as exc:  # not JSON, too deep, or not a config's fields
             raise UsageError(f"{path}: not a hicache run's config ({_first_line(exc)})") from None
 

@@ -137,6 +137,8 @@ def kind_of(value: Any) -> str:
         return "null"
     if isinstance(value, bool):  # before int: JSON true is no count
         return "a boolean"
+    if isinstance(value, int) and not _fits(value):
+        return "an integer past 64 bits"
     for t in (int, float, str, list, dict):
         if isinstance(value, t):
             return _NAMES[t]
@@ -199,9 +201,9 @@ def _try(value: Any, hint: Any, where: str, length: int | None, depth: int) -> t
     if origin is bool:
         return isinstance(value, bool), value
     if origin is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
+        return isinstance(value, int) and not isinstance(value, bool) and _fits(value), value
     if origin is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool), value
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and _fits(value), value
     if origin is str:
         return isinstance(value, str), value
     if isinstance(origin, type) and issubclass(origin, enum.Enum):
@@ -217,6 +219,8 @@ def _try(value: Any, hint: Any, where: str, length: int | None, depth: int) -> t
         if length is not None and len(value) != length:
             raise ShapeError(f"{where}: {len(value)} items, expected {length}")
         item = args[0] if args else Any
+        if _plain(item) and all(map(matcher(item), value)):  # a series of numbers: as it is
+            return True, tuple(value) if origin is tuple else list(value)
         items = [parse(v, item, f"{where}[{i}]", depth=depth + 1) for i, v in enumerate(value)]
         return True, tuple(items) if origin is tuple else items
     if origin in (dict, Mapping):
@@ -229,6 +233,57 @@ def _try(value: Any, hint: Any, where: str, length: int | None, depth: int) -> t
             return False, None
         return True, origin.from_dict(value, where)
     return False, None
+
+
+@functools.cache
+def _plain(hint: Any) -> bool:
+    """Whether values of `hint` are read as they are: numbers, text, booleans or null."""
+    return all(option in _PLAIN or option is NONE for option in _options(hint))
+
+
+@functools.cache
+def matcher(hint: Any) -> typing.Callable[[Any], bool]:
+    """Whether a JSON value is a measurement of the type `hint`, as a function built once:
+    for the rank files' lines, read by the hundred thousand, where `parse`'s walk over the
+    hint for every value would cost more than the decoding. As `parse` takes it, and a number
+    is finite and under 2**64 in size (a time of 1e308 s or an RSS of NaN is no reading: the
+    trends' sums of squares and products would overflow to NaN). Scalars, lists,
+    string-keyed objects, unions and Any; a hint it does not know matches nothing."""
+    if hint is Any:
+        return lambda value: True
+    options = _options(hint)
+    if len(options) == 2 and NONE in options:  # (the common union, tested without a loop)
+        other = matcher(next(option for option in options if option is not NONE))
+        return lambda value: value is None or other(value)
+    if len(options) > 1:
+        tests = tuple(matcher(option) for option in options)
+        return lambda value: any(test(value) for test in tests)
+    origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
+    if origin is NONE:
+        return lambda value: value is None
+    if origin is str or origin is bool:
+        return lambda value: type(value) is origin  # type(), not isinstance: JSON true is no count
+    if origin is int:
+        return lambda value: type(value) is int and -INT_END < value < INT_END
+    if origin is float:  # (False for NaN and the infinities)
+        return lambda value: (type(value) is float or type(value) is int) and -INT_END < value < INT_END
+    if origin in (list, tuple):
+        item = matcher(args[0] if args else Any)
+        return lambda value: type(value) is list and all(map(item, value))
+    if origin in (dict, Mapping):
+        item = matcher(args[1] if len(args) == 2 else Any)
+        return lambda value: type(value) is dict and all(map(item, value.values()))
+    return lambda value: False
+
+
+def _fits(number: int | float) -> bool:
+    """An integer of at most 64 bits (any float): a count past that is no count hicache wrote,
+    and one past a float's range (10**400) fails every division and format that meets it."""
+    return type(number) is not int or INT_MIN <= number < INT_END
+
+
+INT_MIN, INT_END = -(1 << 63), 1 << 64  # what JSON's other readers take as an integer
+_PLAIN = frozenset((bool, int, float, str))
 
 
 def _expect_object(data: Any, where: str) -> Mapping[str, Any]:

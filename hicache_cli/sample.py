@@ -15,6 +15,8 @@ the line is complete, so a reader may start at any complete line. Lines written 
 from __future__ import annotations
 
 import json
+import re
+import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import IO, Any
 from hicache_cli.errors import UsageError
 from hicache_cli.files import open_regular
 from hicache_cli.protocol import sample_files
+from hicache_cli.records import matcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,12 @@ EVENT_FIELDS: dict[str, Any] = {
     "error_peer": None,
 }
 EVENT_KEYS = frozenset(EVENT_FIELDS)
+# each field's test of a value read back: a line with a value of another type (a string where
+# a count goes, an object where a list goes) is none of ours, and must not reach the analysis
+FIELD_TYPES = {name: matcher(hint) for name, hint in typing.get_type_hints(Sample).items()}
+# ... and whose keys are integers written as text: {bucket: rounds}, {event round: digest}
+INTEGER_KEYED = ("lat_hist", "digests")
+_integer_text = re.compile(r"-?\d{1,18}\Z").match
 LINE_KEYS = frozenset(("t", "wall"))  # in every line; the rest may be left out (format 2)
 THROTTLED_FIELDS = ("lat_hist", "counters")  # cumulative, and the largest: at most once a second
 KEYFRAME_S = 10.0  # a complete line at least this often
@@ -152,6 +161,10 @@ class LineEncoder:
         return json.dumps(line, separators=(",", ":"))
 
 
+def _default(f: Any) -> Any:
+    return f.default_factory() if f.default is MISSING else f.default
+
+
 _parse = json.JSONDecoder().decode  # json.loads without its per-call options and encoding sniffing
 
 
@@ -177,6 +190,12 @@ class LineDecoder:
         if not given <= FIELD_NAMES:  # keys of a later version: not ours to pass on
             data = {k: v for k, v in data.items() if k in FIELD_NAMES}
             given = data.keys()
+        for key, value in data.items():
+            if not FIELD_TYPES[key](value):
+                return None  # (the state it would have set keeps its last good value)
+        for key in INTEGER_KEYED:
+            if key in data and not all(map(_integer_text, data[key])):
+                return None
         fields_now = {**EVENT_FIELDS, **state, **data}
         state.update(data)
         for key in given & EVENT_KEYS:  # events never carry over
@@ -185,6 +204,11 @@ class LineDecoder:
             if not REQUIRED_FIELDS <= fields_now.keys():
                 return None
             self._complete = True
+            # a field with a default that the first complete line left out (a foreign or an
+            # older writer's) has it from then on: readers index the fields by name
+            missing = {f.name: _default(f) for f in fields(Sample) if f.name not in fields_now}
+            fields_now.update(missing)
+            state.update((k, v) for k, v in missing.items() if k not in EVENT_KEYS)
         return fields_now
 
     def decode(self, line: str | bytes) -> Sample | None:

@@ -85,7 +85,9 @@ class Totals:
         if (sites := f["sites"]) is not None:
             self.last_sites = sites
             for site in sites:
-                self.site_live_max = max(self.site_live_max, int(site.get("live_max", 0)))
+                live_max = site.get("live_max")
+                if type(live_max) is int:  # a site a foreign tracer mangled counts for nothing (as in read_sites)
+                    self.site_live_max = max(self.site_live_max, live_max)
 
 
 class RankSeries:

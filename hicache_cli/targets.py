@@ -63,8 +63,8 @@ class Target(Record):
     def from_dict(cls, data: Any, where: str = "") -> Target:
         if cls is Target:
             kind = data.get("kind") if isinstance(data, dict) else None
-            if kind not in KINDS:
-                raise ShapeError(f"{where or 'target'}.kind: {kind!r}; expected one of {', '.join(KINDS)}")
+            if not isinstance(kind, str) or kind not in KINDS:  # (a list is no key: TypeError)
+                raise ShapeError(f"{where or 'target'}.kind: {repr(kind)[:60]}; expected one of {', '.join(KINDS)}")
             return KINDS[kind].from_dict(data, where)
         return super().from_dict({k: v for k, v in data.items() if k != "kind"}, where)
 
@@ -270,7 +270,8 @@ class TargetSection(Record):
     @classmethod
     def from_dict(cls, data: Any, where: str = "") -> TargetSection:
         if cls is TargetSection and isinstance(data, dict):
-            section = _SECTIONS.get(data.get("kind"))  # type: ignore[arg-type]
+            kind = data.get("kind")
+            section = _SECTIONS.get(kind) if isinstance(kind, str) else None  # (a list is no key: TypeError)
             if section is not None:
                 return section.from_dict(data, where)
         return super().from_dict(data, where)

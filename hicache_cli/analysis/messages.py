@@ -13,11 +13,14 @@ hicache's own ranks do not carry rows; their PP-sync counts (`sent` downstream t
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.growth import Growth, growth
+from hicache_cli.records import matcher
 from hicache_cli.sample import Sample
 
 PP_GROUP = "pp"  # hicache's own ranks: their PP-sync group
@@ -76,7 +79,7 @@ class PeerFlow:
 def peer_rows(sample: Sample, tp: int = 1) -> list[PeerRow]:
     """The sample's rows: the tracer's, or (hicache's own ranks) its PP-sync counts."""
     if sample.peers is not None:
-        return [PeerRow(int(r[0]), str(r[1]), int(r[2]), r[3], int(r[4]), r[5]) for r in sample.peers]
+        return [row for r in sample.peers if (row := _peer_row(r)) is not None]
     if sample.works is not None:  # a traced process from before rows were counted
         return []
     rows = []
@@ -85,6 +88,17 @@ def peer_rows(sample: Sample, tp: int = 1) -> list[PeerRow]:
     if sample.received:
         rows.append(PeerRow(sample.rank - tp, PP_GROUP, 0, None, sample.received, None))
     return rows
+
+
+_ROW_TYPES = tuple(matcher(hint) for hint in typing.get_type_hints(PeerRow).values())
+
+
+def _peer_row(raw: list[Any]) -> PeerRow | None:
+    """A row as the tracer wrote it (tracer/messages.py); None for one a foreign program's
+    tracer mangled (another length, a string where a count goes): that row is left out."""
+    if len(raw) != len(_ROW_TYPES) or not all(test(v) for test, v in zip(_ROW_TYPES, raw, strict=True)):
+        return None
+    return PeerRow(*raw)
 
 
 def _row(sample: Sample, peer: int, group: str, tp: int) -> PeerRow | None:

@@ -37,7 +37,8 @@ def settled_at(points: list[tuple[float, float]], min_s: float, max_s: float, to
     window = max(WINDOW_S, WINDOW_SHARE * span)
     slopes = stats._WindowSlopes(points)  # noqa: SLF001 - the running sums plateau_start uses
     end, start = min_s, points[0][0]
-    while start < max_s:
+    last = min(max_s, points[-1][0])  # a window starting past the data has no slope: a bound from a file may be 1e30
+    while start < last:
         slope = slopes.between(start, start + window)
         if slope is not None and abs(slope - long_run) > allowed:
             end = start + window
