@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 from collections.abc import Callable, Iterator
@@ -19,6 +20,19 @@ from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.sample import Sample
+from tests.sharing import group_by_shared_fixture, longest_first
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # a pytest-xdist worker starts with COLUMNS=80 LINES=24 of its own; the CLI (and every
+    # command the tests start) would wrap its output at 80 columns, where off a terminal
+    # without COLUMNS it wraps nothing, as the tests expect
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    group_by_shared_fixture(items)
+    longest_first(items)
 
 
 def build_sample(rank: int = 0, t: float = 1.0, tp: int = 1, **overrides: Any) -> Sample:
