@@ -46,15 +46,13 @@ def test_its_flow_controlled_twin_is_bounded(tmp_path: Path) -> None:
 
 
 def test_memory_that_grows_without_works_or_messages_is_said_so(tmp_path: Path) -> None:
-    run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("metrics_history.py"), "--seconds", "12")
-    assert run.proc.returncode == 0, run.proc.stderr
+    """One run serves both: `check -- COMMAND` traces as `trace` does (the same report), then gates."""
+    gate = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("metrics_history.py"),
+                 "--seconds", "12", verb="check")  # fmt: skip
     for rank in (0, 1):
-        r = run.rank(rank)
+        r = gate.rank(rank)
         assert (r["verdict"], r["cause"]["kind"]) == ("INCONCLUSIVE", "memory"), r["verdict_reason"]
         assert r["verdict_reason"].startswith("memory grows, not from Works or messages: RSS +")
-    (tmp_path / "gate").mkdir()
-    gate = trace(tmp_path / "gate", *TORCHRUN, "--nproc-per-node", "2", program("metrics_history.py"),
-                 "--seconds", "12", verb="check")  # fmt: skip
     assert gate.proc.returncode == 0, gate.proc.stdout  # no Work leak: passed unless a memory limit is asked
 
 
