@@ -30,6 +30,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.pop(name, None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     group_by_shared_fixture(items)
     longest_first(items)

@@ -27,7 +27,7 @@ from tests.integration.attach_helpers import (
     PROGRAMS,
     Command,
     hicache_run,
-    reference_output,
+    serve_beside_reference,
     start_hicache,
     start_server,
     wait_for,
@@ -80,10 +80,8 @@ class Leaky:
 @pytest.fixture(scope="module")
 def leaky(tmp_path_factory: pytest.TempPathFactory) -> Leaky:
     tmp = tmp_path_factory.mktemp("attach-cli-leaky")
-    reference = reference_output(tmp, "reap")
-    server = start_server(tmp, "reap")
+    server, reference = serve_beside_reference(tmp, "reap")  # it has been leaking for 2 s before anyone looks
     try:
-        time.sleep(2.0)  # leaking for a while before anyone looks
         attach = hicache_run("attach", "--duration", "8s", "--no-live", "--json", "--run-dir", str(tmp / "attach"),
                              str(server.pid), cwd=tmp)  # fmt: skip
         after_attach = server.running()
