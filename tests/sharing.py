@@ -5,13 +5,24 @@ attached to several times) is built once per worker that asks for it. Under `-n 
 --dist loadgroup` (pyproject's addopts) every test that uses such a fixture of ours, and
 every test that shares any of those fixtures with it, gets one `xdist_group`, so the
 run is made once per session as without xdist. Without xdist the mark changes nothing.
+
+xdist's own loadgroup renames each grouped test (`nodeid@group`) for its controller to
+read; pytest 9.2 derives a test's id from a structured id that rename no longer reaches,
+so every group would be split across workers. Here each worker writes its tests' groups
+to a folder the controller made (GROUPS_ENV), and the controller's scheduler
+(SharedRunScheduling) reads them: the same grouping, by no private rename.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+GROUPS_ENV = "HICACHE_TEST_XDIST_GROUPS"  # a folder: groups-<worker>.json, {test id: group}
 
 TESTS = Path(__file__).resolve().parent
 SHARED_SCOPES = {"module", "session", "package"}
@@ -39,14 +50,16 @@ def group_by_shared_fixture(items: list[pytest.Item]) -> None:
             name = parent[name]
         return name
 
-    uses = {item: sorted(shared_fixtures(item)) for item in items}
-    for names in uses.values():
+    # a list, not a dict: hashing an item reads (and caches) its nodeid, which xdist's own
+    # hook then suffixes with the group too late for the controller to see it
+    uses = [(item, sorted(shared_fixtures(item))) for item in items]
+    for _, names in uses:
         for other in names:
             parent[root(other)] = root(names[0])
     members: dict[str, set[str]] = {}
     for name in parent:
         members.setdefault(root(name), set()).add(name)
-    for item, names in uses.items():
+    for item, names in uses:
         if names:
             item.add_marker(pytest.mark.xdist_group("+".join(sorted(members[root(names[0])]))))
 
@@ -62,3 +75,33 @@ def longest_first(items: list[pytest.Item]) -> None:
         return 0 if item.get_closest_marker("xdist_group") is not None else 1
 
     items.sort(key=rank)
+
+
+def record_groups(items: list[pytest.Item]) -> None:
+    """In an xdist worker: write each grouped test's group for the controller's scheduler."""
+    folder, worker = os.environ.get(GROUPS_ENV), os.environ.get("PYTEST_XDIST_WORKER")
+    if not folder or not worker:
+        return
+    groups = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None:
+            groups[item.nodeid] = str(mark.args[0])
+    (Path(folder) / f"groups-{worker}.json").write_text(json.dumps(groups), encoding="utf-8")
+
+
+def shared_run_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's loadgroup scheduling, its groups read from what the workers wrote."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # first asked once every worker has collected
+                self.groups = {}
+                for path in Path(os.environ[GROUPS_ENV]).glob("groups-*.json"):
+                    self.groups.update(json.loads(path.read_text(encoding="utf-8")))
+            return self.groups.get(nodeid, nodeid)
+
+    return SharedRunScheduling(config, log)

@@ -208,7 +208,8 @@ def test_a_stress_rank_survives_an_attach(tmp_path: Path) -> None:
     report = report_of(tmp_path / "stress")
     assert report["status"] == "completed" and report["failures"] == []
     # each rank ran to its deadline (a drain's last wait may meet its peer gone: not a failure)
-    assert all(r["state"] == "done" and "deadline" in r["stop"] for r in report["ranks"]), report["ranks"]
+    ends = [(r["rank"], r["state"], r["stop"]) for r in report["ranks"]]
+    assert all(state == "done" and "deadline" in stop for _, state, stop in ends), ends
     assert rank(report_of(tmp_path / "attach"), 0)["works"]["created"] > 0  # it was traced meanwhile
 
 
