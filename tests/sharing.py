@@ -1,7 +1,7 @@
 """Tests that read one shared real run stay on one pytest-xdist worker.
 
 A module- or session-scoped fixture (a real stress run, a traced program, a live server
-attached to several times) is built once per worker that asks for it. Under `-n 2
+attached to several times) is built once per worker that asks for it. Under `-n 3
 --dist loadgroup` (pyproject's addopts) every test that uses such a fixture of ours, and
 every test that shares any of those fixtures with it, gets one `xdist_group`, so the
 run is made once per session as without xdist. Without xdist the mark changes nothing.
@@ -50,8 +50,6 @@ def group_by_shared_fixture(items: list[pytest.Item]) -> None:
             name = parent[name]
         return name
 
-    # a list, not a dict: hashing an item reads (and caches) its nodeid, which xdist's own
-    # hook then suffixes with the group too late for the controller to see it
     uses = [(item, sorted(shared_fixtures(item))) for item in items]
     for _, names in uses:
         for other in names:
@@ -87,6 +85,7 @@ def record_groups(items: list[pytest.Item]) -> None:
         mark = item.get_closest_marker("xdist_group")
         if mark is not None:
             groups[item.nodeid] = str(mark.args[0])
+    Path(folder).mkdir(parents=True, exist_ok=True)
     (Path(folder) / f"groups-{worker}.json").write_text(json.dumps(groups), encoding="utf-8")
 
 
