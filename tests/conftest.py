@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,32 @@ from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.sample import Sample
+from tests.sharing import GROUPS_ENV, group_by_shared_fixture, longest_first, record_groups, shared_run_scheduler
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # a pytest-xdist worker starts with COLUMNS=80 LINES=24 of its own; the CLI (and every
+    # command the tests start) would wrap its output at 80 columns, where off a terminal
+    # without COLUMNS it wraps nothing, as the tests expect
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get(GROUPS_ENV):
+        folder = tempfile.mkdtemp(prefix="hicache-test-groups-")  # the workers, started later, inherit it
+        os.environ[GROUPS_ENV] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent under `-p no:xdist`
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return shared_run_scheduler(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    group_by_shared_fixture(items)
+    longest_first(items)
+    record_groups(items)
 
 
 def build_sample(rank: int = 0, t: float = 1.0, tp: int = 1, **overrides: Any) -> Sample:

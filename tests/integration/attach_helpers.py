@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,23 @@ def reference_output(tmp: Path, policy: str, serve_s: float = 2.0) -> tuple[int,
     time.sleep(serve_s)
     code = server.stop()
     return code, sorted(server.lines)
+
+
+def serve_beside_reference(tmp: Path, policy: str, serve_s: float = 2.0) -> tuple[Server, tuple[int, list[str]]]:
+    """start_server, and at the same time the same program without hicache (reference_output):
+    the two start together instead of one after the other. The server has served for at
+    least `serve_s` when this returns."""
+    with ThreadPoolExecutor(1) as pool:
+        reference = pool.submit(reference_output, tmp, policy, serve_s)
+        server = start_server(tmp, policy)
+        started = time.monotonic()
+        try:
+            found = reference.result(timeout=300)
+        except BaseException:
+            server.kill()
+            raise
+    time.sleep(max(0.0, serve_s - (time.monotonic() - started)))
+    return server, found
 
 
 def leftovers(pid: int, run_dir: Path, timeout: float = 60) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from tests.integration.attach_helpers import (
     PROGRAMS,
     Command,
     hicache_run,
-    reference_output,
+    serve_beside_reference,
     start_hicache,
     start_server,
     wait_for,
@@ -80,10 +80,8 @@ class Leaky:
 @pytest.fixture(scope="module")
 def leaky(tmp_path_factory: pytest.TempPathFactory) -> Leaky:
     tmp = tmp_path_factory.mktemp("attach-cli-leaky")
-    reference = reference_output(tmp, "reap")
-    server = start_server(tmp, "reap")
+    server, reference = serve_beside_reference(tmp, "reap")  # it has been leaking for 2 s before anyone looks
     try:
-        time.sleep(2.0)  # leaking for a while before anyone looks
         attach = hicache_run("attach", "--duration", "8s", "--no-live", "--json", "--run-dir", str(tmp / "attach"),
                              str(server.pid), cwd=tmp)  # fmt: skip
         after_attach = server.running()
@@ -210,7 +208,8 @@ def test_a_stress_rank_survives_an_attach(tmp_path: Path) -> None:
     report = report_of(tmp_path / "stress")
     assert report["status"] == "completed" and report["failures"] == []
     # each rank ran to its deadline (a drain's last wait may meet its peer gone: not a failure)
-    assert all(r["state"] == "done" and "deadline" in r["stop"] for r in report["ranks"]), report["ranks"]
+    ends = [(r["rank"], r["state"], r["stop"]) for r in report["ranks"]]
+    assert all(state == "done" and "deadline" in stop for _, state, stop in ends), ends
     assert rank(report_of(tmp_path / "attach"), 0)["works"]["created"] > 0  # it was traced meanwhile
 
 

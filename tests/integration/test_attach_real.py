@@ -28,7 +28,7 @@ from tests.integration.attach_helpers import (
     injected_pages,
     leftovers,
     rank_lines,
-    reference_output,
+    serve_beside_reference,
     start_program,
     start_server,
     wait_for,
@@ -97,10 +97,8 @@ class Scenario:
 @pytest.fixture(scope="module")
 def leaky(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     tmp = tmp_path_factory.mktemp("attach-leaky")
-    reference = reference_output(tmp, "reap")
-    server = start_server(tmp, "reap")
+    server, reference = serve_beside_reference(tmp, "reap")  # it has been leaking for 2 s before anyone looks
     try:
-        time.sleep(2.0)  # it has been leaking for a while before anyone looks
         first = attach(server.pid, tmp / "first", 1.5, server)
         ranks = server.ranks()
         pages = {pid: injected_pages(pid) for pid in ranks}  # before the checker's own page

@@ -19,9 +19,13 @@ def test_check_fails_reap_fast_with_junit(tmp_path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "hicache check FAIL" in proc.stdout and "LEAK settled after" in proc.stdout
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert int(suite.get("failures")) >= 2
-    failed = [c for c in suite.iter("testcase") if c.find("failure") is not None]
-    assert {c.get("name") for c in failed} >= {"bounded", "rss-slope"}
+    failed = {c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None}
+    undecided = {c.get("name") for c in suite.iter("testcase") if c.find("error") is not None}
+    assert "bounded" in failed  # rank 0's work list only grows
+    # rank 0's RSS slope fails the gate, or, stopped after seconds on a loaded machine whose
+    # RSS is noisy, its interval straddles the limit: undecided (a junit error), never passed
+    assert "rss-slope" in failed | undecided
+    assert int(suite.get("failures")) >= 1 and int(suite.get("failures")) + int(suite.get("errors")) >= 2
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["stopped_early"] and report["run_s"] < 30  # stopped long before 60 s
 

@@ -85,8 +85,12 @@ def test_two_nodes_make_one_report_with_every_rank(tmp_path: Path) -> None:
 
 def test_a_node_that_dies_is_reported_as_lost_on_time(tmp_path: Path) -> None:
     port = _two_free_ports()
-    head = _node(tmp_path, 0, port, "--policy", "drain", "--duration", "60s")
-    other = _node(tmp_path, 1, port, "--policy", "drain", "--duration", "60s")
+    # node 0's ranks block on the lost node's; left at 5 s, the stall watchdog would race the
+    # node-lost detection (LOST_AFTER_S, 5 s) and, on a loaded machine, sometimes end the run
+    # first as a stall on node 0. This test is about the loss, so the watchdog waits longer.
+    slow_watchdog = ("--stall-timeout", "60s")
+    head = _node(tmp_path, 0, port, "--policy", "drain", "--duration", "60s", *slow_watchdog)
+    other = _node(tmp_path, 1, port, "--policy", "drain", "--duration", "60s", *slow_watchdog)
     try:
         deadline = time.monotonic() + 120
         while not _running_for(tmp_path / "node1", 3.0):
@@ -157,6 +161,8 @@ TCPSTORE_OUTSIDER = """
 import sys
 from datetime import timedelta
 from torch.distributed import DistError, TCPStore
+print("ready", flush=True)
+sys.stdin.readline()  # torch is imported (seconds on a loaded machine): now, while the run runs
 try:
     store = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=timedelta(seconds=1))
     store.get("hicache/hicache/config")
@@ -170,6 +176,11 @@ except DistError:
 
 def test_an_outsider_cannot_read_forge_into_or_stop_a_two_node_run(tmp_path: Path) -> None:
     port = _two_free_ports()
+    # the TCPStore client starts first and waits with torch imported: once the run runs, it
+    # tries at once, well inside the run's 6 s even on a loaded machine
+    store = subprocess.Popen([sys.executable, "-c", TCPSTORE_OUTSIDER, str(port + 1)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert store.stdout is not None and store.stdout.readline().strip() == "ready"
     head = _node(tmp_path, 0, port, "--duration", "6s", pp=2)
     other = _node(tmp_path, 1, port, "--duration", "6s", pp=2)
     try:
@@ -186,14 +197,12 @@ def test_an_outsider_cannot_read_forge_into_or_stop_a_two_node_run(tmp_path: Pat
         assert send_raw("127.0.0.1", port + 1, b"this line is not JSON\n").find(REFUSED_PROOF) == -1
         options = {**json.loads((tmp_path / "node0" / "config.json").read_text()), "nnodes": 2, "rdzv_id": "hicache"}
         assert forge("127.0.0.1", port + 1, node=1, rank=1, options=options) == REFUSED_PROOF
-        store = subprocess.run(
-            [sys.executable, "-c", TCPSTORE_OUTSIDER, str(port + 1)], capture_output=True, text=True, timeout=60
-        )
-        assert store.stdout.strip() == "kept out", store.stdout + store.stderr
+        said, errors = store.communicate("go\n", timeout=60)
+        assert said.strip() == "kept out", said + errors
         other_out, _ = other.communicate(timeout=120)
         head_out, _ = head.communicate(timeout=120)
     finally:
-        for proc in (head, other):
+        for proc in (head, other, store):
             if proc.poll() is None:
                 proc.kill()
 
