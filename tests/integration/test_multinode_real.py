@@ -69,7 +69,12 @@ def test_two_nodes_make_one_report_with_every_rank(tmp_path: Path) -> None:
     assert sorted(r["node"] for r in ranks) == [0, 0, 1, 1]  # torchrun picks which ranks go where
     assert all(r["host"] == socket.gethostname() for r in ranks)
     assert all(r["samples"] > 20 for r in ranks)
-    assert ranks[0]["verdict"] == "LEAK"
+    # a reap run leaks; which stage the 6 s window can call LEAK depends on the load: a stage whose
+    # sends back up behind a slower one stops growing its list for a while (INCONCLUSIVE), never
+    # BOUNDED while it holds thousands of unreaped Works
+    assert "LEAK" in {r["verdict"] for r in ranks}, [r["verdict_reason"] for r in ranks]
+    assert ranks[0]["verdict"] in ("LEAK", "INCONCLUSIVE"), ranks[0]["verdict_reason"]
+    assert ranks[0]["work_list"]["final"] > 100
     # node 0's view followed all four ranks while they ran
     assert all(f"r{rank} " in head_out for rank in range(4))
     # node 1 keeps its own ranks' samples, complete, and writes no report
