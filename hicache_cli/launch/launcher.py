@@ -12,6 +12,7 @@ import contextlib
 import errno
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -74,14 +75,34 @@ def pick_port(host: str, requested: int | None) -> int:
     """
     if requested is not None and not 1 <= requested <= 65535:
         raise UsageError(f"--port: {requested} is not a valid TCP port (1-65535)")
-    what = f"port {requested}" if requested else "a free port"
+    if requested is None:
+        # A port the kernel hands out (bind to 0) is an ephemeral one: between our check and
+        # torchrun's listen, any outgoing connection on this machine (gloo opens many) may be
+        # given it, and the rendezvous fails with EADDRINUSE. Ports below the ephemeral range
+        # are never handed out that way; a random one is taken only by an explicit bind.
+        for candidate in _below_ephemeral_ports():
+            with contextlib.suppress(UsageError):
+                return _check_port(host, candidate, f"port {candidate}")
+    return _check_port(host, requested or 0, f"port {requested}" if requested else "a free port")
+
+
+def _below_ephemeral_ports(tries: int = 20) -> list[int]:
+    """Random ports from 10000 up to the kernel's ephemeral range; none where it cannot be read."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    return random.sample(range(10000, low), min(tries, low - 10000)) if low > 10000 else []
+
+
+def _check_port(host: str, port: int, what: str) -> int:
     for family, everywhere in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
         try:
             with socket.socket(family, socket.SOCK_STREAM) as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store's own socket
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-                sock.bind((everywhere, requested or 0))
+                sock.bind((everywhere, port))
                 return sock.getsockname()[1]
         except OSError as exc:
             if family == socket.AF_INET6 and exc.errno != errno.EADDRINUSE:
