@@ -20,17 +20,15 @@ Stdlib only; the Work and Tensor types come from the program's torch, passed in.
 from __future__ import annotations
 
 import gc
-import os
 import time
 import types
 from dataclasses import dataclass
 from typing import Any
 
-from hicache_cli.attach.naming import CONTAINERS, Named, Namer, Node, attr_of, instance_dict
+from hicache_cli.attach.naming import CONTAINERS, Named, Namer, Node, attr_of, instance_dict, is_own
 from hicache_cli.attach.protocol import Census, Holder
 from hicache_cli.attach.walk import NESTING, Walker, holds_any, of_kinds, untracked_containers
 
-OWN_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)  # hicache_cli/
 PLAIN = (list, set, frozenset)  # containers that hold nothing beside the Works worth counting
 
 
@@ -63,7 +61,7 @@ def take_census(
     try:
         found, parents = find_containers(walker, kinds)
         starts = [start_node(f, kinds) for f in found.values()]
-        names = Namer(walker, OWN_FILES).name_all(starts, parents) if starts else {}
+        names = Namer(walker).name_all(starts, parents) if starts else {}
         holders, total = tally(walker, found, names, subclasses(tensor_type) if tensor_type else frozenset())
     finally:
         walker.release()
@@ -76,22 +74,30 @@ def find_containers(walker: Walker, kinds: frozenset[type]) -> tuple[dict[int, F
     found: dict[int, Found] = {}
     parents: dict[int, Any] = {}
 
-    def collect(holder: Any, refs: list[Any], parent: Any, depth: int) -> None:
-        works = of_kinds(refs, kinds)
-        if works and id(holder) not in found:
-            found[id(holder)] = Found(holder, works)
-            if parent is not None:
-                parents[id(holder)] = parent
-        if depth < NESTING:
-            for inner in untracked_containers(refs):
-                collect(inner, gc.get_referents(inner), holder, depth + 1)
-
     def visit(obj: Any) -> None:
-        if not _own(obj):
-            collect(obj, gc.get_referents(obj), None, 0)
+        if not is_own(obj):
+            _collect(obj, gc.get_referents(obj), kinds, found, parents)
 
     walker.sweep(lambda _chunk, refs: holds_any(refs, kinds), visit)
     return found, parents
+
+
+def _collect(
+    holder: Any, refs: list[Any], kinds: frozenset[type], found: dict[int, Found], parents: dict[int, Any],
+    parent: Any = None, depth: int = 0,
+) -> None:  # fmt: skip
+    """Note `holder` if it holds a Work directly, then the untracked containers inside it.
+    A function of the module, not a closure calling itself: that closure would be a cycle
+    keeping `found` (the program's containers and Works) alive after the census, until the
+    collector's next full pass; a later census would then find our records holding them."""
+    works = of_kinds(refs, kinds)
+    if works and id(holder) not in found:
+        found[id(holder)] = Found(holder, works)
+        if parent is not None:
+            parents[id(holder)] = parent
+    if depth < NESTING:
+        for inner in untracked_containers(refs):
+            _collect(inner, gc.get_referents(inner), kinds, found, parents, holder, depth + 1)
 
 
 def start_node(found: Found, kinds: frozenset[type]) -> Node:
@@ -149,8 +155,3 @@ def _tensor_bytes(items: list[Found], tensor_kinds: frozenset[type]) -> int | No
             except (AttributeError, RuntimeError, TypeError):
                 continue
     return sum(seen.values()) if seen else None
-
-
-def _own(obj: Any) -> bool:
-    code = getattr(obj, "f_code", None) if isinstance(obj, types.FrameType) else None
-    return code is not None and code.co_filename.startswith(OWN_FILES)

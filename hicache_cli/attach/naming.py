@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import os
 import sys
 import threading
 import types
@@ -55,12 +56,29 @@ class Named:
 
 
 ANONYMOUS, NAMED, OTHER = 3, 0, 6  # priorities: a name beats a container beats a guess
+OWN_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)  # hicache_cli/
+OWN_MODULES = (__name__.rpartition(".")[0] + ".",)  # hicache_cli.attach.: the census's records
+
+
+def is_own(obj: Any) -> bool:
+    """The census's own, never a holder nor on a holder's path: a frame or generator running
+    hicache's code (its locals refer to everything the census looks at), or a record of the
+    attach package (a `Found`, a `Node`: they hold what the census found)."""
+    module = type(obj).__module__
+    if isinstance(module, str) and module.startswith(OWN_MODULES):
+        return True
+    if isinstance(obj, types.FrameType):
+        code = obj.f_code
+    elif isinstance(obj, types.GeneratorType):
+        code = obj.gi_code
+    else:
+        return False
+    return code.co_filename.startswith(OWN_FILES)
 
 
 class Namer:
-    def __init__(self, walker: Walker, own_files: tuple[str, ...]) -> None:
+    def __init__(self, walker: Walker) -> None:
         self.walker = walker
-        self.own_files = own_files
         # a module under two names (multiprocessing aliases __main__ as __mp_main__): its own name
         self.module_dicts = {id(vars(m)): name for name, m in list(sys.modules.items()) if m is not None}
         self.module_dicts.update({id(vars(m)): m.__name__ for m in list(sys.modules.values()) if m is not None})
@@ -106,7 +124,7 @@ class Namer:
 
         def visit(obj: Any) -> None:
             for ref in gc.get_referents(obj):
-                if id(ref) in targets and not self.is_own(obj):
+                if id(ref) in targets and not is_own(obj):
                     found.setdefault(id(ref), []).append(obj)
 
         self.walker.sweep(hits, visit)
@@ -223,7 +241,7 @@ class Namer:
         function's frame leaves a snapshot dict on the frame that would keep every local
         of that moment alive until the function returns: it is emptied after reading."""
         code = frame.f_code
-        if code.co_filename.startswith(self.own_files):
+        if code.co_filename.startswith(OWN_FILES):
             return None
         function = bool(code.co_flags & CO_OPTIMIZED)
         if not function:
@@ -234,11 +252,6 @@ class Namer:
         finally:
             if not PEP_667 and type(local_vars) is dict:
                 local_vars.clear()
-
-    def is_own(self, obj: Any) -> bool:
-        """Our own frames (the census's locals refer to everything it looks at)."""
-        code = getattr(obj, "f_code", None) or getattr(obj, "gi_code", None)
-        return code is not None and code.co_filename.startswith(self.own_files)
 
 
 def _key_of(mapping: Any, value: Any) -> str:

@@ -1,11 +1,13 @@
 """A process that keeps real Works (a one-rank gloo group) in every shape the census names,
-then takes a census from another thread (as the agent does) and prints it as JSON.
+then takes a census from another thread (as the agent does) and prints it as JSON; then,
+with the collector off, what of the census is still alive, and a second census.
 
 Run by test_census.py in a subprocess: a process group is not something to start inside
 pytest's own process.
 """
 
 import collections
+import gc
 import json
 import sys
 import threading
@@ -77,16 +79,23 @@ def main():
     result = {}
     progress = [0]
 
-    def census():
+    def census(key):
         walker = Walker(chunk_s=0.001, rest_s=0.001)
-        result["census"] = take_census(dist.Work, torch.Tensor, 0, 0, walker=walker).to_dict()
+        result[key] = take_census(dist.Work, torch.Tensor, 0, 0, walker=walker).to_dict()
 
-    thread = threading.Thread(target=census)
+    gc.disable()  # what the census leaves behind is not collected meanwhile: a cycle would stay
+    thread = threading.Thread(target=census, args=("census",))
     thread.start()
     while thread.is_alive():  # the main thread keeps running Python while the census walks
         progress[0] += 1
     result["main_thread_progress"] = progress[0]
     result["pending_len"] = len(pending)
+    result["left_by_census"] = sorted(
+        type(o).__qualname__ for o in gc.get_objects() if type(o).__module__.startswith("hicache_cli.attach.")
+    )
+    again = threading.Thread(target=census, args=("census_again",))
+    again.start()
+    again.join()
     print(json.dumps(result))
 
 
