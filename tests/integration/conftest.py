@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from tests.integration.helpers import Run, stress_run
+from tests.integration.helpers import Run, hicache, stress_run, watched_stress_run
 
 
 @pytest.fixture(scope="session")
 def reap_pp2(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return stress_run(tmp_path_factory.mktemp("reap"), "--pp", "2", "--policy", "reap", "--duration", "8s")
+    """`stress --json --metrics-port`, scraped while it runs, with `watch --metrics-port` on
+    its run directory (watched_stress_run): one run for the stress tests, the report
+    commands and the metrics endpoints; its run directory's name is long, so the
+    `run directory:` line is far past 160 columns (never wrapped off a terminal)."""
+    tmp = tmp_path_factory.mktemp("reap")
+    run_dir = tmp / ("run-" + "long" * 50)
+    return watched_stress_run(tmp, run_dir, "--pp", "2", "--policy", "reap", "--duration", "5s")
 
 
 @pytest.fixture(scope="session")
 def drain_pp2(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return stress_run(tmp_path_factory.mktemp("drain"), "--pp", "2", "--policy", "drain", "--duration", "8s")
+
+
+@pytest.fixture(scope="session")
+def drain_gate(drain_pp2: Run, tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """`check` of drain_pp2's configuration with drain_pp2 as its baseline and a depth limit:
+    the gate's pass on `drain` and the rerun of a baseline's configuration, in one run.
+    (--max-rss-slope 1GB/h: 8 s is short for the absolute RSS verdict; the depth limit, the
+    verdict and the baseline's assertions are what is tested.)"""
+    tmp = tmp_path_factory.mktemp("drain-gate")
+    args = ("check", "--json", "--policy", "drain", "--pp", "2", "--duration", "8s", "--max-depth", "2")
+    base = drain_pp2.run_dir / "report.json"
+    return hicache(*args, "--max-rss-slope", "1GB/h", "--baseline", str(base), "--run-dir", str(tmp / "run"), cwd=tmp)

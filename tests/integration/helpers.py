@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from scripts.rss_crosscheck import ExternalRss, watch_rss
 
@@ -40,24 +47,100 @@ def hicache(
     )
 
 
+Scrape = dict[str, dict[tuple[tuple[str, str], ...], float]]  # metric -> labels -> value
+
+
 @dataclass
 class Run:
     proc: subprocess.CompletedProcess[str]
     run_dir: Path
     report: dict[str, Any]
     external: ExternalRss
+    stress_scrapes: list[Scrape] = field(default_factory=list)  # watched_stress_run's
+    watch_scrapes: list[Scrape] = field(default_factory=list)
 
 
-def stress_run(tmp: Path, *args: str) -> Run:
-    run_dir = tmp / "run"
+@contextlib.contextmanager
+def rss_from_outside(run_dir: Path) -> Iterator[ExternalRss]:
+    """The ranks' RSS read from outside (psutil) while the block runs."""
     external = ExternalRss()
     stop = threading.Event()
     watcher = threading.Thread(target=watch_rss, args=(run_dir, stop, external), daemon=True)
     watcher.start()
     try:
-        proc = hicache("stress", "--no-live", "--run-dir", str(run_dir), *args, cwd=tmp)
+        yield external
     finally:
         stop.set()
         watcher.join()
+
+
+def stress_run(tmp: Path, *args: str) -> Run:
+    run_dir = tmp / "run"
+    with rss_from_outside(run_dir) as external:
+        proc = hicache("stress", "--no-live", "--run-dir", str(run_dir), *args, cwd=tmp)
     report = json.loads((run_dir / "report.json").read_text())
     return Run(proc, run_dir, report, external)
+
+
+def watched_stress_run(tmp: Path, run_dir: Path, *args: str) -> Run:
+    """`stress --json --metrics-port` as stress_run, scraped as Prometheus would while it
+    runs, and `watch --metrics-port` on its run directory, scraped too."""
+    stress_port, watch_port = free_port(), free_port()
+    stress = popen("stress", "--json", "--metrics-port", str(stress_port), "--run-dir", str(run_dir), *args, cwd=tmp)
+    run = Run(subprocess.CompletedProcess(stress.args, -1), run_dir, {}, ExternalRss())
+    watcher = None
+
+    def poll() -> None:
+        nonlocal watcher
+        while stress.poll() is None:
+            if watcher is None and (run_dir / "config.json").is_file():
+                watcher = popen("watch", str(run_dir), "--no-live", "--metrics-port", str(watch_port), cwd=tmp)
+            for port, scrapes in ((stress_port, run.stress_scrapes), (watch_port, run.watch_scrapes)):
+                if (found := scrape(port)) is not None:
+                    scrapes.append(found)
+            time.sleep(0.3)
+
+    scraper = threading.Thread(target=poll)
+    with rss_from_outside(run_dir) as run.external:
+        scraper.start()
+        try:
+            stdout, stderr = stress.communicate(timeout=180)
+        finally:
+            scraper.join()
+            if watcher is not None:
+                watcher.wait(timeout=60)  # it ends with the run (the report appears)
+    run.proc = subprocess.CompletedProcess(stress.args, stress.returncode, stdout, stderr)
+    run.report = json.loads((run_dir / "report.json").read_text())
+    return run
+
+
+def scrape(port: int) -> Scrape | None:
+    """/metrics parsed as a Prometheus server reads it; None while nothing listens."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    found: Scrape = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "hicache_cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

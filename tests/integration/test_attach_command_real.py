@@ -82,10 +82,10 @@ def leaky(tmp_path_factory: pytest.TempPathFactory) -> Leaky:
     tmp = tmp_path_factory.mktemp("attach-cli-leaky")
     server, reference = serve_beside_reference(tmp, "reap")  # it has been leaking for 2 s before anyone looks
     try:
-        attach = hicache_run("attach", "--duration", "8s", "--no-live", "--json", "--run-dir", str(tmp / "attach"),
+        attach = hicache_run("attach", "--duration", "5s", "--no-live", "--json", "--run-dir", str(tmp / "attach"),
                              str(server.pid), cwd=tmp)  # fmt: skip
         after_attach = server.running()
-        gate = hicache_run("check", "--pid", str(server.pid), "--duration", "8s", "--no-live", "--run-dir",
+        gate = hicache_run("check", "--pid", str(server.pid), "--duration", "5s", "--no-live", "--run-dir",
                            str(tmp / "check"), cwd=tmp)  # fmt: skip
         after_gate = server.running()
         rank0, rank1 = server.ranks()
@@ -170,7 +170,7 @@ def draining(tmp_path_factory: pytest.TempPathFactory) -> Draining:
     server = start_server(tmp, "drain")
     try:
         time.sleep(1.0)
-        gate = hicache_run("check", "--pid", str(server.pid), "--duration", "12s", "--no-live", "--json",
+        gate = hicache_run("check", "--pid", str(server.pid), "--duration", "8s", "--no-live", "--json",
                            "--run-dir", str(tmp / "check"), cwd=tmp)  # fmt: skip
         by_api = hc.attach_to(server.ranks()[0], duration_s=3.0, census=False, run_dir=tmp / "api")
         return Draining(gate, report_of(tmp / "check"), by_api, server.stop())

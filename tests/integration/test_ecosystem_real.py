@@ -5,121 +5,35 @@ baseline gate, the GitHub step summary."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.helpers import REPO, Run, hicache
+from tests.integration.helpers import Run, free_port, hicache, popen, scrape
 
 pytestmark = pytest.mark.slow
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
-@dataclass
-class Watched:
-    """A real `stress --json --metrics-port` run, scraped as Prometheus would while it ran, and
-    `watch --metrics-port` attached to its run directory, scraped too."""
-
-    run_dir: Path
-    stdout: str
-    stderr: str
-    returncode: int
-    stress_scrapes: list[Scrape]
-    watch_scrapes: list[Scrape]
-
-
-Scrape = dict[str, dict[tuple[tuple[str, str], ...], float]]
-
-
-def scrape(port: int) -> Scrape | None:
-    """/metrics parsed as a Prometheus server reads it; None while nothing listens."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
-            text = response.read().decode()
-    except OSError:
-        return None
-    found: Scrape = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "hicache_cli", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-@pytest.fixture(scope="module")
-def watched(tmp_path_factory: pytest.TempPathFactory) -> Watched:
-    tmp = tmp_path_factory.mktemp("watched")
-    run_dir = tmp / ("run-" + "long" * 50)  # a line far past 160 columns
-    stress_port, watch_port = free_port(), free_port()
-    args = ("--pp", "2", "--policy", "reap", "--duration", "5s", "--run-dir", str(run_dir))
-    stress = popen("stress", "--json", "--metrics-port", str(stress_port), *args, cwd=tmp)
-    stress_scrapes: list[Scrape] = []
-    watch_scrapes: list[Scrape] = []
-    watcher = None
-
-    def poll() -> None:
-        nonlocal watcher
-        while stress.poll() is None:
-            if watcher is None and (run_dir / "config.json").is_file():
-                watcher = popen("watch", str(run_dir), "--no-live", "--metrics-port", str(watch_port), cwd=tmp)
-            for port, scrapes in ((stress_port, stress_scrapes), (watch_port, watch_scrapes)):
-                if (found := scrape(port)) is not None:
-                    scrapes.append(found)
-            time.sleep(0.3)
-
-    scraper = threading.Thread(target=poll)
-    scraper.start()
-    try:
-        stdout, stderr = stress.communicate(timeout=180)
-    finally:
-        scraper.join()
-        if watcher is not None:
-            watcher.wait(timeout=60)  # it ends with the run (the report appears)
-    return Watched(run_dir, stdout, stderr, stress.returncode, stress_scrapes, watch_scrapes)
-
-
-def test_stress_json_is_the_report_on_stdout_and_text_on_stderr(watched: Watched) -> None:
-    said = watched.stderr[-3000:]
-    assert watched.returncode == 0, said
-    report = json.loads(watched.stdout)  # the whole of stdout is one document
-    assert report == json.loads((watched.run_dir / "report.json").read_text())
+def test_stress_json_is_the_report_on_stdout_and_text_on_stderr(reap_pp2: Run) -> None:
+    said = reap_pp2.proc.stderr[-3000:]
+    assert reap_pp2.proc.returncode == 0, said
+    report = json.loads(reap_pp2.proc.stdout)  # the whole of stdout is one document
+    assert report == json.loads((reap_pp2.run_dir / "report.json").read_text())
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
-    assert "hicache stress: reap" in watched.stderr and "rank 0: LEAK" in watched.stderr, said
-    assert f"run directory: {watched.run_dir}\n" in watched.stderr, said  # off a terminal, not wrapped
+    assert "hicache stress: reap" in reap_pp2.proc.stderr and "rank 0: LEAK" in reap_pp2.proc.stderr, said
+    assert f"run directory: {reap_pp2.run_dir}\n" in reap_pp2.proc.stderr, said  # off a terminal, not wrapped
     assert report["environment"]["hicache_version"] == metadata.version("hicache")
 
 
-def test_the_report_and_report_show_say_what_rss_was_made_of(watched: Watched, tmp_path: Path) -> None:
-    report = json.loads(watched.stdout)
+def test_the_report_and_report_show_say_what_rss_was_made_of(reap_pp2: Run, tmp_path: Path) -> None:
+    report = json.loads(reap_pp2.proc.stdout)
     for r in report["ranks"]:
         kinds = r["memory_kinds"]
         assert kinds["readings"] >= 4  # about once a second, and the final line
@@ -127,7 +41,7 @@ def test_the_report_and_report_show_say_what_rss_was_made_of(watched: Watched, t
         assert kinds["uss_end_bytes"] > 0 and kinds["file_backed_end_bytes"] > 0
     # the kept Works are heap: PP0's anonymous memory grows with its list
     assert report["ranks"][0]["memory_kinds"]["anon_end_bytes"] > report["ranks"][0]["memory_kinds"]["anon_start_bytes"]
-    shown = hicache("report", "show", str(watched.run_dir), cwd=tmp_path)
+    shown = hicache("report", "show", str(reap_pp2.run_dir), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert any(line.startswith("rank 0 memory: anonymous ") for line in shown.stdout.splitlines())
 
@@ -136,9 +50,9 @@ def rank_labels(rank: int, **extra: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted({"rank": str(rank), "pp_rank": str(rank), "tp_rank": "0", "node": "0", **extra}.items()))
 
 
-def test_metrics_are_scraped_over_http_during_the_run(watched: Watched) -> None:
-    with_ranks = [s for s in watched.stress_scrapes if len(s.get("hicache_rss_bytes", {})) == 2]
-    assert len(with_ranks) >= 3, f"{len(watched.stress_scrapes)} scrapes, {len(with_ranks)} with both ranks"
+def test_metrics_are_scraped_over_http_during_the_run(reap_pp2: Run) -> None:
+    with_ranks = [s for s in reap_pp2.stress_scrapes if len(s.get("hicache_rss_bytes", {})) == 2]
+    assert len(with_ranks) >= 3, f"{len(reap_pp2.stress_scrapes)} scrapes, {len(with_ranks)} with both ranks"
     first, last = with_ranks[0], with_ranks[-1]
     for name in ("hicache_rss_bytes", "hicache_work_list_depth", "hicache_rounds_total"):
         assert set(last[name]) == {rank_labels(0), rank_labels(1)}
@@ -149,16 +63,16 @@ def test_metrics_are_scraped_over_http_during_the_run(watched: Watched) -> None:
     assert last["hicache_rounds_total"][rank_labels(0)] > first["hicache_rounds_total"][rank_labels(0)]
     buckets = last["hicache_loop_latency_seconds_bucket"]
     assert buckets[rank_labels(0, le="+Inf")] > 0
-    report = json.loads(watched.stdout)
+    report = json.loads(reap_pp2.proc.stdout)
     assert report["ranks"][0]["work_list"]["max"] >= last["hicache_work_list_depth"][rank_labels(0)]
 
 
-def test_watch_serves_the_same_metrics(watched: Watched) -> None:
-    with_ranks = [s for s in watched.watch_scrapes if len(s.get("hicache_work_list_depth", {})) == 2]
-    assert with_ranks, f"{len(watched.watch_scrapes)} scrapes of watch's endpoint"
+def test_watch_serves_the_same_metrics(reap_pp2: Run) -> None:
+    with_ranks = [s for s in reap_pp2.watch_scrapes if len(s.get("hicache_work_list_depth", {})) == 2]
+    assert with_ranks, f"{len(reap_pp2.watch_scrapes)} scrapes of watch's endpoint"
     assert with_ranks[-1]["hicache_work_list_depth"][rank_labels(0)] > 0
     (info,) = with_ranks[-1]["hicache_run_info"]
-    assert ("run_dir", str(watched.run_dir)) in info and ("policy", "reap") in info
+    assert ("run_dir", str(reap_pp2.run_dir)) in info and ("policy", "reap") in info
 
 
 def test_trace_json_sends_the_programs_output_to_stderr(tmp_path: Path) -> None:
@@ -176,18 +90,16 @@ def assertions(doc: dict[str, Any], passed: bool | None) -> set[tuple[int | None
     return {(a["rank"], a["name"]) for a in doc["assertions"] if a["passed"] is passed}
 
 
-def test_a_rerun_of_the_baselines_configuration_passes(drain_pp2: Run, tmp_path: Path) -> None:
-    """The baseline: drain_pp2's 8 s of `drain`. Its own configuration again: noise is no
-    regression. (--max-rss-slope 1GB/h: 8 s is short for the absolute verdict; the baseline
-    assertions are what is tested.)"""
-    base = drain_pp2.run_dir / "report.json"
-    args = ("check", "--json", "--policy", "drain", "--duration", "8s", "--max-rss-slope", "1GB/h")
-    proc = hicache(*args, "--baseline", str(base), "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
-    doc = json.loads(proc.stdout)
-    assert proc.returncode == 0, proc.stderr
+def test_a_rerun_of_the_baselines_configuration_passes(
+    drain_pp2: Run, drain_gate: subprocess.CompletedProcess[str]
+) -> None:
+    """The baseline: drain_pp2's 8 s of `drain`. Its own configuration again (drain_gate):
+    noise is no regression."""
+    doc = json.loads(drain_gate.stdout)
+    assert drain_gate.returncode == 0, drain_gate.stderr
     compared = {(r, n) for r in (0, 1) for n in ("baseline-slope", "baseline-depth", "baseline-p99")}
     assert compared <= assertions(doc, True)
-    assert doc["baseline"]["report"] == str(base)
+    assert doc["baseline"]["report"] == str(drain_pp2.run_dir / "report.json")
 
 
 def test_a_slower_loop_than_the_baseline_fails_on_the_baseline_alone(drain_pp2: Run, tmp_path: Path) -> None:
@@ -198,7 +110,7 @@ def test_a_slower_loop_than_the_baseline_fails_on_the_baseline_alone(drain_pp2: 
     summary = tmp_path / "step_summary.md"
     summary.write_text("earlier step\n")
     github = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
-    args = ("check", "--json", "--policy", "drain", "--duration", "6s", "--max-rss-slope", "1GB/h")
+    args = ("check", "--json", "--policy", "drain", "--duration", "5s", "--max-rss-slope", "1GB/h")
     run_dir = str(tmp_path / "run")
     proc = hicache(
         *args, "--fault", "lag:0:100", "--baseline", str(base), "--run-dir", run_dir, cwd=tmp_path, env=github

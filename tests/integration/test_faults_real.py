@@ -25,7 +25,7 @@ def _nothing_left(run: Run) -> None:
 
 def test_bounded_drain_names_the_stuck_peer(tmp_path) -> None:
     run = stress_run(
-        tmp_path, "--policy", "bounded-drain", "--wait-timeout", "1s", "--fault", "hang:1:2s", "--duration", "10s"
+        tmp_path, "--policy", "bounded-drain", "--wait-timeout", "1s", "--fault", "hang:1:1s", "--duration", "10s"
     )
     assert run.proc.returncode == EXIT_RUN_FAILED
     assert run.report["status"] == "failed"
@@ -57,7 +57,7 @@ def test_drain_with_a_hung_receiver_is_caught_by_the_watchdog(tmp_path) -> None:
 
 
 def test_a_killed_rank_is_named_with_its_signal(tmp_path) -> None:
-    run = stress_run(tmp_path, "--pp", "4", "--policy", "drain", "--fault", "kill:2:2s", "--duration", "8s")
+    run = stress_run(tmp_path, "--pp", "4", "--policy", "drain", "--fault", "kill:2:1s", "--duration", "8s")
     assert run.proc.returncode == EXIT_RUN_FAILED
     assert run.report["root_cause"] == 2
     killed = _failure(run, 2)
@@ -69,7 +69,7 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path) -> None:
 
 @pytest.mark.parametrize(("policy", "left"), [("drain", 2), ("bounded-drain", 0)])
 def test_raise_in_wait_leaves_the_list_as_the_policy_does(tmp_path, policy: str, left: int) -> None:
-    run = stress_run(tmp_path, "--policy", policy, "--fault", "raise-in-wait:0:2s", "--duration", "8s")
+    run = stress_run(tmp_path, "--policy", policy, "--fault", "raise-in-wait:0:1s", "--duration", "8s")
     assert run.proc.returncode == EXIT_RUN_FAILED
     failure = _failure(run, 0)
     assert "injected fault: wait() on isend to rank 1 raised" in failure["message"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -30,17 +31,17 @@ def test_check_fails_reap_fast_with_junit(tmp_path) -> None:
     assert report["stopped_early"] and report["run_s"] < 30  # stopped long before 60 s
 
 
-def test_check_passes_drain(tmp_path) -> None:
-    args = ("check", "--policy", "drain", "--pp", "2", "--duration", "12s", "--max-depth", "2", "--no-live")
-    proc = hicache(*args, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "hicache check PASS" in proc.stdout
+def test_check_passes_drain(drain_gate: subprocess.CompletedProcess[str]) -> None:
+    assert drain_gate.returncode == 0, drain_gate.stdout + drain_gate.stderr
+    assert json.loads(drain_gate.stdout)["result"] == "PASS"
+    assert "hicache check PASS" in drain_gate.stderr  # --json: the report on stdout, the text on stderr
+    assert "PASS  max-depth" in drain_gate.stderr
 
 
 def test_compare_two_policies(tmp_path) -> None:
     """Two runs; `adaptive`, named too, is not applicable on gloo: listed with why, never run."""
     bundle, md = tmp_path / "bundle.json", tmp_path / "table.md"
-    args = ("compare-policies", "--policies", "reap,batched,adaptive", "--pp", "2", "--duration", "5s", "--no-live")
+    args = ("compare-policies", "--policies", "reap,batched,adaptive", "--pp", "2", "--duration", "4s", "--no-live")
     proc = hicache(
         *args, "--output", str(bundle), "--markdown", str(md), "--run-dir", str(tmp_path / "c"), cwd=tmp_path
     )

@@ -22,12 +22,12 @@ LEAKY, FIXED = "0.5.14", "0.5.15"  # the last release that reaps, the first that
 
 @pytest.fixture(scope="session")
 def leaky(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return stress_run(tmp_path_factory.mktemp("sglang-leaky"), "--target", f"sglang=={LEAKY}", "--duration", "8s")
+    return stress_run(tmp_path_factory.mktemp("sglang-leaky"), "--target", f"sglang=={LEAKY}", "--duration", "5s")
 
 
 @pytest.fixture(scope="session")
 def fixed(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return stress_run(tmp_path_factory.mktemp("sglang-fixed"), "--target", f"sglang=={FIXED}", "--duration", "8s")
+    return stress_run(tmp_path_factory.mktemp("sglang-fixed"), "--target", f"sglang=={FIXED}", "--duration", "5s")
 
 
 def test_the_release_that_reaps_leaks_on_pp0(leaky: Run) -> None:

@@ -75,7 +75,7 @@ def test_drain_keeps_depth_to_one_round(drain_pp2: Run) -> None:
 
 
 def test_pp4_every_stage_but_the_last_accumulates(tmp_path) -> None:
-    run = stress_run(tmp_path, "--pp", "4", "--policy", "reap", "--workload", "idle", "--duration", "6s")
+    run = stress_run(tmp_path, "--pp", "4", "--policy", "reap", "--workload", "idle", "--duration", "4s")
     assert run.proc.returncode == 0, run.proc.stderr
     depths = [r["work_list"]["final"] for r in run.report["ranks"]]
     assert all(d > 100 for d in depths[:3]), depths
@@ -84,7 +84,7 @@ def test_pp4_every_stage_but_the_last_accumulates(tmp_path) -> None:
 
 
 def test_tp2_pp2_all_reduces_within_pp0_stage(tmp_path) -> None:
-    run = stress_run(tmp_path, "--pp", "2", "--tp", "2", "--policy", "batched", "--duration", "5s")
+    run = stress_run(tmp_path, "--pp", "2", "--tp", "2", "--policy", "batched", "--duration", "4s")
     assert run.proc.returncode == 0, run.proc.stderr
     ranks = run.report["ranks"]
     assert [(r["pp_rank"], r["tp_rank"]) for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -164,10 +164,11 @@ def test_live_dashboard_under_a_pseudo_terminal(tmp_path) -> None:
     assert "done" in screen  # the final frame stays on screen with every rank done
 
 
-def test_plain_output_off_a_terminal_has_no_escape_codes(reap_pp2: Run) -> None:
-    out = reap_pp2.proc.stdout
+def test_plain_output_off_a_terminal_has_no_escape_codes(drain_pp2: Run, reap_pp2: Run) -> None:
+    out = drain_pp2.proc.stdout  # the text on stdout; with --json (reap_pp2), on stderr
     assert "\x1b" not in out
-    assert "depth" in out and "rank 0: LEAK" in out
+    assert "depth" in out and "rank 0: BOUNDED" in out
+    assert "\x1b" not in reap_pp2.proc.stderr and "rank 0: LEAK" in reap_pp2.proc.stderr
 
 
 def test_report_commands_on_real_reports(reap_pp2: Run, drain_pp2: Run, tmp_path) -> None:
