@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 
 import pytest
 
-from tests.integration.helpers import Run, hicache, stress_run, watched_stress_run
+from tests.integration.helpers import Run, TracedStress, hicache, rss_from_outside, stress_run, watched_stress_run
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +37,21 @@ def drain_gate(drain_pp2: Run, tmp_path_factory: pytest.TempPathFactory) -> subp
     args = ("check", "--json", "--policy", "drain", "--pp", "2", "--duration", "8s", "--max-depth", "2")
     base = drain_pp2.run_dir / "report.json"
     return hicache(*args, "--max-rss-slope", "1GB/h", "--baseline", str(base), "--run-dir", str(tmp / "run"), cwd=tmp)
+
+
+@pytest.fixture(scope="session")
+def sglang_leaky(tmp_path_factory: pytest.TempPathFactory) -> TracedStress:
+    """`stress --target sglang==0.5.14` (the last release that reaps), run under `hicache
+    trace`: one run for the SGLang target's tests (the stress report) and for the tracer's
+    view of SGLang's own code (the trace report). The stress's output passes through
+    `trace` to its stdout; its exit code is trace's."""
+    tmp = tmp_path_factory.mktemp("sglang-leaky")
+    inner, outer = tmp / "run", tmp / "trace"
+    stress = (sys.executable, "-m", "hicache_cli", "stress", "--target", "sglang==0.5.14", "--pp", "2")
+    with rss_from_outside(inner) as external:
+        proc = hicache("trace", "--no-live", "--run-dir", str(outer), "--", *stress, "--duration", "6s", "--no-live",
+                       "--run-dir", str(inner), cwd=tmp)  # fmt: skip
+    assert (outer / "report.json").is_file(), f"no report (exit {proc.returncode})\n{proc.stdout}\n{proc.stderr}"
+    report = json.loads((inner / "report.json").read_text())
+    traced = json.loads((outer / "report.json").read_text())
+    return TracedStress(Run(proc, inner, report, external), Run(proc, outer, traced, external))

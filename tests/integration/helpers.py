@@ -60,6 +60,14 @@ class Run:
     watch_scrapes: list[Scrape] = field(default_factory=list)
 
 
+@dataclass
+class TracedStress:
+    """A stress run made under `hicache trace`: two reports of the same processes."""
+
+    stress: Run  # the stress run's own (run_dir: its run directory)
+    traced: Run  # the trace's
+
+
 @contextlib.contextmanager
 def rss_from_outside(run_dir: Path) -> Iterator[ExternalRss]:
     """The ranks' RSS read from outside (psutil) while the block runs."""

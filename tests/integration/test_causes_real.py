@@ -50,9 +50,10 @@ def test_its_flow_controlled_twin_is_bounded(tmp_path: Path) -> None:
 
 
 def test_memory_that_grows_without_works_or_messages_is_said_so(tmp_path: Path) -> None:
-    """One run serves both: `check -- COMMAND` traces as `trace` does (the same report), then gates."""
+    """One run serves both: `check -- COMMAND` traces as `trace` does (the same report), then
+    gates. A step takes 1 ms (--interval), as a training step takes some: ~1 MB/s kept."""
     gate = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("metrics_history.py"),
-                 "--seconds", "12", verb="check")  # fmt: skip
+                 "--seconds", "12", "--interval", "0.001", verb="check")  # fmt: skip
     for rank in (0, 1):
         r = gate.rank(rank)
         assert (r["verdict"], r["cause"]["kind"]) == ("INCONCLUSIVE", "memory"), r["verdict_reason"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hicache_cli.sglang_target.locate import CLASS_FILES, VERSION_FILE, cache_dir
-from tests.integration.helpers import Run, hicache, stress_run
+from tests.integration.helpers import Run, TracedStress, hicache, stress_run
 
 pytestmark = pytest.mark.slow
 
@@ -21,8 +21,10 @@ LEAKY, FIXED = "0.5.14", "0.5.15"  # the last release that reaps, the first that
 
 
 @pytest.fixture(scope="session")
-def leaky(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return stress_run(tmp_path_factory.mktemp("sglang-leaky"), "--target", f"sglang=={LEAKY}", "--duration", "5s")
+def leaky(sglang_leaky: TracedStress) -> Run:
+    """The leaky release's stress run, made under `hicache trace` (conftest's sglang_leaky:
+    trace_real reads the trace of the same run)."""
+    return sglang_leaky.stress
 
 
 @pytest.fixture(scope="session")

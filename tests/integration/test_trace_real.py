@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.integration.helpers import REPO
+from tests.integration.helpers import REPO, TracedStress
 
 pytestmark = pytest.mark.slow
 
@@ -160,17 +160,16 @@ def test_a_program_without_torch_distributed_passes_through(tmp_path: Path) -> N
     assert not list(run.run_dir.glob("rank-*"))
 
 
-def test_sglangs_own_leak_matches_the_stress_runs_depth_and_names_sglangs_line(tmp_path: Path) -> None:
-    inner = tmp_path / "inner"
-    run = trace(tmp_path, sys.executable, "-m", "hicache_cli", "stress", "--target", "sglang==0.5.14",
-                "--pp", "2", "--duration", "6s", "--no-live", "--run-dir", str(inner))  # fmt: skip
+def test_sglangs_own_leak_matches_the_stress_runs_depth_and_names_sglangs_line(sglang_leaky: TracedStress) -> None:
+    """`stress --target sglang==0.5.14` under `trace` (conftest's sglang_leaky)."""
+    run = sglang_leaky.traced
     assert run.proc.returncode == 0, run.proc.stderr
-    stress = json.loads((inner / "report.json").read_text())
-    depth = stress["ranks"][0]["work_list"]["final"]
-    live = run.rank(0)["works"]["live_final"]
+    depth = sglang_leaky.stress.report["ranks"][0]["work_list"]["final"]
+    rank0 = next(r for r in run.report["ranks"] if r["rank"] == 0)
+    live = rank0["works"]["live_final"]
     assert depth > 10_000
     assert abs(live - depth) <= depth * 0.01
-    top = run.rank(0)["works"]["sites"][0]
+    top = rank0["works"]["sites"][0]
     assert (Path(top["file"]).name, top["function"], top["op"]) == ("hiradix_cache.py", "_pp_sync", "isend")
     assert top["file"].endswith("sglang/srt/mem_cache/hiradix_cache.py")
 

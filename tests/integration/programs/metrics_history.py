@@ -22,6 +22,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--width", type=int, default=128, help="floats of metrics kept per step")
+    parser.add_argument("--interval", type=float, default=0.0, help="rank 0's sleep per step (s): its compute")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -35,6 +36,8 @@ def main() -> None:
             grad.fill_(step)
             dist.isend(grad, dst=1).wait()
             go[0] = float(time.monotonic() < deadline)
+            if args.interval:
+                time.sleep(args.interval)
         else:
             dist.recv(grad, src=0)
         dist.broadcast(go, src=0)  # rank 0's clock decides when every rank stops
