@@ -55,8 +55,8 @@ def _node(tmp: Path, node: int, port: int, *args: str, pp: int = 4) -> subproces
 
 def test_two_nodes_make_one_report_with_every_rank(tmp_path: Path) -> None:
     port = _two_free_ports()
-    head = _node(tmp_path, 0, port, "--policy", "reap", "--duration", "6s")
-    other = _node(tmp_path, 1, port, "--policy", "reap", "--duration", "6s")
+    head = _node(tmp_path, 0, port, "--policy", "reap", "--duration", "5s")
+    other = _node(tmp_path, 1, port, "--policy", "reap", "--duration", "5s")
     other_out, _ = other.communicate(timeout=150)
     head_out, _ = head.communicate(timeout=150)
 

@@ -128,14 +128,14 @@ def test_four_ranks_every_sending_rank_fails_the_gate_early(tmp_path: Path) -> N
 @pytest.mark.parametrize(("schedule", "stages"), [("gpipe", 2), ("1f1b", 4)])
 def test_torch_pipelining_training_is_not_a_leak(tmp_path: Path, schedule: str, stages: int) -> None:
     run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", str(stages), program("pipeline_train.py"),
-                "--schedule", schedule, "--microbatches", "4", "--steps", "12")  # fmt: skip
+                "--schedule", schedule, "--microbatches", "4", "--steps", "8")  # fmt: skip
     assert run.proc.returncode == 0, run.proc.stderr
-    assert "step 11 loss" in run.proc.stdout
+    assert "step 7 loss" in run.proc.stdout
     assert len([r for r in run.report["ranks"] if r["samples"]]) == stages
     for r in run.report["ranks"]:
         works = r["works"]
         assert r["verdict"] != "LEAK"
-        assert works["created"] >= 12 and works["live_final"] == 0
+        assert works["created"] >= 8 and works["live_final"] == 0
         assert works["waited"] + works["dropped"] == works["created"]
         assert Path(works["sites"][0]["file"]).name == "pipeline_train.py"  # the program's line, not torch's
 
