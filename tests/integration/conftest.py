@@ -55,3 +55,10 @@ def sglang_leaky(tmp_path_factory: pytest.TempPathFactory) -> TracedStress:
     report = json.loads((inner / "report.json").read_text())
     traced = json.loads((outer / "report.json").read_text())
     return TracedStress(Run(proc, inner, report, external), Run(proc, outer, traced, external))
+
+
+@pytest.fixture(scope="session")
+def attached_references() -> dict[str, tuple[int, list[str]]]:
+    """The attached servers' output and exit code without hicache, by policy: made once,
+    beside the first server (attach_helpers.serve_beside_reference)."""
+    return {}

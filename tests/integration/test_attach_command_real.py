@@ -78,9 +78,10 @@ class Leaky:
 
 
 @pytest.fixture(scope="module")
-def leaky(tmp_path_factory: pytest.TempPathFactory) -> Leaky:
+def leaky(tmp_path_factory: pytest.TempPathFactory, attached_references: dict[str, tuple[int, list[str]]]) -> Leaky:
     tmp = tmp_path_factory.mktemp("attach-cli-leaky")
-    server, reference = serve_beside_reference(tmp, "reap")  # it has been leaking for 2 s before anyone looks
+    # it has been leaking for 2 s before anyone looks
+    server, reference = serve_beside_reference(tmp, "reap", attached_references)
     try:
         attach = hicache_run("attach", "--duration", "5s", "--no-live", "--json", "--run-dir", str(tmp / "attach"),
                              str(server.pid), cwd=tmp)  # fmt: skip

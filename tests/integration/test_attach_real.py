@@ -95,9 +95,10 @@ class Scenario:
 
 
 @pytest.fixture(scope="module")
-def leaky(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
+def leaky(tmp_path_factory: pytest.TempPathFactory, attached_references: dict[str, tuple[int, list[str]]]) -> Scenario:
     tmp = tmp_path_factory.mktemp("attach-leaky")
-    server, reference = serve_beside_reference(tmp, "reap")  # it has been leaking for 2 s before anyone looks
+    # it has been leaking for 2 s before anyone looks
+    server, reference = serve_beside_reference(tmp, "reap", attached_references)
     try:
         first = attach(server.pid, tmp / "first", 1.5, server)
         ranks = server.ranks()
