@@ -171,7 +171,7 @@ def draining(tmp_path_factory: pytest.TempPathFactory) -> Draining:
     server = start_server(tmp, "drain")
     try:
         time.sleep(1.0)
-        gate = hicache_run("check", "--pid", str(server.pid), "--duration", "8s", "--no-live", "--json",
+        gate = hicache_run("check", "--pid", str(server.pid), "--duration", "12s", "--no-live", "--json",
                            "--run-dir", str(tmp / "check"), cwd=tmp)  # fmt: skip
         by_api = hc.attach_to(server.ranks()[0], duration_s=3.0, census=False, run_dir=tmp / "api")
         return Draining(gate, report_of(tmp / "check"), by_api, server.stop())

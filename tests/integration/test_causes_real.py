@@ -39,7 +39,7 @@ def test_a_sender_that_outruns_its_receiver_is_a_leak_by_its_backlog(tmp_path: P
 
 def test_its_flow_controlled_twin_is_bounded(tmp_path: Path) -> None:
     run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("telemetry_stream.py"),
-                "--seconds", "8", "--ack-every", "8")  # fmt: skip
+                "--seconds", "12", "--ack-every", "8")  # fmt: skip
     assert run.proc.returncode == 0, run.proc.stderr
     for rank in (0, 1):
         r = run.rank(rank)
