@@ -95,7 +95,8 @@ def watched_stress_run(tmp: Path, run_dir: Path, *args: str) -> Run:
     runs, and `watch --metrics-port` on its run directory, scraped too."""
     stress_port, watch_port = free_port(), free_port()
     stress = popen("stress", "--json", "--metrics-port", str(stress_port), "--run-dir", str(run_dir), *args, cwd=tmp)
-    run = Run(subprocess.CompletedProcess(stress.args, -1), run_dir, {}, ExternalRss())
+    stress_scrapes: list[Scrape] = []
+    watch_scrapes: list[Scrape] = []
     watcher = None
 
     def poll() -> None:
@@ -103,13 +104,13 @@ def watched_stress_run(tmp: Path, run_dir: Path, *args: str) -> Run:
         while stress.poll() is None:
             if watcher is None and (run_dir / "config.json").is_file():
                 watcher = popen("watch", str(run_dir), "--no-live", "--metrics-port", str(watch_port), cwd=tmp)
-            for port, scrapes in ((stress_port, run.stress_scrapes), (watch_port, run.watch_scrapes)):
+            for port, scrapes in ((stress_port, stress_scrapes), (watch_port, watch_scrapes)):
                 if (found := scrape(port)) is not None:
                     scrapes.append(found)
             time.sleep(0.3)
 
     scraper = threading.Thread(target=poll)
-    with rss_from_outside(run_dir) as run.external:
+    with rss_from_outside(run_dir) as external:
         scraper.start()
         try:
             stdout, stderr = stress.communicate(timeout=180)
@@ -117,9 +118,9 @@ def watched_stress_run(tmp: Path, run_dir: Path, *args: str) -> Run:
             scraper.join()
             if watcher is not None:
                 watcher.wait(timeout=60)  # it ends with the run (the report appears)
-    run.proc = subprocess.CompletedProcess(stress.args, stress.returncode, stdout, stderr)
-    run.report = json.loads((run_dir / "report.json").read_text())
-    return run
+    proc = subprocess.CompletedProcess(stress.args, stress.returncode, stdout, stderr)
+    report = json.loads((run_dir / "report.json").read_text())
+    return Run(proc, run_dir, report, external, stress_scrapes, watch_scrapes)
 
 
 def scrape(port: int) -> Scrape | None:
