@@ -128,17 +128,24 @@ def _require_cuda(device: str, pp_backend: str) -> None:
 def check_output_paths(**paths: Path | None) -> None:
     """Files a command will write (option name -> path), checked before any work starts:
     each one's directory must exist, and it must be new or a regular file (a device, FIFO
-    or directory there is refused, never replaced)."""
+    or directory there is refused, never replaced); no two options may name one file."""
+    named: dict[Path, str] = {}
     for option, path in paths.items():
-        if path is not None and (problem := output_problem(path)) is not None:
-            raise UsageError(f"--{option.replace('_', '-')} {path}: {problem}")
+        if path is None:
+            continue
+        flag = f"--{option.replace('_', '-')}"
+        if (problem := output_problem(path)) is not None:
+            raise UsageError(f"{flag} {path}: {problem}")
+        same = named.setdefault(path.resolve(), flag)
+        if same != flag:
+            raise UsageError(f"{same} and {flag} both name {path}: each writes a file of its own")
 
 
-def check_html(html: Path | None) -> None:
-    """`--html FILE`, before the run: an output like the others, and never a file hicache
-    did not write (a page it wrote before is written again)."""
+def check_html(html: Path | None, **others: Path | None) -> None:
+    """`--html FILE` and the command's other outputs, before the run: an output like the
+    others, and never a file hicache did not write (a page it wrote before is written again)."""
+    check_output_paths(**others, html=html)
     if html is not None:
-        check_output_paths(html=html)
         check_page_output(html, "--html")
 
 
@@ -149,13 +156,14 @@ def check_run_options(
     metrics_port: int | None = None,
     metrics_host: str | None = None,
     html: Path | None = None,
+    **outputs: Path | None,
 ) -> None:
-    """Options about running rather than the workload; a bad or busy port fails here,
-    before anything is created."""
+    """Options about running rather than the workload, the files the command writes among
+    them (`outputs`: its others, such as --junit); a bad or busy port fails here, before
+    anything is created."""
     if not 0.2 <= refresh <= 20:
         raise UsageError(f"--refresh must be between 0.2 and 20 per second, got {refresh}")
-    check_output_paths(report=report)
-    check_html(html)
+    check_html(html, report=report, **outputs)
     if port is not None:
         pick_port(LOOPBACK, port)
     check_metrics_options(metrics_port, metrics_host)

@@ -176,6 +176,35 @@ def test_a_file_hicache_did_not_write_is_refused_before_the_run(
     assert theirs.read_text() == "<html>my notes</html>"
 
 
+# each command's other file, named as --html's path too
+OTHER_OUTPUT = {
+    "stress": "--report",
+    "trace": "--report",
+    "attach": "--report",
+    "check": "--junit",
+    "compare-policies": "--markdown",
+    "sglang-scan": "--output",
+}
+
+
+@pytest.mark.parametrize("command", list(RUNS))
+def test_one_file_named_by_two_outputs_is_refused_before_the_run(
+    command: str,
+    fake_execute: FakeExecute,
+    one_release: None,
+    attachable: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-both"
+    elsewhere.mkdir()
+    path = elsewhere / "out"  # new: only the clash can refuse it
+    both = argv(command, tmp_path, OTHER_OUTPUT[command], str(path), "--html", str(elsewhere / "." / "out"))
+    refusal = f"{OTHER_OUTPUT[command]} and --html both name {path}: each writes a file of its own"
+    assert_refused(both, refusal, capsys, fake_execute, tmp_path)
+    assert list(elsewhere.iterdir()) == []
+
+
 @pytest.mark.parametrize("command", list(RUNS))
 @pytest.mark.parametrize(
     ("where", "problem"),

@@ -24,7 +24,7 @@ from hicache_cli.analysis.report import load_report
 from hicache_cli.analysis.results import Report
 from hicache_cli.analysis.settle import Settler
 from hicache_cli.cli import options, running
-from hicache_cli.cli.configure import StressOptions, check_output_paths, check_run_options, config_from_options
+from hicache_cli.cli.configure import StressOptions, check_run_options, config_from_options
 from hicache_cli.cli.output import append_step_summary, print_json, say, write_html
 from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
@@ -124,8 +124,7 @@ def check(
     if tolerance and baseline is None:
         raise UsageError("--tolerance applies to --baseline: give the report to compare with")
     allowed = parse_tolerance(tolerance)
-    check_output_paths(junit=junit)
-    check_run_options(4.0, report, port, html=html)
+    check_run_options(4.0, report, port, html=html, junit=junit)
     if pid:
         config = attach_config(
             pid, max_duration or duration or CHECK_DURATION, DEFAULT_PROBE_HZ, warmup, limits.max_rss_slope_mb_per_h

@@ -13,7 +13,7 @@ from hicache_cli.analysis.bundles import Bundle
 from hicache_cli.analysis.compare import bundle, not_applicable_row, summarize
 from hicache_cli.analysis.results import Report
 from hicache_cli.cli import options, running
-from hicache_cli.cli.configure import StressOptions, check_html, check_output_paths, config_from_options
+from hicache_cli.cli.configure import StressOptions, check_html, config_from_options
 from hicache_cli.cli.output import append_step_summary, print_json, say, write_html
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
@@ -71,8 +71,7 @@ def compare_policies(
 ) -> None:
     """Run the same seeded workload under each policy and put the results side by side."""
     names = parse_policies(policies)
-    check_output_paths(output=output, markdown=markdown, plot=plot)
-    check_html(html)
+    check_html(html, output=output, markdown=markdown, plot=plot)
     opts = StressOptions.given(ctx, policy=names[0], target="model")  # --target adds SGLangs, below
     base = config_from_options(opts)
     configs = [replace(base, target=replace(base.target, policy=name)) for name in names]  # checked once

@@ -12,7 +12,7 @@ from hicache_cli.analysis.bundles import Bundle
 from hicache_cli.analysis.kinds import Status
 from hicache_cli.analysis.scan import first_change, not_applicable, row_from_report, scan_bundle
 from hicache_cli.cli import options, running
-from hicache_cli.cli.configure import StressOptions, check_html, check_output_paths, config_from_options
+from hicache_cli.cli.configure import StressOptions, check_html, config_from_options
 from hicache_cli.cli.output import print_json, say, write_html
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import EXIT_RUN_FAILED
@@ -40,8 +40,7 @@ def sglang_scan(
     json_output: bool = options.json_document("the JSON bundle (as --output writes it)"),
 ) -> None:
     """Run SGLang's own PP-sync code from each release in a range: where the leak came and went."""
-    check_output_paths(output=output, markdown=markdown)
-    check_html(html)
+    check_html(html, output=output, markdown=markdown)
     base = StressOptions.given(ctx, tp=1, policy=None, workload="idle", seed=0)
     config_from_options(base)  # the shared options, checked before anything is fetched
     chosen = pick_versions(versions, release_versions(say))
