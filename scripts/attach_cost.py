@@ -3,14 +3,16 @@
     .venv/bin/python scripts/attach_cost.py tracer      # gdb before/after, tracer rounds/s ratio
     .venv/bin/python scripts/attach_cost.py census --millions 1 2 4
 
-`tracer`: the tight isend/recv loop (scripts/tight_p2p.py) runs under torchrun and prints
-its round count twice a second. On rank 0, a plain `gdb -p PID -batch` (every library's
-symbols read, as gdb does by default) and then hicache's own injection are timed, each with
-how long the target was stopped (its /proc state polled every half millisecond). Then,
---cycles times, hicache attaches to both ranks and detaches: the rate of rounds in the
-window before each attach and in the one after its census (tracer hooks and probe running)
-are compared, in the same processes seconds apart; the median of the cycles' ratios is the
-tracer's cost after attach (this machine is shared: a single window is noisy).
+`tracer`: the tight isend/recv loop (scripts/tight_p2p.py), or with `--program pipeline` a
+torch.distributed.pipelining trainer (scripts/pipeline_steps.py, a round is a training
+step), runs under torchrun and prints its round count twice a second. On rank 0, a plain
+`gdb -p PID -batch` (every library's symbols read, as gdb does by default) and then
+hicache's own injection are timed, each with how long the target was stopped (its /proc
+state polled every half millisecond). Then, --cycles times, hicache attaches to both ranks
+and detaches: the rate of rounds in the window before each attach and in the one after its
+census (tracer hooks and probe running) are compared, in the same processes seconds apart;
+the median of the cycles' ratios is the tracer's cost after attach (this machine is shared:
+a single window is noisy).
 
 `census`: a one-rank process holding N million objects and 1000 never-waited Works, whose
 main thread measures the longest gap in a 1 ms sleep loop (what the program feels); hicache
@@ -41,6 +43,8 @@ from hicache_cli.attach.session import AttachSession  # noqa: E402
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 HEAP = REPO / "scripts" / "attach_heap.py"
+# the loops whose rounds/s the tracer is judged on: each prints `progress t=T rounds=N`
+PROGRAMS = {"tight": REPO / "scripts" / "tight_p2p.py", "pipeline": REPO / "scripts" / "pipeline_steps.py"}
 
 
 def stopped_while(pid: int, command: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
@@ -69,7 +73,7 @@ def rate(progress: list[tuple[float, int]], start: float, end: float) -> float:
 def tracer(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="attach-cost-"))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    command = [*TORCHRUN, str(REPO / "scripts" / "tight_p2p.py"), "--seconds", str(args.seconds), "--progress", "0.5"]
+    command = [*TORCHRUN, str(PROGRAMS[args.program]), "--seconds", str(args.seconds), "--progress", "0.5"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp)
     progress: list[tuple[float, int]] = []
 
@@ -166,9 +170,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
     one = sub.add_parser("tracer")
-    one.add_argument("--seconds", type=float, default=600.0, help="the tight loop's longest run")
+    one.add_argument("--seconds", type=float, default=600.0, help="the program's longest run")
     one.add_argument("--window", type=float, default=6.0, help="seconds of rounds counted before and after")
     one.add_argument("--cycles", type=int, default=3, help="attach and detach this many times")
+    one.add_argument(
+        "--program", choices=sorted(PROGRAMS), default="tight", help="the tight loop, or a pipelining trainer's steps"
+    )
     two = sub.add_parser("census")
     two.add_argument("--millions", type=float, nargs="+", default=[1.0, 2.0])
     args = parser.parse_args()

@@ -292,6 +292,7 @@ def per_message(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 TIGHT = REPO / "scripts" / "tight_p2p.py"
+PIPELINE = REPO / "scripts" / "pipeline_steps.py"  # the same switching, a pipelining trainer's steps
 
 
 def _tight_rate(tmp: Path, seconds: float, how: str) -> float:
@@ -322,14 +323,16 @@ def trace_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     Three measurements. Switching runs (--alternate-runs): the tight loop switches the
     tracer's hooks on and off every second, on both ranks at once (scripts/tight_p2p.py
-    --alternate): the hooks' cost free of the run-to-run drift of this machine, with each
-    rank's main-thread CPU per round. The hooks alone, without a network
+    --alternate; with --switch-program pipeline, a torch.distributed.pipelining trainer's
+    steps, scripts/pipeline_steps.py): the hooks' cost free of the run-to-run drift of this
+    machine, with each rank's main-thread CPU per round. The hooks alone, without a network
     (scripts/hook_cost.py): CPU nanoseconds they add to each rank's round. Whole runs:
     untraced, with the tracer armed through its environment (the probe thread included), and
     under the whole `hicache trace` command, alternating within each pair; the median of the
     pairs' ratios."""
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", PYTHONPATH=str(REPO))
-    program = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(TIGHT)]
+    switched = PIPELINE if args.switch_program == "pipeline" else TIGHT
+    program = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(switched)]
     switching = []
     for i in range(args.alternate_runs):
         proc = subprocess.run(
@@ -609,6 +612,12 @@ def main() -> int:
     parser.add_argument("--tight-seconds", type=float, default=5.0, help="trace-cost: each run's loop time")
     parser.add_argument("--alternate-seconds", type=float, default=60.0, help="trace-cost: the switching run")
     parser.add_argument("--alternate-runs", type=int, default=1, help="trace-cost: how many switching runs")
+    parser.add_argument(
+        "--switch-program",
+        choices=("tight", "pipeline"),
+        default="tight",
+        help="trace-cost: the switching runs' program (the tight loop, or a pipelining trainer's steps)",
+    )
     parser.add_argument("--alternations", type=int, default=5, help="per-message: alternations per comparison")
     parser.add_argument("--message-seconds", type=float, default=6.0, help="per-message: each run's loop time")
     parser.add_argument("--sglang-target", default="sglang==0.5.14", help="per-message: the SGLang compared")

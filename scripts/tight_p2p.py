@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    switch = _switch() if args.alternate else None
+    switch = switch_hooks() if args.alternate else None
     message = torch.zeros(3, dtype=torch.int64)
     rounds, pending, phase = 0, None, 0
     cpu = [[0.0, 0], [0.0, 0]]  # per phase: main-thread CPU seconds, rounds
@@ -50,7 +50,7 @@ def main() -> None:
             stop = now - started >= args.seconds
             if switch is not None and now - block_start >= args.block:
                 blocks.append((phase, block_rounds, now - block_start))
-                cpu_mark = _charge(cpu, phase, block_rounds, cpu_mark)
+                cpu_mark = charge(cpu, phase, block_rounds, cpu_mark)
                 block_start, block_rounds, phase = now, 0, 1 - phase
                 switch(phase)
             if pending is not None:
@@ -61,7 +61,7 @@ def main() -> None:
             dist.recv(message, src=0)
             stop = bool(message[1])
             if switch is not None and int(message[2]) != phase:
-                cpu_mark = _charge(cpu, phase, block_rounds, cpu_mark)
+                cpu_mark = charge(cpu, phase, block_rounds, cpu_mark)
                 block_rounds = 0
                 phase = int(message[2])
                 switch(phase)
@@ -84,13 +84,13 @@ def main() -> None:
     if rank == 0:
         print(f"rounds={rounds} seconds={elapsed:.3f} rate={rounds / elapsed:.1f}", flush=True)
         if blocks:
-            _print_blocks(blocks)
-            _print_cpu("rank0", cpu)
-            _print_cpu("rank1", [[peer_cpu[0].item(), peer_cpu[1].item()], [peer_cpu[2].item(), peer_cpu[3].item()]])
+            print_blocks(blocks)
+            print_cpu("rank0", cpu)
+            print_cpu("rank1", [[peer_cpu[0].item(), peer_cpu[1].item()], [peer_cpu[2].item(), peer_cpu[3].item()]])
     dist.destroy_process_group()
 
 
-def _charge(cpu: list[list[float]], phase: int, rounds: int, mark: float) -> float:
+def charge(cpu: list[list[float]], phase: int, rounds: int, mark: float) -> float:
     """Add the block that just ended to its phase's CPU and rounds (the first block, the warm-up, is left out)."""
     now = time.thread_time()
     if cpu[0][1] or cpu[1][1] or phase == 1:  # the first untraced block warms up
@@ -101,14 +101,14 @@ def _charge(cpu: list[list[float]], phase: int, rounds: int, mark: float) -> flo
     return now
 
 
-def _print_cpu(who: str, cpu: list[list[float]]) -> None:
+def print_cpu(who: str, cpu: list[list[float]]) -> None:
     per = [c / max(1, r) * 1e6 for c, r in cpu]
     added = per[1] - per[0]
     line = f"{who}_cpu_us_untraced={per[0]:.2f} {who}_cpu_us_traced={per[1]:.2f} {who}_cpu_us_added={added:.2f}"
     print(line, flush=True)
 
 
-def _switch():  # noqa: ANN202
+def switch_hooks():  # noqa: ANN202
     """on(1)/off(0) for hicache's Work hooks, as `hicache trace` installs them."""
     import os
     import sys
@@ -127,7 +127,7 @@ def _switch():  # noqa: ANN202
     return switch
 
 
-def _print_blocks(blocks: list[tuple[int, int, float]]) -> None:
+def print_blocks(blocks: list[tuple[int, int, float]]) -> None:
     blocks = blocks[1:]  # the first block warms up
     rate = {p: sum(r for q, r, _ in blocks if q == p) / sum(s for q, _, s in blocks if q == p) for p in (0, 1)}
     pairs = [(blocks[i], blocks[i + 1]) for i in range(len(blocks) - 1)]
