@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -298,6 +299,13 @@ def fake_execute(monkeypatch: pytest.MonkeyPatch) -> FakeExecute:
     fake = FakeExecute()
     monkeypatch.setattr(run_commands, "execute", fake)
     return fake
+
+
+def free_port() -> int:
+    """A TCP port on the loopback that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def assert_refused(

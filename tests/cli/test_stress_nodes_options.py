@@ -3,7 +3,6 @@ bad ones are refused in one line, and a node other than node 0 ends with its own
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from hicache_cli.execution import RunResult
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import samples_file as rank_file
-from tests.conftest import FakeExecute, assert_refused, build_sample
+from tests.conftest import FakeExecute, assert_refused, build_sample, free_port
 
 NODE_OPTIONS = ["--pp", "4", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29500"]
 
@@ -29,12 +28,6 @@ def in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def stress(tmp_path: Path, *options: str) -> int:
     return main(["stress", "--run-dir", str(tmp_path / "run"), "--no-live", "--duration", "2s", *options])
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- options -> NodeSpec -------------------------------------------------------------------

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from scripts.rss_crosscheck import ExternalRss, watch_rss
+from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,12 +135,6 @@ def scrape(port: int) -> Scrape | None:
         for sample in family.samples:
             found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def popen(*args: str, cwd: Path) -> subprocess.Popen[str]:

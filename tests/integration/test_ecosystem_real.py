@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.helpers import Run, free_port, hicache, popen, scrape
+from tests.conftest import free_port
+from tests.integration.helpers import Run, hicache, popen, scrape
 
 pytestmark = pytest.mark.slow
 

@@ -31,7 +31,7 @@ from hicache_cli.launch.nodes import HEARD_EVERY_S, LOST_AFTER_S, Feeder, Head, 
 from hicache_cli.protocol import LINK_FILE
 from hicache_cli.protocol import stacks_file as stack_file
 from hicache_cli.series import read_run
-from tests.conftest import build_sample
+from tests.conftest import build_sample, free_port
 from tests.outsider import forge, send_raw
 
 CONFIG = json.dumps(StressConfig(pp=4).to_dict(), sort_keys=True)  # as launcher.open_link writes it
@@ -54,12 +54,6 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)

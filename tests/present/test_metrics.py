@@ -23,15 +23,9 @@ from hicache_cli.config import StressConfig
 from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.present.metrics_exporter import MetricsExporter
 from hicache_cli.sample import Sample
-from tests.conftest import FakeExecute, assert_refused
+from tests.conftest import FakeExecute, assert_refused, free_port
 
 CONFIG = StressConfig(pp=2, policy="reap", duration_s=60.0)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
