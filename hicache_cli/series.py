@@ -42,6 +42,7 @@ class Totals:
     """Exact over every sample of one rank, not only the kept ones."""
 
     samples: int = 0
+    unreadable: int = 0  # complete lines of the rank's file that were not samples (skipped)
     rss_first: int | None = None
     rss_last: int | None = None
     rss_peak: int | None = None
@@ -268,7 +269,8 @@ class RunSeries:
 
 class RunFollower:
     """The samples of a run directory's rank files, read incrementally as they grow, kept
-    in bounded memory (RunSeries). Lines that are not samples are skipped."""
+    in bounded memory (RunSeries). Lines that are not samples are skipped, and counted
+    (each rank's `totals.unreadable`)."""
 
     def __init__(self, run_dir: Path, kept_max: int = KEPT_MAX) -> None:
         self.run_dir = run_dir
@@ -291,6 +293,7 @@ class RunFollower:
             decoder = decoders.get(rank) or decoders.setdefault(rank, LineDecoder())
             fields = decoder.fields(line)
             if fields is None:
+                run.rank(rank).totals.unreadable += 1
                 continue
             if pending is not None:
                 run.add_fields(pending[0], pending[1], latest=pending[0] != rank)

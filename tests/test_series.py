@@ -331,3 +331,36 @@ def test_in_a_live_run_a_round_every_rank_reached_leaves_the_table() -> None:
     assert len(run.digests.by_round) == 0
     assert run.digests.summary()["checked_rounds"] == 299
     assert run.digests.summary()["consistent"]
+
+
+def test_lines_that_are_not_samples_are_counted_and_said_with_the_verdict(tmp_path: Path) -> None:
+    """A line torn in the middle of a file (a full disk), another program's line, a line of
+    the wrong shape: each is skipped, the lines after it read as before, and the rank's
+    report says how many lines its verdict did not see."""
+    lines = encode_all([replace(s, rank=0) for s in changing_samples(60)])
+    lines[20] = lines[20][: len(lines[20]) // 2]
+    lines.insert(30, "hello from another program")
+    lines.insert(40, '{"t": "soon"}')
+    samples_file(tmp_path, 0).write_text("".join(line + "\n" for line in lines))
+    whole = [replace(s, rank=1) for s in changing_samples(60)]
+    samples_file(tmp_path, 1).write_text("".join(s.to_json() + "\n" for s in whole))
+    follower = RunFollower(tmp_path)
+    follower.poll()
+    rank0, rank1 = follower.run.ranks[0].totals, follower.run.ranks[1].totals
+    assert (rank0.samples, rank0.unreadable) == (59, 3)
+    assert (rank1.samples, rank1.unreadable) == (60, 0)
+    assert follower.run.ranks[0].kept[-1] == replace(changing_samples(60)[-1], rank=0)
+    ranks = report_json(StressConfig(pp=2, duration_s=6.0), follower.run, RunOutcome())["ranks"]
+    assert ranks[0]["unreadable_lines"] == 3
+    assert ranks[0]["verdict_reason"].endswith("; 3 lines of its file not samples (skipped)")
+    assert ranks[1]["unreadable_lines"] == 0 and "skipped" not in ranks[1]["verdict_reason"]
+
+
+def test_a_rank_that_wrote_only_lines_that_are_not_samples_says_so(tmp_path: Path) -> None:
+    samples_file(tmp_path, 0).write_text("not json\n")
+    samples_file(tmp_path, 1).write_text("".join(s.to_json() + "\n" for s in changing_samples(20)))
+    follower = RunFollower(tmp_path)
+    follower.poll()
+    rank0 = report_json(StressConfig(pp=2, duration_s=2.0), follower.run, RunOutcome())["ranks"][0]
+    assert rank0["samples"] == 0 and rank0["unreadable_lines"] == 1
+    assert rank0["verdict_reason"] == "the rank wrote no samples; 1 line of its file not a sample (skipped)"

@@ -223,8 +223,9 @@ def rank_summary(
             pp_rank=pp_rank,
             tp_rank=tp_rank,
             verdict=Verdict.INCONCLUSIVE,
-            verdict_reason="the rank wrote no samples",
+            verdict_reason="the rank wrote no samples" + _unreadable(totals),
             samples=0,
+            unreadable_lines=totals.unreadable,
         )
     last = series[-1]
     # issue 25: the verdict with its cause, and the messages per peer (analysis/causes.py)
@@ -243,6 +244,7 @@ def rank_summary(
     if unreceived:
         # gloo keeps state per pending message on the receiving side too
         reason += f"; {unreceived} messages from rank {rank - tp} unreceived at the stop"
+    reason += _unreadable(totals)
     return RankReport(
         rank=rank,
         pp_rank=pp_rank,
@@ -284,8 +286,18 @@ def rank_summary(
         gpu_memory=_gpu_memory(totals),
         counters=last.counters,
         samples=totals.samples,
+        unreadable_lines=totals.unreadable,
         series=_series(series, upstream),
     )
+
+
+def _unreadable(totals: Totals) -> str:
+    """A verdict reason's note of the lines of the rank's file that were not samples (a line
+    torn by a full disk, another program writing there): what the verdict did not see."""
+    n = totals.unreadable
+    if not n:
+        return ""
+    return f"; {n} line{'s' if n != 1 else ''} of its file not {'samples' if n != 1 else 'a sample'} (skipped)"
 
 
 def _memory_kinds(totals: Totals, anon: stats.Trend | None) -> MemoryKinds | None:

@@ -297,7 +297,7 @@ class PPConsistency(Record):
 
 
 MEASURED = frozenset({"rss", "work_list", "loop_latency_ms", "rounds_per_s", "messages", "backlog_at_stop"})
-UNMEASURED_KEYS = ("rank", "pp_rank", "tp_rank", "verdict", "verdict_reason", "samples")
+UNMEASURED_KEYS = ("rank", "pp_rank", "tp_rank", "verdict", "verdict_reason", "samples", "unreadable_lines")
 TRACED_KEYS = frozenset({"slot", "world_size", "works", "shutdown"})
 
 
@@ -328,6 +328,7 @@ class RankReport(Record):
     gpu_memory: GpuMemory | None = None
     counters: dict[str, float] | None = None
     samples: int = 0  # 0: the rank wrote nothing, and only the fields above `pid` are set
+    unreadable_lines: int = 0  # lines of its file that were not samples (torn, foreign): skipped
     slot: int | None = None  # trace: the rank file's number
     world_size: int | None = None  # trace: the process group's size
     works: Works | None = None  # trace
