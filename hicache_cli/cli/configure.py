@@ -3,6 +3,7 @@ to a RunConfig (each bad option one line), and the checks of what a command will
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -136,7 +137,7 @@ def check_output_paths(**paths: Path | None) -> None:
         flag = f"--{option.replace('_', '-')}"
         if (problem := output_problem(path)) is not None:
             raise UsageError(f"{flag} {path}: {problem}")
-        same = named.setdefault(path.resolve(), flag)
+        same = named.setdefault(Path(os.path.realpath(path)), flag)  # (realpath: never raises, even on a loop)
         if same != flag:
             raise UsageError(f"{same} and {flag} both name {path}: each writes a file of its own")
 
