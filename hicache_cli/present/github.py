@@ -10,10 +10,11 @@ from hicache_cli.analysis.compare import PolicyRow
 from hicache_cli.analysis.gate import Assertion
 from hicache_cli.analysis.kinds import Verdict
 from hicache_cli.analysis.results import RankReport, Report
+from hicache_cli.analysis.scan import ScanRow
 from hicache_cli.present import mermaid
 from hicache_cli.present.html.bundle import pick_rank
 from hicache_cli.present.html.run_charts import depth_title, rank_name
-from hicache_cli.present.tables import policy_table, to_markdown
+from hicache_cli.present.tables import policy_table, release_table, to_markdown
 from hicache_cli.workflow_commands import escape_data, escape_property
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -100,6 +101,18 @@ def summary_charts(report: Report) -> str:
         f"{mermaid.POINTS} points per line, thinned; the table's numbers are exact."
     )
     return "\n\n".join([sentence, *blocks])
+
+
+def scan_summary(rows: list[ScanRow], title: str, change: str | None) -> str:
+    """sglang-scan in a step summary: its Markdown table, the release where the verdict
+    changes, and why each release that was not judged was not."""
+    text = to_markdown(release_table(rows), md(title))
+    if change is not None:
+        text += f"\nVerdict changes: {md(change)}\n"
+    notes = [f"- {md(row.version)}: {md(row.note)}" for row in rows if row.note]
+    if notes:
+        text += "\n**Not judged, and why**\n\n" + "\n".join(notes) + "\n"
+    return text
 
 
 def compare_summary(rows: list[PolicyRow], reports: list[Report], title: str) -> str:

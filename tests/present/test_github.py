@@ -1,5 +1,5 @@
 """GitHub Actions: annotations escaped as the runner requires, and the step summary that
-`check` and `compare-policies` append (synthetic runs, conftest's FakeExecute)."""
+`check`, `compare-policies` and `sglang-scan` append (synthetic runs, conftest's FakeExecute)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from hicache_cli.analysis.compare import summarize
 from hicache_cli.analysis.gate import Assertion, Thresholds, evaluate
 from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.cli.commands import sglang_scan as scan_command
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.present import mermaid
@@ -25,6 +26,7 @@ from hicache_cli.present.github import (
     md,
     summary_charts,
 )
+from hicache_cli.sglang_target.extract import NotApplicable
 from tests.conftest import FakeExecute, build_pp2_report, build_series
 
 
@@ -189,6 +191,27 @@ def test_compare_policies_appends_to_the_step_summary(fake_execute: FakeExecute,
     assert text.startswith("earlier step\n### hicache compare-policies: pp=2 tp=1, 10s, workload mixed\n")
     assert "- reap rank 0: LEAK" in text
     assert len(_mermaid_blocks(text)) == 2 and "reap LEAK (blue), drain BOUNDED (orange)" in text
+
+
+def test_sglang_scan_appends_to_the_step_summary(
+    fake_execute: FakeExecute, summary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two releases: one run (as hicache's model: FakeExecute runs no SGLang), one without
+    the PP-sync path; the table, and why the second was not judged."""
+
+    def config(opts: object, *args: object) -> StressConfig:
+        if str(getattr(opts, "target", "")).endswith("0.5.11"):
+            raise NotApplicable("SGLang 0.5.11 has no PP-sync path")
+        return StressConfig(duration_s=10.0)
+
+    monkeypatch.setattr(scan_command, "release_versions", lambda say: ["0.5.11", "0.5.12"])
+    monkeypatch.setattr(scan_command, "config_from_options", config)
+    argv = ["sglang-scan", "--versions", "0.5.11,0.5.12", "--duration", "10s", "--no-live"]
+    assert main([*argv, "--run-dir", str(tmp_path / "s")]) == 0
+    text = summary.read_text()
+    assert text.startswith("earlier step\n### hicache sglang-scan: pp=2, 10s per release\n")
+    assert "| 0.5.12 |" in text and "LEAK |" in text
+    assert "**Not judged, and why**\n\n- 0.5.11: SGLang 0.5.11 has no PP-sync path\n" in text
 
 
 def test_no_summary_off_github(fake_execute: FakeExecute, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ from hicache_cli.analysis.kinds import Status
 from hicache_cli.analysis.scan import first_change, not_applicable, row_from_report, scan_bundle
 from hicache_cli.cli import options, running
 from hicache_cli.cli.configure import StressOptions, check_html, config_from_options
-from hicache_cli.cli.output import print_json, say, write_html
+from hicache_cli.cli.output import append_step_summary, print_json, say, write_html
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import EXIT_RUN_FAILED
+from hicache_cli.present.github import scan_summary
 from hicache_cli.present.progress import make_console
 from hicache_cli.present.tables import release_table, to_markdown, to_rich
 from hicache_cli.rundir import create_run_dir, write_atomically, write_run_file
@@ -87,10 +88,10 @@ def sglang_scan(
     console.print(to_rich(release_table(rows)))
     if (change := first_change(rows)) is not None:
         console.print(f"verdict changes: {change}")
+    title = f"hicache sglang-scan: pp={pp}, {duration} per release"
     if markdown is not None:
-        write_atomically(
-            markdown, to_markdown(release_table(rows), f"hicache sglang-scan: pp={pp}, {duration} per release")
-        )
+        write_atomically(markdown, to_markdown(release_table(rows), title))
+    append_step_summary(scan_summary(rows, title, change))
     console.print(f"bundle: {parent / 'scan.json'}")
     write_html(Bundle.read(data, parent / "scan.json"), html, console)
     if json_output:
