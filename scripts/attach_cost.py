@@ -40,11 +40,10 @@ sys.path.insert(0, str(REPO))
 
 from hicache_cli.attach import inject, procs  # noqa: E402
 from hicache_cli.attach.session import AttachSession  # noqa: E402
+from scripts.benchmarks import LOOPS  # noqa: E402
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 HEAP = REPO / "scripts" / "attach_heap.py"
-# the loops whose rounds/s the tracer is judged on: each prints `progress t=T rounds=N`
-PROGRAMS = {"tight": REPO / "scripts" / "tight_p2p.py", "pipeline": REPO / "scripts" / "pipeline_steps.py"}
 
 
 def stopped_while(pid: int, command: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
@@ -73,7 +72,7 @@ def rate(progress: list[tuple[float, int]], start: float, end: float) -> float:
 def tracer(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="attach-cost-"))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    command = [*TORCHRUN, str(PROGRAMS[args.program]), "--seconds", str(args.seconds), "--progress", "0.5"]
+    command = [*TORCHRUN, str(LOOPS[args.program]), "--seconds", str(args.seconds), "--progress", "0.5"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp)
     progress: list[tuple[float, int]] = []
 
@@ -174,7 +173,7 @@ def main() -> None:
     one.add_argument("--window", type=float, default=6.0, help="seconds of rounds counted before and after")
     one.add_argument("--cycles", type=int, default=3, help="attach and detach this many times")
     one.add_argument(
-        "--program", choices=sorted(PROGRAMS), default="tight", help="the tight loop, or a pipelining trainer's steps"
+        "--program", choices=sorted(LOOPS), default="tight", help="the tight loop, or a pipelining trainer's steps"
     )
     two = sub.add_parser("census")
     two.add_argument("--millions", type=float, nargs="+", default=[1.0, 2.0])

@@ -292,7 +292,9 @@ def per_message(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 TIGHT = REPO / "scripts" / "tight_p2p.py"
-PIPELINE = REPO / "scripts" / "pipeline_steps.py"  # the same switching, a pipelining trainer's steps
+# the loops the tracer's cost is measured on (each prints `progress t=T rounds=N` and takes
+# --alternate): the tight loop, and a pipelining trainer's steps; attach_cost.py uses them too
+LOOPS = {"tight": TIGHT, "pipeline": REPO / "scripts" / "pipeline_steps.py"}
 
 
 def _tight_rate(tmp: Path, seconds: float, how: str) -> float:
@@ -331,8 +333,8 @@ def trace_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     under the whole `hicache trace` command, alternating within each pair; the median of the
     pairs' ratios."""
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", PYTHONPATH=str(REPO))
-    switched = PIPELINE if args.switch_program == "pipeline" else TIGHT
-    program = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(switched)]
+    program = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    program.append(str(LOOPS[args.switch_program]))
     switching = []
     for i in range(args.alternate_runs):
         proc = subprocess.run(
@@ -614,7 +616,7 @@ def main() -> int:
     parser.add_argument("--alternate-runs", type=int, default=1, help="trace-cost: how many switching runs")
     parser.add_argument(
         "--switch-program",
-        choices=("tight", "pipeline"),
+        choices=sorted(LOOPS),
         default="tight",
         help="trace-cost: the switching runs' program (the tight loop, or a pipelining trainer's steps)",
     )

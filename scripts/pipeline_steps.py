@@ -19,7 +19,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from tight_p2p import charge, print_blocks, print_cpu, switch_hooks
+from tight_p2p import add_loop_options, charge, print_blocks, print_cpu, progress, switch_hooks
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
@@ -28,14 +28,11 @@ SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=5.0)
+    add_loop_options(parser)
     parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b")
     parser.add_argument("--microbatches", type=int, default=4)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--alternate", action="store_true", help="switch the tracer's hooks on and off")
-    parser.add_argument("--block", type=float, default=1.0, help="seconds per block with --alternate")
-    parser.add_argument("--progress", type=float, default=0.0, help="rank 0 prints its step count this often (s)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -61,9 +58,7 @@ def main() -> None:
     while True:
         if rank == 0:
             now = time.perf_counter()
-            if args.progress and now >= progress_at:
-                print(f"progress t={now:.4f} rounds={rounds}", flush=True)
-                progress_at += args.progress
+            progress_at = progress(now, rounds, progress_at, args.progress)
             flag[0] = int(now - started >= args.seconds)
             if switch is not None and now - block_start >= args.block:
                 blocks.append((phase, block_rounds, now - block_start))

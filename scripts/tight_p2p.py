@@ -24,10 +24,7 @@ import torch.distributed as dist
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--alternate", action="store_true", help="switch the tracer's hooks on and off")
-    parser.add_argument("--block", type=float, default=1.0, help="seconds per block with --alternate")
-    parser.add_argument("--progress", type=float, default=0.0, help="rank 0 prints its round count this often (s)")
+    add_loop_options(parser)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -44,9 +41,7 @@ def main() -> None:
     while True:
         if rank == 0:
             now = time.perf_counter()
-            if args.progress and now >= progress_at:
-                print(f"progress t={now:.4f} rounds={rounds}", flush=True)
-                progress_at += args.progress
+            progress_at = progress(now, rounds, progress_at, args.progress)
             stop = now - started >= args.seconds
             if switch is not None and now - block_start >= args.block:
                 blocks.append((phase, block_rounds, now - block_start))
@@ -88,6 +83,23 @@ def main() -> None:
             print_cpu("rank0", cpu)
             print_cpu("rank1", [[peer_cpu[0].item(), peer_cpu[1].item()], [peer_cpu[2].item(), peer_cpu[3].item()]])
     dist.destroy_process_group()
+
+
+def add_loop_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a measured loop (this one, scripts/pipeline_steps.py)."""
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--alternate", action="store_true", help="switch the tracer's hooks on and off")
+    parser.add_argument("--block", type=float, default=1.0, help="seconds per block with --alternate")
+    parser.add_argument("--progress", type=float, default=0.0, help="rank 0 prints its round count this often (s)")
+
+
+def progress(now: float, rounds: int, due: float, every: float) -> float:
+    """Rank 0's `progress t=T rounds=N` line once it is due (scripts/attach_cost.py reads
+    the rates from them); when the next one is."""
+    if not every or now < due:
+        return due
+    print(f"progress t={now:.4f} rounds={rounds}", flush=True)
+    return due + every
 
 
 def charge(cpu: list[list[float]], phase: int, rounds: int, mark: float) -> float:
