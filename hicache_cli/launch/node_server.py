@@ -130,9 +130,14 @@ class LinkServer:
             try:
                 hello = check_hello(channel.receive(MAX_HELLO), self.nnodes)
             except Dropped as exc:
-                if exc.reason == UNPROVEN:
+                if exc.reason != UNPROVEN:
+                    raise
+                # noted before the stranger is told: node 0 never knows of a refusal later than
+                # the refused node does (a feeder with another secret, then node 0's pump)
+                self.events.put(Rejected(UNPROVEN, peer))
+                with contextlib.suppress(OSError):
                     send_frame(sock, REFUSED_PROOF)
-                raise
+                return
             if (why := self._admit(hello.node, hello.options, peer)) is not None:
                 channel.send({"type": "refused", "why": why})
                 return
