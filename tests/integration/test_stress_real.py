@@ -49,7 +49,10 @@ def test_reap_stops_on_time_and_records_backlog(reap_pp2: Run) -> None:
     rank0, rank1 = _rank(reap_pp2, 0), _rank(reap_pp2, 1)
     assert rank0["backlog_at_stop"]["outstanding_sends"] == rank0["work_list"]["final"]
     unreceived = rank1["backlog_at_stop"]["unreceived_messages"]
-    assert unreceived == rank0["messages"]["sent"] - rank1["messages"]["received"] > 0
+    assert unreceived == rank0["messages"]["sent"] - rank1["messages"]["received"]
+    # rank 0 outruns rank 1, so a backlog builds; under load (rank 0 slowed by a CPU hog)
+    # rank 1 may have caught up by the stop, so it is looked for over the run
+    assert max(u for u in rank1["series"]["unreceived"] if u is not None) > 0
     assert "Traceback" not in reap_pp2.proc.stdout + reap_pp2.proc.stderr
 
 
