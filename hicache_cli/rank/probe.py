@@ -186,8 +186,7 @@ class Probe:
                     self._stop_orphaned(lost)
                     return
             if now >= self.deadline and not self.stats.stop_requested:
-                self.stats.stop_requested = True
-                self.state = "stopping"
+                self._deadline_reached()
             if now >= self.deadline + self.stop_grace_s:
                 self._end_blocked()
                 return
@@ -195,6 +194,15 @@ class Probe:
                 return
             if next_at < now:  # fell behind (e.g. starved of CPU): skip, do not burst
                 next_at = now
+
+    def _deadline_reached(self) -> None:
+        """Ask the loop to stop, and say so in the samples: `stopping`, unless the final line
+        is being written or was (the loop can end at its own clock's deadline first: a
+        `stopping` taken into its final line would read as a rank that never finished)."""
+        self.stats.stop_requested = True
+        with self._lock:
+            if not self._closed:
+                self.state = "stopping"
 
     def _end_blocked(self) -> None:
         """The loop did not finish its last round in time: record where it is and leave."""

@@ -221,3 +221,23 @@ def test_a_real_sigtimedwait_still_returns_a_signal_sent_to_the_thread() -> None
         assert probe_module.wait_for_signal(waited, 0.01) is None
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def test_the_deadline_met_while_the_final_line_is_written_leaves_it_done(reader: CountingReader) -> None:
+    """The loop ends at its own clock's deadline and writes the final line while the probe
+    thread meets the deadline too: the line says `done`, never `stopping`."""
+    out = io.StringIO()
+    probe = make_probe(LoopStats(), reader, out)
+    take = probe.sample
+
+    def sample_beside_the_probe_thread(*args: Any, **kwargs: Any) -> Sample:
+        meets = threading.Thread(target=probe._deadline_reached)
+        meets.start()
+        meets.join(0.2)  # blocked until the line is written
+        return take(*args, **kwargs)
+
+    probe.sample = sample_beside_the_probe_thread  # type: ignore[method-assign]
+    probe.finish("done", "reached the deadline")
+    final = json.loads(out.getvalue().splitlines()[-1])
+    assert (final["state"], final["message"]) == ("done", "reached the deadline")
+    assert probe.stats.stop_requested and probe.state == "done"
