@@ -60,8 +60,9 @@ def test_reap_rss_slope_matches_rss_measured_from_outside(reap_pp2: Run) -> None
     rank0 = _rank(reap_pp2, 0)
     points = reap_pp2.external.points[rank0["pid"]]
     assert len(points) > 10
-    warmup = rank0["warmup_s"]
-    outside = reap_pp2.external.slope_mb_per_h(rank0["pid"], points[0][0], warmup + 1.0)
+    first = json.loads((reap_pp2.run_dir / "rank-0.jsonl").read_text().splitlines()[0])
+    started = first["wall"] - first["t"]  # the rank's t = 0 on the wall clock: both slopes over one window
+    outside = reap_pp2.external.slope_mb_per_h(rank0["pid"], started, rank0["warmup_s"])
     assert outside is not None
     assert 0.75 < outside / rank0["rss"]["slope_mb_per_h"] < 1.33
 
