@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -450,9 +451,12 @@ def test_sglangs_own_pp_sync_fails_on_the_release_that_reaps_and_passes_on_the_o
     result.stdout.fnmatch_lines([
         "*_ test_hiradix_cache_pp_sync_waits_its_works[[]0.5.14] _*",
         "rank 0 held 600 Works it had not waited (max_live_works=8), 600 of them from hiradix_cache.py:"
-        f"{line_of(hiradix, 'torch.distributed.isend(')} in _pp_sync (isend to rank 1); at the end: 600 created, "
-        "600 waited, 0 still held",  # 2 syncs a round, 300 rounds; the shutdown waits them, too late
+        f"{line_of(hiradix, 'torch.distributed.isend(')} in _pp_sync (isend to rank 1); at the end: 600 created, *",
     ])  # fmt: skip
+    # 2 syncs a round, 300 rounds; the shutdown waits them, too late: all 600 when rank 0 gets
+    # there within FAIL_GRACE_S of the failure (on a loaded machine it may be stopped on the way)
+    end = re.search(r"at the end: 600 created, (\d+) waited, (\d+) still held", result.stdout.str())
+    assert end is not None and int(end[1]) + int(end[2]) == 600
     result.stdout.fnmatch_lines(["PASSED test_sglang_pp_sync.py::test_hiradix_cache_pp_sync_waits_its_works[[]0.5.15]"])
 
 
