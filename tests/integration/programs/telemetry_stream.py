@@ -3,14 +3,20 @@
 Rank 0 runs a fast loop and ships a small tensor of stats every step with
 ``dist.isend``. To avoid holding on to a handle per message it keeps only the
 last few in a ``deque(maxlen=8)`` and never waits them: old handles simply fall
-off the end. Rank 1 is the collector: it receives each update with a blocking
-``dist.recv`` and does a little bookkeeping per message, so it is slower than
-the sender.
+off the end. Rank 1 is the collector: it opens its sink (``--setup-s``), then
+receives each update with a blocking ``dist.recv`` and does a little bookkeeping
+per message, so it is slower than the sender.
+
+On gloo that is worse than slow: a send whose handle is released before the
+receiver has posted its receive is lost. The collector is still opening its
+sink when the first handles fall off the deque, so it waits for a lost update
+for good, and everything sent after it piles up in the sender's transport.
 
 With ``--ack-every N`` the stream is flow-controlled: rank 1 sends a one-element
 ack after every N updates it received, and rank 0 blocks on that ack after every
-N updates it sent (the same unwaited deque otherwise); at the end rank 0 sends a
-stop update and both leave together.
+N updates it sent (the same unwaited deque otherwise, which then never drops a
+handle before its update is received); at the end rank 0 sends a stop update and
+both leave together.
 
 Run it on CPU with gloo, for example::
 
@@ -49,7 +55,8 @@ def sender(deadline: float, ack_every: int) -> int:
     return step
 
 
-def collector(deadline: float, ack_every: int, work_s: float) -> int:
+def collector(deadline: float, ack_every: int, work_s: float, setup_s: float) -> int:
+    time.sleep(setup_s)  # open the sink
     update = torch.zeros(8)
     ack = torch.ones(1)
     totals = collections.Counter()
@@ -73,6 +80,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--ack-every", type=int, default=0, help="flow control: ack every N updates (0: none)")
     parser.add_argument("--work-ms", type=float, default=0.5, help="the collector's time per update")
+    parser.add_argument("--setup-s", type=float, default=0.5, help="the collector's time to open its sink")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -81,7 +89,7 @@ def main() -> None:
         count = sender(deadline, args.ack_every)
         print(f"rank 0 sent {count} updates\n", end="", flush=True)
     else:
-        count = collector(deadline, args.ack_every, args.work_ms / 1000.0)
+        count = collector(deadline, args.ack_every, args.work_ms / 1000.0, args.setup_s)
         print(f"rank 1 received {count} updates\n", end="", flush=True)
     os._exit(0)
 
