@@ -61,7 +61,10 @@ def find_failures(
         code = exit_.exit_code if exit_ else None
         sig = exit_.signal if exit_ else None
         last_t = series[-1].t if series else 0.0
-        if rank in stalls:
+        node = series[-1].node if series else None
+        # a rank of a lost node stops sampling here as a hung one does: the watchdog may see
+        # that first (it waits seconds less than the link does), but it was the node's loss
+        if rank in stalls and not (final is None and node in lost):
             stall = stalls[rank]
             stack, frame = stuck_frame(rank)
             message = stall.message + (f"; stack top: {frame}" if frame else "")
@@ -72,7 +75,6 @@ def find_failures(
             failure = _failure(rank, FailureKind.ERROR, final.message or "", final.t, code, sig)
             found.append(Found(replace(failure, error_kind=final.error_kind, peer=final.error_peer)))
         elif final is None and not ending.interrupted and not ending.own_ends:
-            node = series[-1].node if series else None
             if node in lost:
                 kind, message = FailureKind.CRASH, f"{lost[node]}; last sample at {last_t:.1f} s"
             elif sig is not None:

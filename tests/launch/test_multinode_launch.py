@@ -326,6 +326,19 @@ def test_a_lost_nodes_ranks_crash_with_its_message() -> None:
     assert report["root_cause"] == 2  # the earlier of the two
 
 
+def test_a_lost_nodes_ranks_that_the_watchdog_saw_go_silent_are_its_loss_not_hangs() -> None:
+    """Node 0's watchdog calls a rank hung after 3 s without samples, the link a node lost
+    after 5 s: when node 0's own ranks end slowly (a loaded machine) the watchdog speaks first."""
+    hangs = tuple(Stall(r, 100 + r, "hang", f"rank {r} stopped sampling 3.1 s ago", 5.0) for r in (2, 3))
+    outcome = RunOutcome(wall_s=8.0, stopped="watchdog: ...", stalls=hangs, lost_nodes={1: LOST})
+    failures = {f["rank"]: f for f in report_json(PP4, lost_node_run(), outcome)["failures"]}
+    assert failures[2]["kind"] == failures[3]["kind"] == "crash"
+    assert failures[2]["message"] == f"{LOST}; last sample at 5.0 s"
+    without_the_loss = dataclasses.replace(outcome, lost_nodes={})
+    failures = {f["rank"]: f for f in report_json(PP4, lost_node_run(), without_the_loss)["failures"]}
+    assert failures[2]["kind"] == "hang"  # a node still heard from: its silent rank hangs
+
+
 def test_node_0s_connection_errors_are_consequences_of_the_lost_node() -> None:
     report = report_json(PP4, lost_node_run(), RunOutcome(wall_s=8.0, lost_nodes={1: LOST}))
     failures = {f["rank"]: f for f in report["failures"]}
