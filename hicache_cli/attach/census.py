@@ -61,8 +61,10 @@ def take_census(
     try:
         found, parents = find_containers(walker, kinds)
         starts = [start_node(f, kinds) for f in found.values()]
-        names = Namer(walker).name_all(starts, parents) if starts else {}
-        holders, total = tally(walker, found, names, subclasses(tensor_type) if tensor_type else frozenset())
+        namer = Namer(walker)
+        names = namer.name_all(starts, parents) if starts else {}
+        tensor_kinds = subclasses(tensor_type) if tensor_type else frozenset()
+        holders, total = tally(walker, found, names, tensor_kinds, namer.records)
     finally:
         walker.release()
     return Census(pid, rank, time.time(), total, holders, walker.cost, when)
@@ -114,12 +116,19 @@ def start_node(found: Found, kinds: frozenset[type]) -> Node:
 
 
 def tally(
-    walker: Walker, found: dict[int, Found], names: dict[int, Named], tensor_kinds: frozenset[type]
+    walker: Walker,
+    found: dict[int, Found],
+    names: dict[int, Named],
+    tensor_kinds: frozenset[type],
+    records: dict[int, str] | None = None,
 ) -> tuple[list[Holder], int]:
+    """The holders by path and container kind; `records`: containers that are a record's
+    attribute dict, counted as the record (as they are before its __dict__ is made)."""
     groups: dict[tuple[str, str], list[Found]] = {}
+    records = records or {}
     for key, item in found.items():
         named = names.get(key, Named(f"(a {type(item.obj).__qualname__})", False))
-        groups.setdefault((named.path, type(item.obj).__qualname__), []).append(item)
+        groups.setdefault((named.path, records.get(key) or type(item.obj).__qualname__), []).append(item)
     unnamed = {n.path for n in names.values() if not n.named}
     holders, everything = [], set()
     for (path, container), items in groups.items():

@@ -83,6 +83,9 @@ class Namer:
         self.module_dicts = {id(vars(m)): name for name, m in list(sys.modules.items()) if m is not None}
         self.module_dicts.update({id(vars(m)): m.__name__ for m in list(sys.modules.values()) if m is not None})
         self.me = threading.get_ident()
+        # direct containers that are a record's attribute dict (once something read its
+        # __dict__, 3.11+ keeps the attributes there): id -> the record's class name
+        self.records: dict[int, str] = {}
 
     # -- the climb -----------------------------------------------------------------------
 
@@ -186,6 +189,7 @@ class Namer:
             return None
         if node.holds_works:  # Works in an instance's attributes: the instance is a record
             name = f"{type(ref).__qualname__}.{key}"
+            self.records.update(dict.fromkeys(node.direct, type(ref).__qualname__))
             return 2, Node(ref, f".{key}", node.direct, name, None, False, node.seen | {id(obj)})
         return NAMED, Named(node.fallback or f"{type(ref).__qualname__}.{key}{below}")
 
