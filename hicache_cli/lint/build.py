@@ -38,6 +38,7 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         self.scope = Scope(MODULE, "module", None, mid)
         self.loops: list[Loop] = []
         self.finally_depth = 0
+        self.coalescing = 0  # inside `with _coalescing_manager(...)`: its collectives hand out no Work
         self.methods: dict[str, list[FunctionInfo]] = {}
         for cls in info.classes.values():
             for method in cls.methods.values():
@@ -100,8 +101,8 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         if cls is not None and self_name is not None and not _is_classmethod(fn):
             # `self` is an instance of its class (and of subclasses, through dispatched calls).
             self.g.link([self.n((INSTANCE, cls))], self.n((LOCAL, self.mid, qualname, self_name)))
-        saved = self.scope, self.loops, self.finally_depth, self.sent, self.changed, self.rebound
-        self.scope, self.loops, self.finally_depth = scope, [], 0
+        saved = self.scope, self.loops, self.finally_depth, self.sent, self.changed, self.rebound, self.coalescing
+        self.scope, self.loops, self.finally_depth, self.coalescing = scope, [], 0, 0
         self.sent, self.changed, self.rebound = [], {}, {}
         # Defaults flow into their parameters (`async_op=True` reaches what the parameter feeds).
         positional = [*args.posonlyargs, *args.args]
@@ -115,7 +116,7 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         else:
             self.body(fn.body)  # type: ignore[arg-type]
         self._mutations_done()
-        self.scope, self.loops, self.finally_depth, self.sent, self.changed, self.rebound = saved
+        self.scope, self.loops, self.finally_depth, self.sent, self.changed, self.rebound, self.coalescing = saved
         self._closure_kept(scope, name, enclosing, fn.lineno)
         return scope
 
@@ -233,7 +234,12 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
                 held = self.ev(item.context_expr)
                 if item.optional_vars is not None:
                     self.bind(item.optional_vars, held, node)
+            # torch's _coalescing_manager queues the collectives called inside it; each hands
+            # out no Work of its own (the manager's `cm.wait()` waits them all)
+            coalescing = any(_is_coalescing(item.context_expr) for item in node.items)
+            self.coalescing += coalescing
             self.body(node.body)
+            self.coalescing -= coalescing
         elif isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)):
             self.try_stmt(node)  # type: ignore[arg-type]
         elif isinstance(node, ast.Return):
@@ -394,3 +400,10 @@ def _is_classmethod(fn: ast.AST) -> bool:
 
 
 __all__ = ["MODULE", "ModuleWalker", "TRUE"]
+
+
+def _is_coalescing(expr: ast.expr) -> bool:
+    """`_coalescing_manager(group, ...)`, under any import (`dist._coalescing_manager(...)`)."""
+    func = expr.func if isinstance(expr, ast.Call) else None
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    return name == "_coalescing_manager"

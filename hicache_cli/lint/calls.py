@@ -74,6 +74,8 @@ class Calls:
         element: str | None = None,
         condition: tuple[int, ...] | None = None,
     ) -> Nodes:
+        if self.coalescing and api.endswith("(async_op=True)"):
+            return NOTHING  # queued by the coalescing manager around it: no Work (build.py)
         tensor = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "tensor"), None)
         index = len(self.g.origins)
         node = self.n((ORIGIN, index))
@@ -145,14 +147,24 @@ class Calls:
 
     def _method_api(self: ModuleWalker, func: ast.Attribute, name: str, async_op: Nodes | None) -> str | None:
         """`group.isend(...)`, `pg.all_reduce(t, async_op=True)`: a Work API by its name on a
-        value, unless this module defines a method of that name (followed as written)."""
-        if name in self.methods or self._is_imported(func.value):
+        value, unless this module defines a method of that name (followed as written), or the
+        value is of a program class (`chunk: Chunk`; `chunk.reduce(async_op=...)` is then
+        `Chunk.reduce`, followed by the linker, and the API only if no such method is found)."""
+        if name in self.methods or self._is_imported(func.value) or self._of_program_class(func.value):
             return None
         if name in P2P_METHODS:
             return name
         if name in COLLECTIVES and async_op is not None:
             return f"{name}(async_op=True)"
         return None
+
+    def _of_program_class(self: ModuleWalker, expr: ast.expr) -> bool:
+        """A local whose class the program names (a constructor call or an annotation)."""
+        return (
+            isinstance(expr, ast.Name)
+            and self.scope.self_scope(expr.id) is None
+            and self.scope.type_of(expr.id) is not None
+        )
 
     def _is_imported(self: ModuleWalker, expr: ast.expr) -> bool:
         root = expr

@@ -257,3 +257,93 @@ def test_files_named_together_are_one_program(tmp_path: Path, monkeypatch: pytes
     assert [(f.file, f.line) for f in lint(["comm.py", "sched.py"]).findings] == [("sched.py", 14)]
     alone = lint(["sched.py"]).findings  # start() is code it cannot see: only the reaper is known
     assert [(f.file, f.rule) for f in alone] == [("sched.py", "HC005")]
+
+
+CHUNKS = {
+    "chunk.py": """
+        import torch.distributed as dist
+
+
+        class Chunk:
+            def __init__(self, data):
+                self.data = data
+                self.work = None
+
+            def reduce(self, async_op=False):
+                self.work = dist.all_reduce(self.data, async_op=async_op)
+
+            def wait_reduce(self):
+                if self.work is not None:
+                    self.work.wait()
+                    self.work = None
+        """,
+    "manager.py": """
+        from chunk import Chunk
+
+
+        class Manager:
+            def reduce_chunk(self, chunk: Chunk, async_op: bool = False) -> bool:
+                chunk.reduce(async_op=async_op)
+                return True
+        """,
+    "hook.py": """
+        from manager import Manager
+
+
+        def grad_hook(chunk, manager: Manager, stream=None):
+            overlap = stream is not None
+            if manager.reduce_chunk(chunk, async_op=overlap):
+                chunk.wait_reduce()
+        """,
+}
+
+
+def test_a_method_of_a_program_class_named_like_a_collective_is_followed_into(tmp_path: Path) -> None:
+    """ColossalAI's shape: `chunk.reduce(async_op=...)` on a `chunk: Chunk` is Chunk.reduce,
+    not torch's reduce, and `overlap = stream is not None` may be True: the Work is the
+    all_reduce inside, kept in the chunk, waited by wait_reduce. A change that drops the wait
+    is found; before, the call was taken for a collective whose async_op was never True."""
+    write_tree(tmp_path, CHUNKS)
+    assert rules_in(tmp_path) == []
+    unwaited = CHUNKS["chunk.py"].replace("self.work.wait()", "pass")
+    write_tree(tmp_path, {"chunk.py": unwaited})
+    assert rules_in(tmp_path) == [("chunk.py", "HC001", 11)]
+
+
+@pytest.mark.parametrize("flag", ["stream is not None", "not synchronous", "world > 1"])
+def test_a_truth_value_in_a_variable_may_reach_async_op_as_true(flag: str, tmp_path: Path) -> None:
+    source = f"""
+        import torch.distributed as dist
+
+        PENDING = []
+
+
+        def step(t, stream, synchronous, world):
+            overlap = {flag}
+            PENDING.append(dist.all_reduce(t, async_op=overlap))
+        """
+    write_tree(tmp_path, {"step.py": source})
+    assert rules_in(tmp_path) == [("step.py", "HC001", 9)]
+
+
+def test_collectives_inside_a_coalescing_manager_hand_out_no_work(tmp_path: Path) -> None:
+    """Megatron's shape: inside `with _coalescing_manager(group, async_ops=...) as cm` each
+    collective is queued and returns no Work (the manager is waited); a statement there drops
+    nothing. The same call outside the block does."""
+    source = """
+        import torch.distributed as dist
+        from torch.distributed.distributed_c10d import _coalescing_manager
+
+
+        def reduce_all(buckets, group, overlap):
+            async_op = overlap is not None
+            with _coalescing_manager(group, async_ops=async_op) as cm:
+                for bucket in buckets:
+                    dist.all_reduce(bucket, group=group, async_op=async_op)
+            if async_op:
+                return cm
+            cm.wait()
+            dist.all_reduce(buckets[0], group=group, async_op=async_op)
+        """
+    write_tree(tmp_path, {"buckets.py": source})
+    assert rules_in(tmp_path) == [("buckets.py", "HC004", 14)]
