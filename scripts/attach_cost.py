@@ -9,10 +9,12 @@ step), runs under torchrun and prints its round count twice a second. On rank 0,
 `gdb -p PID -batch` (every library's symbols read, as gdb does by default) and then
 hicache's own injection are timed, each with how long the target was stopped (its /proc
 state polled every half millisecond). Then, --cycles times, hicache attaches to both ranks
-and detaches: the rate of rounds in the window before each attach and in the one after its
-census (tracer hooks and probe running) are compared, in the same processes seconds apart;
-the median of the cycles' ratios is the tracer's cost after attach (this machine is shared:
-a single window is noisy).
+and detaches: the rate of rounds in the window after its census (tracer hooks and probe
+running) is compared with the unattached windows on both sides of it (before the attach,
+after the detach), in the same processes seconds apart, so that a rate drifting over the
+run is taken out; the ratio to the window before alone is printed too. The median of the
+cycles' ratios is the tracer's cost after attach (this machine is shared: a single window
+is noisy).
 
 `census`: a one-rank process holding N million objects and 1000 never-waited Works, whose
 main thread measures the longest gap in a 1 ms sleep loop (what the program feels); hicache
@@ -93,7 +95,8 @@ def tracer(args: argparse.Namespace) -> None:
     gdb_env = dict(os.environ, HICACHE_GDB_ARGS=json.dumps({"pid": rank0, "text_file": str(text)}))
     trimmed = stopped_while(rank0, inject.gdb_command(rank0), gdb_env)
     print(f"hicache's injection (libc + libpython symbols only): {trimmed[0]:.2f} s, target stopped {trimmed[1]:.2f} s")
-    ratios, holds = [], []
+    holds: list[float] = []
+    windows: list[tuple[float, float]] = []  # (unattached before, attached) rounds/s, per cycle
     (tmp / "run").mkdir()
     for cycle in range(args.cycles):  # unattached, then attached, each window next to the other
         time.sleep(args.window)
@@ -107,12 +110,24 @@ def tracer(args: argparse.Namespace) -> None:
         time.sleep(args.window + 0.5)
         after_end = time.perf_counter()
         session.detach()
-        before, after = rate(progress, before_end - args.window, before_end), rate(progress, after_start, after_end)
-        ratios.append(after / before)
-        print(f"cycle {cycle + 1}: rounds/s unattached {before:.0f}, attached after the census {after:.0f}: "
-              f"ratio {after / before:.3f}")  # fmt: skip
+        windows.append((rate(progress, before_end - args.window, before_end), rate(progress, after_start, after_end)))
+        time.sleep(0.5)  # (the next cycle's unattached window starts after the detach has settled)
+    time.sleep(args.window)
+    last = time.perf_counter()
+    unattached = [w[0] for w in windows] + [rate(progress, last - args.window, last)]
+    ratios, centred = [], []
+    for cycle, (before, attached) in enumerate(windows):
+        # the unattached windows on both sides: a rate that drifts over the run (it does, by
+        # several per cent a minute here) is taken out, where before-only would count it
+        around = (before + unattached[cycle + 1]) / 2.0
+        ratios.append(attached / before)
+        centred.append(attached / around)
+        print(f"cycle {cycle + 1}: rounds/s unattached {before:.0f}, attached after the census {attached:.0f}, "
+              f"unattached after the detach {unattached[cycle + 1]:.0f}: ratio to before {attached / before:.3f}, "
+              f"to both sides {attached / around:.3f}")  # fmt: skip
     _end(proc)
-    print(f"median ratio over {len(ratios)} cycles: {statistics.median(ratios):.3f}; "
+    print(f"median ratio over {len(ratios)} cycles: to before {statistics.median(ratios):.3f}, "
+          f"to both sides {statistics.median(centred):.3f}; "
           f"census's longest hold of the GIL {max(holds) * 1000:.1f} ms")  # fmt: skip
 
 
