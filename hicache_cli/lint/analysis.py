@@ -201,7 +201,14 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, bytearray, Nam
         hot = c.forward(seeds + tokens, (c.plain, c.params, c.returns))
     raw = bytearray(len(graph.keys))
     names = Names()
-    receivers = [n for call in graph.method_calls if _any(hot, c, call.args) for n in call.args.receiver]
+    # the receivers of method calls given something hot, or given `async_op=` (the method may
+    # pass it on to a collective: `self.manager.reduce(t, async_op=overlap)`)
+    receivers = [
+        n
+        for call in graph.method_calls
+        if _any(hot, c, call.args) or any(k == "async_op" for k, _ in call.args.keywords)
+        for n in call.args.receiver
+    ]
     feeding = c.backward([n for n in range(len(graph.keys)) if hot[c.canon[n]]] + receivers, back)
     feeds = bytearray(feeding[c.canon[n]] for n in range(len(graph.keys)))
     for n, key in enumerate(graph.keys):

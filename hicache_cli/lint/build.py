@@ -399,11 +399,11 @@ def _is_classmethod(fn: ast.AST) -> bool:
     return any(isinstance(d, ast.Name) and d.id == "classmethod" for d in getattr(fn, "decorator_list", []))
 
 
-__all__ = ["MODULE", "ModuleWalker", "TRUE"]
-
-
 def _is_coalescing(expr: ast.expr) -> bool:
     """`_coalescing_manager(group, ...)`, under any import (`dist._coalescing_manager(...)`)."""
     func = expr.func if isinstance(expr, ast.Call) else None
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
     return name == "_coalescing_manager"
+
+
+__all__ = ["MODULE", "ModuleWalker", "TRUE"]

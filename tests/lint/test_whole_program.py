@@ -347,3 +347,36 @@ def test_collectives_inside_a_coalescing_manager_hand_out_no_work(tmp_path: Path
         """
     write_tree(tmp_path, {"buckets.py": source})
     assert rules_in(tmp_path) == [("buckets.py", "HC004", 14)]
+
+
+def test_async_op_passed_to_a_method_of_an_attributes_class_is_followed(tmp_path: Path) -> None:
+    """`self.manager.reduce_bucket(t, async_op=True)`, the manager made in __init__ from
+    another module: the call goes to Manager.reduce_bucket, whose collective keeps its Work."""
+    write_tree(
+        tmp_path,
+        {
+            "manager.py": """
+                import torch.distributed as dist
+
+
+                class Manager:
+                    def __init__(self):
+                        self.pending = []
+
+                    def reduce_bucket(self, t, async_op=False):
+                        self.pending.append(dist.all_reduce(t, async_op=async_op))
+                """,
+            "model.py": """
+                from manager import Manager
+
+
+                class Model:
+                    def __init__(self):
+                        self.manager = Manager()
+
+                    def step(self, t):
+                        self.manager.reduce_bucket(t, async_op=True)
+                """,
+        },
+    )
+    assert rules_in(tmp_path) == [("manager.py", "HC001", 10)]
