@@ -171,7 +171,9 @@ def test_live_dashboard_under_a_pseudo_terminal(tmp_path) -> None:
 def test_plain_output_off_a_terminal_has_no_escape_codes(drain_pp2: Run, reap_pp2: Run) -> None:
     out = drain_pp2.proc.stdout  # the text on stdout; with --json (reap_pp2), on stderr
     assert "\x1b" not in out
-    assert "depth" in out and "rank 0: BOUNDED" in out
+    # the verdict as the report has it (an 8 s drain run beside a CPU hog may be INCONCLUSIVE:
+    # test_drain_keeps_depth_to_one_round checks the run; this test checks how it is printed)
+    assert "depth" in out and f"rank 0: {_rank(drain_pp2, 0)['verdict']}" in out
     assert "\x1b" not in reap_pp2.proc.stderr and "rank 0: LEAK" in reap_pp2.proc.stderr
 
 
