@@ -149,7 +149,8 @@ class Calls:
         """`group.isend(...)`, `pg.all_reduce(t, async_op=True)`: a Work API by its name on a
         value, unless this module defines a method of that name (followed as written), or the
         value is of a program class (`chunk: Chunk`; `chunk.reduce(async_op=...)` is then
-        `Chunk.reduce`, followed by the linker, and the API only if no such method is found)."""
+        `Chunk.reduce`, followed by the linker, and the API only if the class has no such
+        method of its own: link.py)."""
         if name in self.methods or self._is_imported(func.value) or self._of_program_class(func.value):
             return None
         if name in P2P_METHODS:

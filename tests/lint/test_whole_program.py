@@ -380,3 +380,24 @@ def test_async_op_passed_to_a_method_of_an_attributes_class_is_followed(tmp_path
         },
     )
     assert rules_in(tmp_path) == [("manager.py", "HC001", 10)]
+
+
+def test_a_program_class_without_the_method_is_taken_for_the_work_api(tmp_path: Path) -> None:
+    """`group: Group; group.isend(...)` where the program's Group inherits isend from outside
+    the program: the Work API, as on a value of unknown class."""
+    source = """
+        from torch.distributed import ProcessGroup
+
+        PENDING = []
+
+
+        class Group(ProcessGroup):
+            def label(self):
+                return "pp"
+
+
+        def step(t, group: Group):
+            PENDING.append(group.isend([t], 1, 0))
+        """
+    write_tree(tmp_path, {"step.py": source})
+    assert rules_in(tmp_path) == [("step.py", "HC001", 13)]
