@@ -120,12 +120,11 @@ def tally(
     found: dict[int, Found],
     names: dict[int, Named],
     tensor_kinds: frozenset[type],
-    records: dict[int, str] | None = None,
+    records: dict[int, str],
 ) -> tuple[list[Holder], int]:
     """The holders by path and container kind; `records`: containers that are a record's
     attribute dict, counted as the record (as they are before its __dict__ is made)."""
     groups: dict[tuple[str, str], list[Found]] = {}
-    records = records or {}
     for key, item in found.items():
         named = names.get(key, Named(f"(a {type(item.obj).__qualname__})", False))
         groups.setdefault((named.path, records.get(key) or type(item.obj).__qualname__), []).append(item)

@@ -68,16 +68,13 @@ class Expressions:
             return NOTHING
         if isinstance(node, ast.Lambda):
             return self.lambda_value(node, NOTHING)
+        for child in ast.iter_child_nodes(node):  # compare, unary, f-strings, slices: read, keep nothing
+            if isinstance(child, ast.expr):
+                self.ev(child)
         if isinstance(node, ast.Compare) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.expr):
-                    self.ev(child)
             # a truth value: it may be True wherever it goes (`overlap = stream is not None`,
             # then `async_op=overlap`), as it may be when written in the call itself
             return frozenset({self.n((TRUE,))})
-        for child in ast.iter_child_nodes(node):  # unary, f-strings, slices: read, keep nothing
-            if isinstance(child, ast.expr):
-                self.ev(child)
         return NOTHING
 
     def lambda_value(self: ModuleWalker, node: ast.Lambda, feed: Nodes) -> Nodes:

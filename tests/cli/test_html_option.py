@@ -83,11 +83,10 @@ def page_of(path: Path) -> tuple[Page, str]:
 
 
 @pytest.mark.parametrize("command", list(RUNS))
+@pytest.mark.usefixtures("one_release", "attachable")  # every command can run
 def test_each_command_writes_its_page_and_says_where(
     command: str,
     fake_execute: FakeExecute,
-    one_release: None,
-    attachable: None,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -158,18 +157,22 @@ def test_a_page_hicache_wrote_before_is_written_again(fake_execute: FakeExecute,
 # -- refused before anything runs ----------------------------------------------------
 
 
+def outside(tmp_path: Path, name: str) -> Path:
+    """A new directory beside the run's (a path the command has no reason to touch)."""
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-{name}"
+    elsewhere.mkdir()
+    return elsewhere
+
+
 @pytest.mark.parametrize("command", list(RUNS))
+@pytest.mark.usefixtures("one_release", "attachable")  # every command can run
 def test_a_file_hicache_did_not_write_is_refused_before_the_run(
     command: str,
     fake_execute: FakeExecute,
-    one_release: None,
-    attachable: None,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    elsewhere = tmp_path.parent / f"{tmp_path.name}-notes"
-    elsewhere.mkdir()
-    theirs = elsewhere / "notes.html"
+    theirs = outside(tmp_path, "notes") / "notes.html"
     theirs.write_text("<html>my notes</html>")
     refusal = f"{theirs} exists and is not a page hicache wrote; remove it or choose another file with --html"
     assert_refused(argv(command, tmp_path, "--html", str(theirs)), refusal, capsys, fake_execute, tmp_path)
@@ -188,16 +191,14 @@ OTHER_OUTPUT = {
 
 
 @pytest.mark.parametrize("command", list(RUNS))
+@pytest.mark.usefixtures("one_release", "attachable")  # every command can run
 def test_one_file_named_by_two_outputs_is_refused_before_the_run(
     command: str,
     fake_execute: FakeExecute,
-    one_release: None,
-    attachable: None,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    elsewhere = tmp_path.parent / f"{tmp_path.name}-both"
-    elsewhere.mkdir()
+    elsewhere = outside(tmp_path, "both")
     path = elsewhere / "out"  # new: only the clash can refuse it
     both = argv(command, tmp_path, OTHER_OUTPUT[command], str(path), "--html", str(elsewhere / "." / "out"))
     refusal = f"{OTHER_OUTPUT[command]} and --html both name {path}: each writes a file of its own"
@@ -206,6 +207,7 @@ def test_one_file_named_by_two_outputs_is_refused_before_the_run(
 
 
 @pytest.mark.parametrize("command", list(RUNS))
+@pytest.mark.usefixtures("one_release", "attachable")  # every command can run
 @pytest.mark.parametrize(
     ("where", "problem"),
     [
@@ -218,8 +220,6 @@ def test_a_path_that_cannot_take_a_page_is_one_line(
     where: str,
     problem: str,
     fake_execute: FakeExecute,
-    one_release: None,
-    attachable: None,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
