@@ -44,6 +44,8 @@ class StressOptions:
     pp_backend: str = "gloo"
     target: str = "model"
     sglang_class: str = "auto"
+    nnodes: int = 1  # stress across nodes: how many ranks run on this machine (a GPU each under NCCL)
+    nproc_per_node: int | None = None
 
     @classmethod
     def given(cls, ctx: typer.Context, **decided: Any) -> StressOptions:
@@ -85,7 +87,8 @@ def config_from_options(opts: StressOptions, progress: Callable[[str], None] | N
         pp_backend=opts.pp_backend,
     ).validate()
     if opts.device == "cuda" or opts.pp_backend == "nccl":
-        _require_cuda(opts.device, opts.pp_backend)
+        ranks_here = opts.nproc_per_node or max(1, config.target.world_size // max(1, opts.nnodes))
+        _require_cuda(opts.device, opts.pp_backend, ranks_here)
     if target is None:
         return config
     return with_sglang(config, opts.target, opts.sglang_class, progress)
@@ -115,7 +118,7 @@ def _check_sglang_options(opts: StressOptions) -> None:
             raise UsageError(f"--fault {spec}: acts on hicache's own work list; not available with --target sglang")
 
 
-def _require_cuda(device: str, pp_backend: str) -> None:
+def _require_cuda(device: str, pp_backend: str, ranks_here: int) -> None:
     """Asked for a GPU: say so now, in one line, rather than from inside every rank."""
     import torch  # only here: the CLI otherwise never pays for importing torch
     import torch.distributed as dist
@@ -124,6 +127,13 @@ def _require_cuda(device: str, pp_backend: str) -> None:
         raise UsageError(f"--device {device} / --pp-backend {pp_backend}: no CUDA device is available here")
     if pp_backend == "nccl" and not dist.is_nccl_available():
         raise UsageError("--pp-backend nccl: this torch has no NCCL")
+    gpus = torch.cuda.device_count()
+    if pp_backend == "nccl" and gpus < ranks_here:
+        # NCCL stops a communicator whose ranks share a device ("Duplicate GPU detected")
+        raise UsageError(
+            f"--pp-backend nccl: NCCL needs a GPU of its own for each rank, and the {ranks_here} ranks here "
+            f"would share {gpus}; use gloo (the default), or run fewer ranks on this machine"
+        )
 
 
 def check_output_paths(**paths: Path | None) -> None:

@@ -87,7 +87,11 @@ def examine() -> list[Finding]:
             else "a send Work stays incomplete until wait(), even once received: `reap` frees nothing and leaks"
         )
         findings.append(Finding("gloo_is_completed_advances_without_wait", advances, meaning))
-    if cuda and dist.is_nccl_available():
+    if cuda and dist.is_nccl_available() and torch.cuda.device_count() < 2:
+        findings.append(Finding("nccl_is_completed_advances_without_wait", None,
+                                "not measured: its two ranks need a GPU each (NCCL refuses two ranks on one), "
+                                f"and {torch.cuda.device_count()} is visible"))  # fmt: skip
+    elif cuda and dist.is_nccl_available():
         nccl = measure_completion("nccl")
         value = nccl.get("is_completed_advances_without_wait")
         meaning = nccl.get("error") or (

@@ -43,6 +43,31 @@ def test_cuda_without_a_gpu_is_refused_before_launch() -> None:
         config_from_options(options(device="cuda"))
 
 
+def _one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine with one CUDA GPU and NCCL, as the H200 this ran on (the check reads only these)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+
+
+def test_nccl_with_ranks_sharing_a_gpu_is_refused_before_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL stops two ranks on one device ("Duplicate GPU detected", seen on a one-GPU H200):
+    refused before launch, in one line; gloo may share the GPU, and across two nodes each
+    node's one rank has its own."""
+    _one_gpu(monkeypatch)
+    with pytest.raises(UsageError) as info:
+        config_from_options(options(device="cuda", pp_backend="nccl"))
+    assert str(info.value) == (
+        "--pp-backend nccl: NCCL needs a GPU of its own for each rank, and the 2 ranks here would share 1; "
+        "use gloo (the default), or run fewer ranks on this machine"
+    )
+    assert config_from_options(options(device="cuda")).target.pp_backend == "gloo"
+    across = config_from_options(options(device="cuda", pp_backend="nccl", nnodes=2))  # type: ignore[arg-type]
+    assert across.target.pp_backend == "nccl"
+    with pytest.raises(UsageError, match="the 2 ranks here would share 1"):
+        config_from_options(options(device="cuda", pp_backend="nccl", nnodes=2, nproc_per_node=2))  # type: ignore[arg-type]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
 def test_pick_device_on_a_cpu_machine() -> None:
     assert pick_device("auto", 0, 2) == torch.device("cpu")

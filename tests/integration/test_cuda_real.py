@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.integration.helpers import stress_run
+from tests.integration.helpers import hicache, stress_run
 
 pytestmark = [
     pytest.mark.slow,
@@ -29,8 +29,17 @@ def test_cuda_device_pools_with_gloo_pp_sync(tmp_path, policy: str) -> None:
         assert ranks[0]["work_list"]["final"] > 1000
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a GPU for each of the two ranks")
 def test_nccl_pp_sync(tmp_path) -> None:
     run = stress_run(tmp_path, "--policy", "drain", "--device", "cuda", "--pp-backend", "nccl", "--duration", "6s")
     assert run.proc.returncode == 0, run.proc.stderr
     assert run.report["environment"]["pp_backend"] == "nccl"
     assert run.report["ranks"][1]["messages"]["received"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="a machine with one GPU")
+def test_nccl_on_one_gpu_is_refused_in_one_line(tmp_path) -> None:
+    proc = hicache("stress", "--pp", "2", "--device", "cuda", "--pp-backend", "nccl", "--duration", "6s", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith("run fewer ranks on this machine") and proc.stderr.count("\n") <= 1
+    assert not (tmp_path / "hicache-runs").exists()
