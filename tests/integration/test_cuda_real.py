@@ -4,6 +4,10 @@ Marked `cuda` and skipped where torch sees no GPU (this project's CPU machines).
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -43,3 +47,23 @@ def test_nccl_on_one_gpu_is_refused_in_one_line(tmp_path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith("run fewer ranks on this machine") and proc.stderr.count("\n") <= 1
     assert not (tmp_path / "hicache-runs").exists()
+
+
+@pytest.mark.parametrize("drain", [False, True])
+def test_trace_counts_nccl_works(tmp_path, drain: bool) -> None:
+    """NCCL's own Works under `hicache trace`: kept ones are the leak, named at their line;
+    waited ones stay at most one live."""
+    program = Path(__file__).resolve().parent / "programs" / "nccl_all_reduce.py"
+    report = tmp_path / "report.json"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+    command = [*torchrun, str(program), "6", *(["--drain"] if drain else [])]
+    proc = hicache("trace", "--duration", "60s", "--no-live", "--report", str(report), "--", *command, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rank = json.loads(report.read_text())["ranks"][0]
+    assert rank["device"].startswith("cuda")
+    site = rank["works"]["sites"][0]
+    assert (site["op"], site["source"]) == ("all_reduce", "work = dist.all_reduce(tensor, async_op=True)")
+    if drain:
+        assert rank["works"]["live_max"] <= 1 and rank["works"]["waited"] > 1000
+    else:
+        assert rank["verdict"] == "LEAK" and rank["works"]["live_max"] > 1000 and rank["works"]["waited"] == 0
