@@ -13,8 +13,9 @@ and detaches: the rate of rounds in the window after its census (tracer hooks an
 running) is compared with the unattached windows on both sides of it (before the attach,
 after the detach), in the same processes seconds apart, so that a rate drifting over the
 run is taken out; the ratio to the window before alone is printed too. The median of the
-cycles' ratios is the tracer's cost after attach (this machine is shared: a single window
-is noisy).
+cycles' ratios is the tracer's cost after attach, with its 95% interval (bootstrap over the
+cycles): this machine is shared and a single window is noisy, so many short cycles
+(`--cycles 40 --window 2`) tell more than a few long ones.
 
 `census`: a one-rank process holding N million objects and 1000 never-waited Works, whose
 main thread measures the longest gap in a 1 ms sleep loop (what the program feels); hicache
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -46,6 +48,8 @@ from scripts.benchmarks import LOOPS  # noqa: E402
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 HEAP = REPO / "scripts" / "attach_heap.py"
+UNATTACHED, ATTACHED, IN_PROCESS = "unattached", "attached", "in-process"
+SETTLE_S = 0.5
 
 
 def stopped_while(pid: int, command: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
@@ -75,6 +79,10 @@ def tracer(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="attach-cost-"))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     command = [*TORCHRUN, str(LOOPS[args.program]), "--seconds", str(args.seconds), "--progress", "0.5"]
+    control = tmp / "in-process"
+    if args.in_process:
+        control.mkdir()
+        command += ["--tracer-file", str(control)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp)
     progress: list[tuple[float, int]] = []
 
@@ -96,39 +104,77 @@ def tracer(args: argparse.Namespace) -> None:
     trimmed = stopped_while(rank0, inject.gdb_command(rank0), gdb_env)
     print(f"hicache's injection (libc + libpython symbols only): {trimmed[0]:.2f} s, target stopped {trimmed[1]:.2f} s")
     holds: list[float] = []
-    windows: list[tuple[float, float]] = []  # (unattached before, attached) rounds/s, per cycle
+    windows: list[tuple[str, float]] = []  # (UNATTACHED, ATTACHED or IN_PROCESS, rounds/s), in order
     (tmp / "run").mkdir()
-    for cycle in range(args.cycles):  # unattached, then attached, each window next to the other
-        time.sleep(args.window)
-        before_end = time.perf_counter()
+    for cycle in range(args.cycles):  # unattached, attached; with --in-process: unattached, in-process
+        windows.append((UNATTACHED, window(progress, args.window)))
         run_dir = tmp / "run" / str(cycle)
         run_dir.mkdir()
         session = AttachSession([proc.pid], run_dir)
         session.start()
         holds += [c.cost.max_hold_s for c in session.census().values()]
-        after_start = time.perf_counter() + 0.5
-        time.sleep(args.window + 0.5)
-        after_end = time.perf_counter()
+        windows.append((ATTACHED, window(progress, args.window)))  # from half a second after the census
         session.detach()
-        windows.append((rate(progress, before_end - args.window, before_end), rate(progress, after_start, after_end)))
-        time.sleep(0.5)  # (the next cycle's unattached window starts after the detach has settled)
-    time.sleep(args.window)
-    last = time.perf_counter()
-    unattached = [w[0] for w in windows] + [rate(progress, last - args.window, last)]
-    ratios, centred = [], []
-    for cycle, (before, attached) in enumerate(windows):
+        if args.in_process:
+            windows.append((UNATTACHED, window(progress, args.window)))
+            switch_in_process(control, on=True)
+            windows.append((IN_PROCESS, window(progress, args.window)))
+            switch_in_process(control, on=False)
+    windows.append((UNATTACHED, window(progress, args.window)))
+    _end(proc)
+    ratios: dict[str, list[float]] = {ATTACHED: [], IN_PROCESS: []}
+    centred: dict[str, list[float]] = {ATTACHED: [], IN_PROCESS: []}
+    for index, (kind, value) in enumerate(windows):
+        if kind == UNATTACHED:
+            continue
         # the unattached windows on both sides: a rate that drifts over the run (it does, by
         # several per cent a minute here) is taken out, where before-only would count it
-        around = (before + unattached[cycle + 1]) / 2.0
-        ratios.append(attached / before)
-        centred.append(attached / around)
-        print(f"cycle {cycle + 1}: rounds/s unattached {before:.0f}, attached after the census {attached:.0f}, "
-              f"unattached after the detach {unattached[cycle + 1]:.0f}: ratio to before {attached / before:.3f}, "
-              f"to both sides {attached / around:.3f}")  # fmt: skip
-    _end(proc)
-    print(f"median ratio over {len(ratios)} cycles: to before {statistics.median(ratios):.3f}, "
-          f"to both sides {statistics.median(centred):.3f}; "
-          f"census's longest hold of the GIL {max(holds) * 1000:.1f} ms")  # fmt: skip
+        before, after = windows[index - 1][1], windows[index + 1][1]
+        ratios[kind].append(value / before)
+        centred[kind].append(value / ((before + after) / 2.0))
+        print(f"cycle {len(ratios[kind])}: rounds/s unattached {before:.0f}, {kind} {value:.0f}, "
+              f"unattached after {after:.0f}: ratio to before {ratios[kind][-1]:.3f}, "
+              f"to both sides {centred[kind][-1]:.3f}")  # fmt: skip
+    for kind in (ATTACHED, IN_PROCESS):
+        if centred[kind]:
+            low, high = median_interval(centred[kind])
+            print(f"{kind}: median ratio over {len(centred[kind])} cycles: to before "
+                  f"{statistics.median(ratios[kind]):.3f}, to both sides {statistics.median(centred[kind]):.3f} "
+                  f"[95% {low:.3f}-{high:.3f}]")  # fmt: skip
+    if centred[IN_PROCESS]:
+        paired = [a / b for a, b in zip(centred[ATTACHED], centred[IN_PROCESS], strict=True)]
+        low, high = median_interval(paired)
+        print(
+            f"attached / in-process, cycle by cycle: median {statistics.median(paired):.3f} [95% {low:.3f}-{high:.3f}]"
+        )
+    print(f"census's longest hold of the GIL {max(holds) * 1000:.1f} ms")
+
+
+def window(progress: list[tuple[float, int]], seconds: float) -> float:
+    """rounds/s over the next `seconds`, from half a second from now (what came before settles)."""
+    start = time.perf_counter() + SETTLE_S
+    time.sleep(seconds + SETTLE_S)
+    return rate(progress, start, time.perf_counter())
+
+
+def switch_in_process(control: Path, on: bool) -> None:
+    """The program's own thread installs (or removes) the agent's tracer: tight_p2p.tracer_by_file."""
+    if on:
+        (control / "on").touch()
+    else:
+        (control / "on").unlink()
+    ready = [control / f"ready-{rank}" for rank in (0, 1)]
+    while any(path.exists() != on for path in ready):
+        time.sleep(0.05)
+
+
+def median_interval(values: list[float], draws: int = 10_000) -> tuple[float, float]:
+    """The median's 95% interval, by resampling the cycles (bootstrap): how far the median
+    of as many cycles of the same kind could fall. A window's rate moves by +-10% here, so a
+    handful of cycles cannot tell 0.93 from 0.97; forty can."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
 def census(args: argparse.Namespace) -> None:
@@ -189,6 +235,11 @@ def main() -> None:
     one.add_argument("--cycles", type=int, default=3, help="attach and detach this many times")
     one.add_argument(
         "--program", choices=sorted(LOOPS), default="tight", help="the tight loop, or a pipelining trainer's steps"
+    )
+    one.add_argument(
+        "--in-process",
+        action="store_true",
+        help="each cycle also runs the same tracer installed by the program's own thread (no debugger)",
     )
     two = sub.add_parser("census")
     two.add_argument("--millions", type=float, nargs="+", default=[1.0, 2.0])

@@ -7,7 +7,7 @@ activations and gradients (batched isend/irecv, waited by the schedule); a step 
     torchrun --standalone --nproc-per-node 2 scripts/pipeline_steps.py --seconds 5
 
 prints `rounds=N seconds=S rate=R` (steps) on rank 0, like scripts/tight_p2p.py, and takes
-the same `--alternate`, `--block` and `--progress`: with `--alternate` the tracer's hooks are
+the same `--alternate`, `--block`, `--progress` and `--tracer-file`: with `--alternate` the tracer's hooks are
 switched on and off every block on every rank at the same step (rank 0 decides, and a
 broadcast a step carries its decision, in both phases), and each rank's main-thread CPU a
 step is printed for both phases. A small model trains fast, so the schedule's messages are
@@ -19,7 +19,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from tight_p2p import add_loop_options, charge, print_blocks, print_cpu, progress, switch_hooks
+from tight_p2p import add_loop_options, charge, print_blocks, print_cpu, progress, switch_hooks, tracer_by_file
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
@@ -36,6 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    tracer_by_file(args.tracer_file)
     torch.manual_seed(0)  # every rank builds the whole model and keeps its two layers
     layers = [nn.Sequential(nn.Linear(args.width, args.width), nn.Tanh()) for _ in range(2 * world - 1)]
     model = nn.Sequential(*layers, nn.Linear(args.width, 1))

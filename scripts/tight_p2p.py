@@ -11,7 +11,8 @@ every `--block` seconds, on both ranks at the same round, and prints each block'
 untraced and traced rounds measured in the same processes, minutes apart at most, so the
 machine's drift hits both alike; and each rank's main-thread CPU per round, traced and
 untraced (CPU time is what the hooks add, and unlike the rate it hardly moves when other
-jobs share the machine).
+jobs share the machine). With `--tracer-file DIR` the tracer `hicache attach` installs runs
+in-process while DIR/on exists (tracer_by_file).
 """
 
 import argparse
@@ -28,6 +29,7 @@ def main() -> None:
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    tracer_by_file(args.tracer_file)
     switch = switch_hooks() if args.alternate else None
     message = torch.zeros(3, dtype=torch.int64)
     rounds, pending, phase = 0, None, 0
@@ -91,6 +93,46 @@ def add_loop_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alternate", action="store_true", help="switch the tracer's hooks on and off")
     parser.add_argument("--block", type=float, default=1.0, help="seconds per block with --alternate")
     parser.add_argument("--progress", type=float, default=0.0, help="rank 0 prints its round count this often (s)")
+    parser.add_argument(
+        "--tracer-file", default=None, help="DIR: the attach agent's tracer in-process while DIR/on exists"
+    )
+
+
+def tracer_by_file(directory: str | None) -> None:
+    """With --tracer-file DIR: a thread runs the agent `hicache attach` injects (its Work hooks
+    and its probe, installed from a thread mid-run, no census), in-process with no debugger,
+    while DIR/on exists, and takes it out when the file goes; DIR/ready-RANK is there while
+    it is in. scripts/attach_cost.py --in-process compares it with the attached tracer in
+    the same run. hicache is imported the first time, as an attach would."""
+    if not directory:
+        return
+    import os
+    import threading
+    from pathlib import Path
+
+    control, rank = Path(directory), dist.get_rank()
+
+    def run() -> None:
+        agent, turns = None, 0
+        while True:
+            time.sleep(0.2)
+            wanted = (control / "on").exists()
+            if wanted and agent is None:
+                from hicache_cli.attach import protocol
+                from hicache_cli.attach.agent import Agent
+
+                run_dir = control / f"run-{rank}-{turns}"
+                run_dir.mkdir()
+                boot = protocol.BootArgs(str(run_dir), "", "", census=False)
+                agent, turns = Agent(boot, protocol.AgentStatus(os.getpid(), protocol.ATTACHED)), turns + 1
+                agent.attach()
+                (control / f"ready-{rank}").touch()
+            elif not wanted and agent is not None:
+                agent.detach("switched off")
+                agent = None
+                (control / f"ready-{rank}").unlink()
+
+    threading.Thread(target=run, name="tracer-by-file", daemon=True).start()
 
 
 def progress(now: float, rounds: int, due: float, every: float) -> float:
