@@ -4,6 +4,7 @@ memory, the loopback rendezvous, and a measured check of gloo's send-Work comple
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -42,7 +43,22 @@ def measure_completion(backend: str, timeout_s: float = 120.0) -> dict[str, Any]
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
-    return {"error": f"the two-rank {backend} check failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"}
+    why = rank_error(proc.stderr) or proc.stderr.strip()[-300:]
+    return {"error": f"the two-rank {backend} check failed (exit {proc.returncode}): {why}"}
+
+
+# `RuntimeError: ...`, `[rank0]: torch.distributed.DistBackendError: ...`: a rank's exception
+_RAISED = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)\b.*)$")
+
+
+def rank_error(stderr: str) -> str | None:
+    """The first exception a rank printed (its traceback's last line), rather than the
+    summary torchrun prints after it (ChildFailedError, its box of fields)."""
+    for line in stderr.splitlines():
+        found = _RAISED.match(line.strip())
+        if found and "ChildFailedError" not in found.group(1):
+            return found.group(1)[:300]
+    return None
 
 
 def examine() -> list[Finding]:

@@ -34,6 +34,7 @@ def test_doctor_plain_says_what_each_finding_means(tmp_path) -> None:
 def test_a_backend_that_cannot_run_is_an_error_not_a_crash() -> None:
     result = measure_completion("mpi", timeout_s=60)  # no MPI in a torch wheel
     assert "error" in result and "mpi" in result["error"]
+    assert "RuntimeError" in result["error"] and "traceback :" not in result["error"]  # the rank's reason
 
 
 def test_as_json_keeps_values_and_meanings() -> None:
