@@ -103,18 +103,19 @@ def examine() -> list[Finding]:
             else "a send Work stays incomplete until wait(), even once received: `reap` frees nothing and leaks"
         )
         findings.append(Finding("gloo_is_completed_advances_without_wait", advances, meaning))
-    if cuda and dist.is_nccl_available() and torch.cuda.device_count() < 2:
-        findings.append(Finding("nccl_is_completed_advances_without_wait", None,
-                                "not measured: its two ranks need a GPU each (NCCL refuses two ranks on one), "
-                                f"and {torch.cuda.device_count()} is visible"))  # fmt: skip
-    elif cuda and dist.is_nccl_available():
-        nccl = measure_completion("nccl")
-        value = nccl.get("is_completed_advances_without_wait")
-        meaning = nccl.get("error") or (
-            "NCCL's Works complete by themselves" if value else "NCCL's Works also need wait()"
-        )
-        findings.append(Finding("nccl_is_completed_advances_without_wait", value, meaning))
+    if cuda and dist.is_nccl_available():
+        findings.append(_nccl_completion(torch.cuda.device_count()))
     return findings
+
+
+def _nccl_completion(gpus: int) -> Finding:
+    name = "nccl_is_completed_advances_without_wait"
+    if gpus < 2:  # NCCL stops two ranks on one device ("Duplicate GPU detected")
+        return Finding(name, None, f"not measured: its two ranks need a GPU each, and {gpus} is visible")
+    nccl = measure_completion("nccl")
+    value = nccl.get("is_completed_advances_without_wait")
+    meaning = nccl.get("error") or ("NCCL's Works complete by themselves" if value else "NCCL's Works also need wait()")
+    return Finding(name, value, meaning)
 
 
 def as_json(findings: list[Finding]) -> dict[str, Any]:

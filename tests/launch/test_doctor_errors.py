@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hicache_cli.launch.doctor import rank_error
+from hicache_cli.launch.doctor import _nccl_completion, rank_error
 
 # what torchrun printed when doctor's NCCL check put two ranks on the one GPU of an H200
 NCCL_ON_ONE_GPU = """\
@@ -31,3 +31,10 @@ def test_the_first_exception_a_rank_printed_is_the_reason() -> None:
 def test_torchrun_summary_alone_is_no_reason() -> None:
     assert rank_error("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n  time : 1\n") is None
     assert rank_error("Errors were found\nWarning: something\n") is None
+
+
+def test_nccl_on_one_gpu_is_not_measured_and_says_why() -> None:
+    """On the one-GPU H200 the two-rank NCCL check failed; now it is not run there."""
+    finding = _nccl_completion(1)
+    assert finding.value is None
+    assert finding.meaning == "not measured: its two ranks need a GPU each, and 1 is visible"
