@@ -15,7 +15,10 @@ after the detach), in the same processes seconds apart, so that a rate drifting 
 run is taken out; the ratio to the window before alone is printed too. The median of the
 cycles' ratios is the tracer's cost after attach, with its 95% interval (bootstrap over the
 cycles): this machine is shared and a single window is noisy, so many short cycles
-(`--cycles 40 --window 2`) tell more than a few long ones.
+(`--cycles 40 --window 2`) tell more than a few long ones. With `--in-process`, each cycle
+also runs the same tracer without a debugger (the agent started by the program's own thread:
+tight_p2p.py --tracer-file) between two unattached windows, and the attached and in-process
+ratios are compared cycle by cycle: what attaching adds to the tracer's own cost.
 
 `census`: a one-rank process holding N million objects and 1000 never-waited Works, whose
 main thread measures the longest gap in a 1 ms sleep loop (what the program feels); hicache
