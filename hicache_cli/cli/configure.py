@@ -15,6 +15,7 @@ from hicache_cli.api import with_sglang
 from hicache_cli.config import DEFAULT_POLICY, DEFAULT_PROBE_HZ, RunConfig, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.launcher import LOOPBACK, pick_port
+from hicache_cli.launch.nodes import ranks_per_node
 from hicache_cli.present.html import check_page_output
 from hicache_cli.present.metrics_exporter import check_metrics_options
 from hicache_cli.rundir import output_problem
@@ -87,7 +88,7 @@ def config_from_options(opts: StressOptions, progress: Callable[[str], None] | N
         pp_backend=opts.pp_backend,
     ).validate()
     if opts.device == "cuda" or opts.pp_backend == "nccl":
-        ranks_here = opts.nproc_per_node or max(1, config.target.world_size // max(1, opts.nnodes))
+        ranks_here = ranks_per_node(config.target.world_size, opts.nnodes, opts.nproc_per_node)
         _require_cuda(opts.device, opts.pp_backend, ranks_here)
     if target is None:
         return config

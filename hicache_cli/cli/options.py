@@ -134,7 +134,7 @@ DEVICE = typer.Option(_SHAPE.device, "--device", help="auto (a GPU when there is
 PP_BACKEND = typer.Option(
     _SHAPE.pp_backend,
     "--pp-backend",
-    help="Backend of the TP and PP-sync groups: gloo (as SGLang) or nccl (CUDA tensors).",
+    help="Backend of the TP and PP-sync groups: gloo (as SGLang) or nccl (CUDA tensors; a GPU for each rank).",
 )
 
 # A traced program's (`trace -- COMMAND`, `check -- COMMAND`).

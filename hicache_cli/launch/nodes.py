@@ -80,6 +80,11 @@ class NodeSpec:
             return False
 
 
+def ranks_per_node(world_size: int, nnodes: int, nproc_per_node: int | None) -> int:
+    """The ranks one machine runs: --nproc-per-node, else pp x tp spread evenly over the nodes."""
+    return nproc_per_node if nproc_per_node is not None else world_size // max(1, nnodes)
+
+
 def node_spec(
     world_size: int,
     nnodes: int,
@@ -117,7 +122,7 @@ def node_spec(
     if not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise UsageError(f"--rdzv-endpoint: {rdzv_endpoint!r} is not HOST:PORT")
     port = int(port_text)
-    per_node = nproc_per_node if nproc_per_node is not None else world_size // nnodes
+    per_node = ranks_per_node(world_size, nnodes, nproc_per_node)
     if per_node < 1 or per_node * nnodes != world_size:
         raise UsageError(f"--nproc-per-node {per_node} x --nnodes {nnodes} must equal pp x tp = {world_size} ranks")
     samples = sample_port if sample_port is not None else port + 1

@@ -29,6 +29,18 @@ COLLECTIVES = frozenset(
         "barrier",
     }
 )
+
+
+def method_api(name: str, async_op_given: bool) -> str | None:
+    """The Work API a method of this name is on a value that is not the program's own:
+    `group.isend(...)`, or a collective given async_op (`pg.all_reduce(t, async_op=...)`)."""
+    if name in P2P_METHODS:
+        return name
+    if name in COLLECTIVES and async_op_given:
+        return f"{name}(async_op=True)"
+    return None
+
+
 # Methods that put their arguments into the container they are called on.
 STORE_METHODS = frozenset(
     {"append", "extend", "insert", "add", "appendleft", "extendleft", "put", "put_nowait", "setdefault", "update"}

@@ -17,6 +17,7 @@ from hicache_cli.lint.apis import (
     READ_METHODS,
     STORE_METHODS,
     WAIT_FUNCTIONS,
+    method_api,
 )
 from hicache_cli.lint.config import DIST
 from hicache_cli.lint.graph import (
@@ -153,11 +154,7 @@ class Calls:
         method of its own: link.py)."""
         if name in self.methods or self._is_imported(func.value) or self._of_program_class(func.value):
             return None
-        if name in P2P_METHODS:
-            return name
-        if name in COLLECTIVES and async_op is not None:
-            return f"{name}(async_op=True)"
-        return None
+        return method_api(name, async_op is not None)
 
     def _of_program_class(self: ModuleWalker, expr: ast.expr) -> bool:
         """A local whose class the program names (a constructor call or an annotation)."""

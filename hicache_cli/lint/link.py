@@ -17,6 +17,7 @@ from hicache_cli.lint.apis import (
     READ_METHODS,
     STORE_METHODS,
     WAIT_FUNCTIONS,
+    method_api,
 )
 from hicache_cli.lint.calls import PendingCall, link_call
 from hicache_cli.lint.config import DIST
@@ -233,7 +234,7 @@ class Linker:
             self._construct(call, target)
         elif isinstance(target, External):
             self._external(call, target.qualname, given)
-        elif call.symbol[0] == "method" and _is_api(call.symbol[2], call):
+        elif call.symbol[0] == "method" and method_api(call.symbol[2], call.async_op is not None) is not None:
             # `group.isend(...)` on a value of a program class without such a method (one it
             # inherits from outside the program): the Work API, as on a value of unknown class
             self._external(call, DIST_PREFIX + call.symbol[2], given)
@@ -324,10 +325,6 @@ def _touches(call: PendingCall, relevant: bytearray) -> bool:
     # what it is given may hold a Work; `async_op=` or a Work API's name (behind a re-export)
     # may make it one
     return call.args.touches(relevant) or call.async_op is not None or _last_name(call.symbol) in P2P_METHODS
-
-
-def _is_api(name: str, call: PendingCall) -> bool:
-    return name in P2P_METHODS or (name in COLLECTIVES and call.async_op is not None)
 
 
 def _fact(call: PendingCall, text: str) -> Fact:
