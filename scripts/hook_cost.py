@@ -3,7 +3,7 @@ network: the Work-returning `send`/`recv` and `Work.wait` are stand-ins (plain P
 same for both arms), called through torch.distributed-like functions compiled under a
 torch-like file name, so the hooks walk exactly the frames they walk in a real program.
 
-    python scripts/hook_cost.py [--rounds N] [--blocks K] [--torch]
+    python scripts/hook_cost.py [--rounds N] [--blocks K] [--torch [--pipeline]]
 
 Two rounds are timed, as scripts/tight_p2p.py runs them: rank 0's (isend one tensor, wait
 last round's Work) and rank 1's (a blocking recv: torch waits the Work itself). Blocks with
@@ -81,19 +81,24 @@ def rounds(n: int, c10d: dict[str, Any], group: Group, tensor: Any) -> tuple[flo
     return (middle - start) / n, (end - middle) / n
 
 
-def _through_torch(group: Group) -> tuple[dict[str, Any], Any, str]:
+def _through_torch(group: Group, pipeline: bool) -> tuple[dict[str, Any], Any, str]:
     """isend and recv as a program calls them, to `group` (a stand-in torch never checks the
-    type of: it needs only its ranks in its table)."""
+    type of: it needs only its ranks in its table). With `pipeline`, the isend as
+    torch.distributed.pipelining's schedules post theirs: a P2POp through the schedules' own
+    `_sorted_batch_p2p`, four torch frames deep (a trainer's step adds two more)."""
     import os
 
     import torch
     import torch.distributed as dist
+    from torch.distributed.pipelining.schedules import _sorted_batch_p2p
 
     dist.distributed_c10d._world.pg_group_ranks[group] = {0: 0, 1: 1}
     functions = {
         "isend": lambda t, dst, g: dist.isend(t, dst, group=g),
         "recv": lambda t, src, g: dist.recv(t, src, group=g),
     }
+    if pipeline:
+        functions["isend"] = lambda t, dst, g: _sorted_batch_p2p([dist.P2POp(dist.isend, t, dst, g)])[dst][0]
     return functions, torch.zeros(3, dtype=torch.int64), os.path.dirname(torch.__file__) + os.sep
 
 
@@ -102,13 +107,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=50_000)
     parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--torch", action="store_true", help="through torch.distributed's own functions")
+    parser.add_argument("--pipeline", action="store_true", help="with --torch: rank 0 sends as pipelining schedules do")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from hicache_cli.tracer import works
 
     group = Group()
     if args.torch:
-        c10d, tensor, skip = _through_torch(group)
+        c10d, tensor, skip = _through_torch(group, args.pipeline)
     else:
         c10d = {}
         exec(compile(_C10D, TORCH + "distributed/distributed_c10d.py", "exec"), c10d)  # noqa: S102

@@ -177,10 +177,11 @@ class WorkTable:
         self._refs: dict[int, _WorkRef] = {}
         self._gone: deque[_WorkRef] = deque()
         self._new_site = threading.Lock()  # only when a site is added
-        # id(code object) -> (_FOREIGN, _TORCH or a c10d function's name; the code object). By id:
-        # hashing a code object hashes its constants and names, 0.5 us a frame in torch's;
-        # the code is kept in the value, so its id stays its own (and _places may use it too)
-        self._kinds: dict[int, tuple[object, Any]] = {}
+        # id(code object) -> _FOREIGN, _TORCH or a c10d function's name. By id: hashing a code
+        # object hashes its constants and names, 0.5 us a frame in torch's; every code object
+        # seen is kept in _codes, so its id stays its own (and _places may use it too)
+        self._kinds: dict[int, object] = {}
+        self._codes: list[Any] = []
         self._async_ops: set[str] = set()  # c10d functions that hand out their Work when async_op=True
         self._peers: dict[tuple[int, int], int | None] = {}
         # (id(code), instruction offset, op, id(group), group peer) -> site
@@ -280,11 +281,9 @@ class WorkTable:
         kinds = self._kinds
         inner = outer = outer_frame = None
         while frame is not None:
-            code = frame.f_code
-            known = kinds.get(id(code))
-            if known is None:
-                known = kinds[id(code)] = (self._kind(code), code)
-            kind = known[0]
+            kind = kinds.get(id(frame.f_code))
+            if kind is None:
+                kind = self._learn(frame.f_code)
             if kind is _FOREIGN:
                 break
             if kind is not _TORCH:  # a public torch.distributed function, by name
@@ -321,6 +320,12 @@ class WorkTable:
                 if site is None:
                     site = self.sites[key] = Site(*key)
         return site
+
+    def _learn(self, code: Any) -> object:
+        """The kind of a code object not walked before, noted (and the code kept) for next time."""
+        kind = self._kinds[id(code)] = self._kind(code)
+        self._codes.append(code)
+        return kind
 
     def _kind(self, code: Any) -> object:
         """_FOREIGN (the program's), _TORCH, or the name of a public torch.distributed
@@ -373,6 +378,7 @@ class WorkTable:
         self._gone.clear()
         self._places.clear()
         self._kinds.clear()
+        self._codes.clear()
         self._peers.clear()
         self.waiting_on = self.blocking = self.waiting_blocking = None  # (a blocking call holds its group)
 
