@@ -10,6 +10,7 @@ import os
 import time
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hicache_cli.histogram import LatencyHistogram
@@ -122,11 +123,48 @@ class LatencyWindows:
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def rss_bytes() -> int | None:
+class ProcFile:
+    """A /proc/self file the probe reads every sample, kept open and read with one pread: one
+    system call, where open-read-close took three. Each call releases the GIL, and on a busy
+    program getting it back means taking it from the program's thread, which then waits for it
+    in turn: fewer calls, fewer such hand-overs. Opened again in a forked child (the kept file
+    would read its parent's); `close()` gives it back, and a read after that opens and closes
+    the file each time (a probe leaves no file open in a program it attached to)."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = path
+        self.size = size
+        self._fd: int | None = None
+        self._pid = 0
+        self._closed = False
+
+    def read(self) -> bytes:
+        if self._closed:
+            with open(self.path, "rb") as fh:
+                return fh.read(self.size)
+        if self._fd is None or self._pid != os.getpid():
+            self._give_back()  # (a forked child's copy of its parent's file)
+            self._fd, self._pid = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC), os.getpid()
+        return os.pread(self._fd, self.size, 0)
+
+    def close(self) -> None:
+        self._closed = True
+        self._give_back()
+
+    def _give_back(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+STATM = "/proc/self/statm"
+
+
+def rss_bytes(statm: ProcFile | None = None) -> int | None:
     """This process's resident set size from /proc (what psutil reads too), or None."""
     try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * _PAGE
+        text = statm.read() if statm is not None else Path(STATM).read_bytes()
+        return int(text.split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return None
 
@@ -143,11 +181,11 @@ class MemoryKinds:
     uss_bytes: int | None  # unique set size: pages only this process maps (Private_Clean + Private_Dirty)
 
 
-def memory_kinds(path: str = SMAPS_ROLLUP) -> MemoryKinds:
-    """This process's anonymous memory and USS; None for what the kernel does not give."""
+def memory_kinds(path: str = SMAPS_ROLLUP, rollup: ProcFile | None = None) -> MemoryKinds:
+    """This process's anonymous memory and USS (read from `rollup` when given, else from
+    `path`); None for what the kernel does not give."""
     try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode("ascii", "replace")
+        text = (rollup.read() if rollup is not None else Path(path).read_bytes()).decode("ascii", "replace")
     except OSError:
         return MemoryKinds(None, None)
     kb: dict[str, int] = {}

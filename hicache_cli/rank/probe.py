@@ -24,9 +24,12 @@ from hicache_cli.rank.loop_stats import (  # noqa: F401 - re-exported: the probe
     MEMORY_KINDS_HZ,
     RING,
     RING_MASK,
+    SMAPS_ROLLUP,
+    STATM,
     SUMMARY_ROUNDS,
     LatencyWindows,
     LoopStats,
+    ProcFile,
     RankIdentity,
     Readings,
     latency_summary,
@@ -61,6 +64,7 @@ class Probe:
         self._windows = LatencyWindows(stats, numpy)
         # memory kinds cost a walk of every mapping: every this many samples, and in the final line
         self._kinds_every = max(1, round(hz / MEMORY_KINDS_HZ))
+        self._statm, self._rollup = ProcFile(STATM, 256), ProcFile(SMAPS_ROLLUP, 16384)
         self._taken = 0
         self._lock = threading.Lock()
         self._encoder = LineEncoder()  # compact lines: what changed, a whole line now and then
@@ -83,7 +87,7 @@ class Probe:
         stats, ident = self.stats, self.identity
         p50, p99, worst, finished = self._windows.take()
         readings = self.read()
-        kinds = memory_kinds() if kind == "final" or self._taken % self._kinds_every == 0 else None
+        kinds = memory_kinds(rollup=self._rollup) if kind == "final" or self._taken % self._kinds_every == 0 else None
         self._taken += 1
         now = time.monotonic()
         return Sample(
@@ -94,7 +98,7 @@ class Probe:
             tp_rank=ident.tp_rank,
             pid=os.getpid(),
             state=self.state,
-            rss_bytes=rss_bytes(),
+            rss_bytes=rss_bytes(self._statm),
             depth=readings.depth,
             held_bytes=readings.held_bytes,
             rounds=stats.rounds,
@@ -155,6 +159,8 @@ class Probe:
                 return
             self.state = state
             final = self.sample(kind="final", message=message, signal_name=signal_name, error=error)
+            self._statm.close()
+            self._rollup.close()
             self.out.write(self._encoder.encode(final, time.monotonic()) + "\n")
             self.out.flush()
             self._closed = True

@@ -40,6 +40,15 @@ def look():
     works = [
         w for w in gc.get_referents(*[o for o in gc.get_objects() if isinstance(o, list)]) if isinstance(w, c10d.Work)
     ]
+    # files still open: the probe's kept /proc files, a rank file in the run directory
+    kept = (f"/proc/{os.getpid()}/statm", f"/proc/{os.getpid()}/smaps_rollup")
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # (the directory's own descriptor, closed by now)
+            continue
+    found["files"] = sorted(t for t in targets if t in kept or t.startswith(ARGS["run_dir"]))  # noqa: F821
     found["works_seen"] = len(works)
     found["works_with_weakrefs"] = sum(1 for w in works if weakref.getweakrefs(w))
     return found

@@ -163,6 +163,7 @@ def test_detach_leaves_nothing_of_hicache_in_the_process(leaky: Scenario) -> Non
     assert all(s.leftovers == [] for s in leaky.first.detached.values())
     for pid, found in leaky.leftovers.items():
         assert found["modules"] == [] and found["threads"] == [] and found["hooks"] == [], (pid, found)
+        assert found["files"] == [], (pid, found)
         assert found["functions"] == [] and found["classes"] == [] and found["instances"] == [], (pid, found)
         assert not found["wait_hooked"] and found["os_exit_builtin"]
         assert not found["excepthook"].startswith("hicache")  # the program's (torch's) is back
@@ -190,6 +191,7 @@ def test_a_killed_hicache_is_noticed_and_the_agents_detach_on_their_own(leaky: S
         assert status.detach_reason is not None and "is gone" in status.detach_reason
     for pid, found in leaky.orphan_leftovers.items():
         assert found["modules"] == [] and found["threads"] == [] and found["hooks"] == [], (pid, found)
+        assert found["files"] == [], (pid, found)
 
 
 @dataclass

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,14 +112,55 @@ def test_the_latency_histogram_is_cumulative(reader: CountingReader) -> None:
     assert (third.lat_p50_ms, third.lat_p99_ms, third.lat_max_ms) == (None, None, None)
 
 
-def test_an_rss_that_cannot_be_read_is_none(reader: CountingReader, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_rss_that_cannot_be_read_is_none(reader: CountingReader, tmp_path: Path) -> None:
     probe = make_probe(LoopStats(), reader, io.StringIO())
-
-    def unreadable(*_args: object, **_kwargs: object) -> None:
-        raise OSError("no /proc here")
-
-    monkeypatch.setattr(loop_stats, "open", unreadable, raising=False)
+    probe._statm = loop_stats.ProcFile(str(tmp_path / "no-proc-here"), 256)
     assert probe.sample().rss_bytes is None
+    assert loop_stats.rss_bytes(loop_stats.ProcFile(str(tmp_path / "no-proc-here"), 256)) is None
+
+
+def open_files() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_proc_file_is_read_anew_through_one_kept_descriptor_until_closed() -> None:
+    statm = loop_stats.ProcFile(loop_stats.STATM, 256)
+    before = open_files()
+    first = loop_stats.rss_bytes(statm)
+    kept = open_files() - before
+    grown = bytearray(64 << 20)  # 64 MiB touched: RSS grows
+    second = loop_stats.rss_bytes(statm)
+    assert len(kept) == 1 and open_files() - before == kept  # the same one file, read again
+    assert first is not None and second is not None and second >= first + (48 << 20)
+    del grown
+    statm.close()
+    assert open_files() - before == set()
+    assert loop_stats.rss_bytes(statm) is not None  # after close: opened and closed again
+    assert open_files() - before == set()
+
+
+def test_a_proc_file_is_opened_again_in_a_forked_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    statm, opened, real_open = loop_stats.ProcFile(loop_stats.STATM, 256), [], os.open
+    monkeypatch.setattr(loop_stats.os, "open", lambda *args: opened.append(args) or real_open(*args))
+    before = open_files()
+    statm.read()
+    statm.read()
+    assert len(opened) == 1
+    monkeypatch.setattr(loop_stats.os, "getpid", lambda: -1)  # as after a fork
+    statm.read()
+    assert len(opened) == 2 and statm._pid == -1
+    assert len(open_files() - before) == 1  # the parent's copy given back
+    statm.close()
+    assert open_files() - before == set()
+
+
+def test_the_final_line_closes_the_probes_proc_files(reader: CountingReader) -> None:
+    before = open_files()
+    probe = make_probe(LoopStats(), reader, io.StringIO())
+    probe.sample(kind="final")  # reads both files
+    assert len(open_files() - before) == 2
+    probe.finish("done", "reached the deadline")
+    assert open_files() - before == set()
 
 
 def test_finish_writes_one_final_line_once(reader: CountingReader) -> None:
