@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
 import statistics
 import subprocess
@@ -48,6 +47,7 @@ sys.path.insert(0, str(REPO))
 from hicache_cli.attach import inject, procs  # noqa: E402
 from hicache_cli.attach.session import AttachSession  # noqa: E402
 from scripts.benchmarks import LOOPS  # noqa: E402
+from scripts.intervals import median_interval  # noqa: E402
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 HEAP = REPO / "scripts" / "attach_heap.py"
@@ -169,15 +169,6 @@ def switch_in_process(control: Path, on: bool) -> None:
     ready = [control / f"ready-{rank}" for rank in (0, 1)]
     while any(path.exists() != on for path in ready):
         time.sleep(0.05)
-
-
-def median_interval(values: list[float], draws: int = 10_000) -> tuple[float, float]:
-    """The median's 95% interval, by resampling the cycles (bootstrap): how far the median
-    of as many cycles of the same kind could fall. A window's rate moves by +-10% here, so a
-    handful of cycles cannot tell 0.93 from 0.97; forty can."""
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
 def census(args: argparse.Namespace) -> None:

@@ -324,7 +324,8 @@ def trace_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     with every message counted per peer.
 
     Three measurements. Switching runs (--alternate-runs): the tight loop switches the
-    tracer's hooks on and off every second, on both ranks at once (scripts/tight_p2p.py
+    tracer's hooks (or with --switch agent the agent hicache attach injects, probe included)
+    on and off every second, on both ranks at once (scripts/tight_p2p.py
     --alternate; with --switch-program pipeline, a torch.distributed.pipelining trainer's
     steps, scripts/pipeline_steps.py): the hooks' cost free of the run-to-run drift of this
     machine, with each rank's main-thread CPU per round. The hooks alone, without a network
@@ -338,7 +339,16 @@ def trace_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     switching = []
     for i in range(args.alternate_runs):
         proc = subprocess.run(
-            [*program, "--alternate", "--seconds", f"{args.alternate_seconds:g}", "--block", "1"],
+            [
+                *program,
+                "--alternate",
+                "--switch",
+                args.switch,
+                "--seconds",
+                f"{args.alternate_seconds:g}",
+                "--block",
+                "1",
+            ],
             capture_output=True,
             text=True,
             check=False,
@@ -350,9 +360,10 @@ def trace_cost(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
                 fields.update(part.split("=") for part in line.split())
         switching.append({k: float(v) for k, v in fields.items()})
         print(
-            f"switching run {i + 1}, hooks on/off every second: untraced {fields['untraced']} rounds/s, traced "
-            f"{fields['traced']}: ratio {fields['ratio']} (median of adjacent blocks "
-            f"{fields['median_adjacent_ratio']}); main-thread CPU a round added: rank 0 "
+            f"switching run {i + 1}, {args.switch} on/off every second: untraced {fields['untraced']} rounds/s, "
+            f"traced {fields['traced']}: ratio {fields['ratio']} (median of adjacent blocks "
+            f"{fields['median_adjacent_ratio']}, 95% {fields['low']}-{fields['high']}); "
+            f"main-thread CPU a round added: rank 0 "
             f"{fields['rank0_cpu_us_added']} us, rank 1 {fields['rank1_cpu_us_added']} us"
         )
     out: dict[str, Any] = {"alternating": switching}
@@ -619,6 +630,12 @@ def main() -> int:
         choices=sorted(LOOPS),
         default="tight",
         help="trace-cost: the switching runs' program (the tight loop, or a pipelining trainer's steps)",
+    )
+    parser.add_argument(
+        "--switch",
+        choices=("hooks", "agent", "probe"),
+        default="hooks",
+        help="trace-cost: what the switching runs switch (the Work hooks, the attach agent, or its probe alone)",
     )
     parser.add_argument("--alternations", type=int, default=5, help="per-message: alternations per comparison")
     parser.add_argument("--message-seconds", type=float, default=6.0, help="per-message: each run's loop time")

@@ -7,8 +7,9 @@ activations and gradients (batched isend/irecv, waited by the schedule); a step 
     torchrun --standalone --nproc-per-node 2 scripts/pipeline_steps.py --seconds 5
 
 prints `rounds=N seconds=S rate=R` (steps) on rank 0, like scripts/tight_p2p.py, and takes
-the same `--alternate`, `--block`, `--progress` and `--tracer-file`: with `--alternate` the tracer's hooks are
-switched on and off every block on every rank at the same step (rank 0 decides, and a
+the same `--alternate`, `--switch`, `--block`, `--progress` and `--tracer-file`: with `--alternate`
+the tracer (its hooks, or with `--switch agent` the whole attach agent) is switched on and
+off every block on every rank at the same step (rank 0 decides, and a
 broadcast a step carries its decision, in both phases), and each rank's main-thread CPU a
 step is printed for both phases. A small model trains fast, so the schedule's messages are
 a large share of a step: a demanding case for the tracer, if not the tight loop's.
@@ -19,7 +20,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from tight_p2p import add_loop_options, charge, print_blocks, print_cpu, progress, switch_hooks, tracer_by_file
+from tight_p2p import add_loop_options, charge, print_blocks, print_cpu, progress, switcher, tracer_by_file
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
@@ -47,7 +48,7 @@ def main() -> None:
     x = torch.randn(args.batch_size, args.width, generator=torch.Generator().manual_seed(1))
     y = x[:, :1].tanh()
 
-    switch = switch_hooks() if args.alternate else None
+    switch = switcher(args.switch) if args.alternate else None
     flag = torch.zeros(2, dtype=torch.int64)  # (stop, phase), rank 0's decision for this step
     rounds, phase, block_rounds = 0, 0, 0
     cpu = [[0.0, 0], [0.0, 0]]

@@ -6,8 +6,10 @@ nothing else; rank 0 sets the pace and, after --seconds, sends the stop flag.
 
 prints `rounds=N seconds=S rate=R` on rank 0; with `--progress S` also `progress t=T rounds=N`
 every S seconds (scripts/attach_cost.py reads rates before and after attaching from them).
-With `--alternate` (hicache importable) the run switches the tracer's Work hooks on and off
-every `--block` seconds, on both ranks at the same round, and prints each block's rate:
+With `--alternate` (hicache importable) the run switches the tracer on and off every
+`--block` seconds, on both ranks at the same round (`--switch hooks`: its Work hooks alone;
+`--switch agent`: hooks and probe, the agent `hicache attach` injects; `--switch probe`:
+its probe alone), and prints the rates:
 untraced and traced rounds measured in the same processes, minutes apart at most, so the
 machine's drift hits both alike; and each rank's main-thread CPU per round, traced and
 untraced (CPU time is what the hooks add, and unlike the rate it hardly moves when other
@@ -16,11 +18,13 @@ in-process while DIR/on exists (tracer_by_file).
 """
 
 import argparse
+import functools
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+from intervals import median_interval
 
 
 def main() -> None:
@@ -30,7 +34,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     tracer_by_file(args.tracer_file)
-    switch = switch_hooks() if args.alternate else None
+    switch = switcher(args.switch) if args.alternate else None
     message = torch.zeros(3, dtype=torch.int64)
     rounds, pending, phase = 0, None, 0
     cpu = [[0.0, 0], [0.0, 0]]  # per phase: main-thread CPU seconds, rounds
@@ -90,7 +94,13 @@ def main() -> None:
 def add_loop_options(parser: argparse.ArgumentParser) -> None:
     """The options of a measured loop (this one, scripts/pipeline_steps.py)."""
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--alternate", action="store_true", help="switch the tracer's hooks on and off")
+    parser.add_argument("--alternate", action="store_true", help="switch the tracer on and off")
+    parser.add_argument(
+        "--switch",
+        choices=("hooks", "agent", "probe"),
+        default="hooks",
+        help="with --alternate: the Work hooks alone, the attach agent (hooks and probe), or its probe alone",
+    )
     parser.add_argument("--block", type=float, default=1.0, help="seconds per block with --alternate")
     parser.add_argument("--progress", type=float, default=0.0, help="rank 0 prints its round count this often (s)")
     parser.add_argument(
@@ -106,7 +116,6 @@ def tracer_by_file(directory: str | None) -> None:
     the same run. hicache is imported the first time, as an attach would."""
     if not directory:
         return
-    import os
     import threading
     from pathlib import Path
 
@@ -118,14 +127,7 @@ def tracer_by_file(directory: str | None) -> None:
             time.sleep(0.2)
             wanted = (control / "on").exists()
             if wanted and agent is None:
-                from hicache_cli.attach import protocol
-                from hicache_cli.attach.agent import Agent
-
-                run_dir = control / f"run-{rank}-{turns}"
-                run_dir.mkdir()
-                boot = protocol.BootArgs(str(run_dir), "", "", census=False)
-                agent, turns = Agent(boot, protocol.AgentStatus(os.getpid(), protocol.ATTACHED)), turns + 1
-                agent.attach()
+                agent, turns = start_agent(control / f"run-{rank}-{turns}"), turns + 1
                 (control / f"ready-{rank}").touch()
             elif not wanted and agent is not None:
                 agent.detach("switched off")
@@ -162,15 +164,65 @@ def print_cpu(who: str, cpu: list[list[float]]) -> None:
     print(line, flush=True)
 
 
-def switch_hooks():  # noqa: ANN202
-    """on(1)/off(0) for hicache's Work hooks, as `hicache trace` installs them."""
+def start_agent(run_dir):  # noqa: ANN001, ANN201
+    """The agent `hicache attach` injects (Work hooks and probe, no census), started in-process
+    by the calling thread, writing to RUN_DIR (made here)."""
     import os
+
+    from hicache_cli.attach import protocol
+    from hicache_cli.attach.agent import Agent
+
+    run_dir.mkdir()
+    agent = Agent(
+        protocol.BootArgs(str(run_dir), "", "", census=False), protocol.AgentStatus(os.getpid(), protocol.ATTACHED)
+    )
+    agent.attach()
+    return agent
+
+
+def switcher(what: str):  # noqa: ANN201
+    """on(1)/off(0) for hicache's Work hooks as `hicache trace` installs them (`hooks`); for
+    the whole agent `hicache attach` injects, its probe too (`agent`); or for that probe alone,
+    sampling a table no hook fills (`probe`). A fresh agent or probe each time, its rank
+    files in a temporary directory removed at exit."""
+    import atexit
+    import os
+    import shutil
     import sys
+    import tempfile
+    from pathlib import Path
 
     from hicache_cli.tracer import works
 
     c10d = dist.distributed_c10d
-    table = works.WorkTable(skip_prefixes=(os.path.dirname(sys.modules["torch"].__file__) + os.sep,))
+    torch_dir = os.path.dirname(sys.modules["torch"].__file__) + os.sep
+    if what in ("agent", "probe"):
+        from hicache_cli.attach.agent import GUEST  # (imported here, not in a measured block)
+        from hicache_cli.rank.loop_stats import LoopStats
+        from hicache_cli.tracer.protocol import TraceEnv
+        from hicache_cli.tracer.session import Session
+
+        scratch, running = Path(tempfile.mkdtemp(prefix="hicache-switch-")), []
+        atexit.register(shutil.rmtree, scratch, True)
+
+        def switch_guest(on: int) -> None:
+            if not on:
+                if running:
+                    running[-1]()
+                return
+            run_dir = scratch / f"{what}-{len(running)}"
+            if what == "agent":
+                running.append(functools.partial(start_agent(run_dir).detach, "switched off"))
+                return
+            run_dir.mkdir()
+            table, rank = works.WorkTable(skip_prefixes=(torch_dir,)), dist.get_rank()
+            session = Session(
+                TraceEnv(run_dir, 10.0, None, None), table, LoopStats(), rank, dist.get_world_size(), GUEST
+            )
+            running.append(functools.partial(session.detach, "switched off"))
+
+        return switch_guest
+    table = works.WorkTable(skip_prefixes=(torch_dir,))
 
     def switch(on: int) -> None:
         if on:
@@ -189,9 +241,10 @@ def print_blocks(blocks: list[tuple[int, int, float]]) -> None:
         (b[1] / b[2]) / (a[1] / a[2]) if a[0] == 0 else (a[1] / a[2]) / (b[1] / b[2])  # traced / untraced
         for a, b in pairs
     ]
+    low, high = median_interval(ratios)
     print(
         f"untraced={rate[0]:.1f} traced={rate[1]:.1f} ratio={rate[1] / rate[0]:.3f} "
-        f"median_adjacent_ratio={statistics.median(ratios):.3f} blocks={len(blocks)}",
+        f"median_adjacent_ratio={statistics.median(ratios):.3f} low={low:.3f} high={high:.3f} blocks={len(blocks)}",
         flush=True,
     )
 
