@@ -55,6 +55,7 @@ def look():
 
 
 _path = os.path.join(ARGS["run_dir"], f"leftovers-{os.getpid()}.json")  # noqa: F821
+_found = look()  # (before this script opens its own file)
 with open(_path + ".tmp", "w") as out:
-    json.dump(look(), out)
+    json.dump(_found, out)
 os.replace(_path + ".tmp", _path)
