@@ -145,7 +145,12 @@ class ProcFile:
         if self._fd is None or self._pid != os.getpid():
             self._give_back()  # (a forked child's copy of its parent's file)
             self._fd, self._pid = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC), os.getpid()
-        return os.pread(self._fd, self.size, 0)
+        try:
+            return os.pread(self._fd, self.size, 0)
+        except OSError:  # the program closed it under us (os.closerange): opened once more
+            self._fd = None
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            return os.pread(self._fd, self.size, 0)
 
     def close(self) -> None:
         self._closed = True

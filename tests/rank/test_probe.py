@@ -154,6 +154,14 @@ def test_a_proc_file_is_opened_again_in_a_forked_child(monkeypatch: pytest.Monke
     assert open_files() - before == set()
 
 
+def test_a_proc_file_the_program_closed_under_it_is_opened_again() -> None:
+    statm = loop_stats.ProcFile(loop_stats.STATM, 256)
+    statm.read()
+    os.close(statm._fd)  # as a program's os.closerange would
+    assert loop_stats.rss_bytes(statm) is not None
+    statm.close()
+
+
 def test_the_final_line_closes_the_probes_proc_files(reader: CountingReader) -> None:
     before = open_files()
     probe = make_probe(LoopStats(), reader, io.StringIO())
