@@ -18,7 +18,7 @@ in-process while DIR/on exists (tracer_by_file).
 """
 
 import argparse
-import functools
+import itertools
 import statistics
 import time
 
@@ -202,24 +202,21 @@ def switcher(what: str):  # noqa: ANN201
         from hicache_cli.tracer.protocol import TraceEnv
         from hicache_cli.tracer.session import Session
 
-        scratch, running = Path(tempfile.mkdtemp(prefix="hicache-switch-")), []
+        scratch, turns, running = Path(tempfile.mkdtemp(prefix="hicache-switch-")), itertools.count(), []
         atexit.register(shutil.rmtree, scratch, True)
+
+        def start_probe(run_dir: Path):  # noqa: ANN202 - the probe alone, on a table no hook fills
+            run_dir.mkdir()
+            table, env = works.WorkTable(skip_prefixes=(torch_dir,)), TraceEnv(run_dir, 10.0, None, None)
+            return Session(env, table, LoopStats(), dist.get_rank(), dist.get_world_size(), GUEST)
 
         def switch_guest(on: int) -> None:
             if not on:
                 if running:
-                    running[-1]()
+                    running.pop().detach("switched off")
                 return
-            run_dir = scratch / f"{what}-{len(running)}"
-            if what == "agent":
-                running.append(functools.partial(start_agent(run_dir).detach, "switched off"))
-                return
-            run_dir.mkdir()
-            table, rank = works.WorkTable(skip_prefixes=(torch_dir,)), dist.get_rank()
-            session = Session(
-                TraceEnv(run_dir, 10.0, None, None), table, LoopStats(), rank, dist.get_world_size(), GUEST
-            )
-            running.append(functools.partial(session.detach, "switched off"))
+            run_dir = scratch / f"{what}-{next(turns)}"
+            running.append(start_agent(run_dir) if what == "agent" else start_probe(run_dir))
 
         return switch_guest
     table = works.WorkTable(skip_prefixes=(torch_dir,))

@@ -10,7 +10,6 @@ import os
 import time
 from array import array
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hicache_cli.histogram import LatencyHistogram
@@ -129,14 +128,15 @@ class ProcFile:
     program getting it back means taking it from the program's thread, which then waits for it
     in turn: fewer calls, fewer such hand-overs. Opened again in a forked child (the kept file
     would read its parent's); `close()` gives it back, and a read after that opens and closes
-    the file each time (a probe leaves no file open in a program it attached to)."""
+    the file each time (a probe leaves no file open in a program it attached to), as every
+    read of one made with `keep=False` does."""
 
-    def __init__(self, path: str, size: int) -> None:
+    def __init__(self, path: str, size: int, keep: bool = True) -> None:
         self.path = path
         self.size = size
         self._fd: int | None = None
         self._pid = 0
-        self._closed = False
+        self._closed = not keep
 
     def read(self) -> bytes:
         if self._closed:
@@ -163,18 +163,19 @@ class ProcFile:
 
 
 STATM = "/proc/self/statm"
+STATM_BYTES = 256
 
 
-def rss_bytes(statm: ProcFile | None = None) -> int | None:
+def rss_bytes(statm: ProcFile) -> int | None:
     """This process's resident set size from /proc (what psutil reads too), or None."""
     try:
-        text = statm.read() if statm is not None else Path(STATM).read_bytes()
-        return int(text.split()[1]) * _PAGE
+        return int(statm.read().split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return None
 
 
 SMAPS_ROLLUP = "/proc/self/smaps_rollup"
+ROLLUP_BYTES = 16384  # (about 1 kB)
 MEMORY_KINDS_HZ = 1.0  # a read walks every mapping of the process (about 10 ms in a torch rank): 1 Hz
 
 
@@ -186,11 +187,11 @@ class MemoryKinds:
     uss_bytes: int | None  # unique set size: pages only this process maps (Private_Clean + Private_Dirty)
 
 
-def memory_kinds(path: str = SMAPS_ROLLUP, rollup: ProcFile | None = None) -> MemoryKinds:
-    """This process's anonymous memory and USS (read from `rollup` when given, else from
-    `path`); None for what the kernel does not give."""
+def memory_kinds(rollup: ProcFile) -> MemoryKinds:
+    """This process's anonymous memory and USS, from its smaps_rollup; None for what the
+    kernel does not give."""
     try:
-        text = (rollup.read() if rollup is not None else Path(path).read_bytes()).decode("ascii", "replace")
+        text = rollup.read().decode("ascii", "replace")
     except OSError:
         return MemoryKinds(None, None)
     kb: dict[str, int] = {}

@@ -24,8 +24,10 @@ from hicache_cli.rank.loop_stats import (  # noqa: F401 - re-exported: the probe
     MEMORY_KINDS_HZ,
     RING,
     RING_MASK,
+    ROLLUP_BYTES,
     SMAPS_ROLLUP,
     STATM,
+    STATM_BYTES,
     SUMMARY_ROUNDS,
     LatencyWindows,
     LoopStats,
@@ -64,7 +66,7 @@ class Probe:
         self._windows = LatencyWindows(stats, numpy)
         # memory kinds cost a walk of every mapping: every this many samples, and in the final line
         self._kinds_every = max(1, round(hz / MEMORY_KINDS_HZ))
-        self._statm, self._rollup = ProcFile(STATM, 256), ProcFile(SMAPS_ROLLUP, 16384)
+        self._statm, self._rollup = ProcFile(STATM, STATM_BYTES), ProcFile(SMAPS_ROLLUP, ROLLUP_BYTES)
         self._taken = 0
         self._lock = threading.Lock()
         self._encoder = LineEncoder()  # compact lines: what changed, a whole line now and then
@@ -87,7 +89,7 @@ class Probe:
         stats, ident = self.stats, self.identity
         p50, p99, worst, finished = self._windows.take()
         readings = self.read()
-        kinds = memory_kinds(rollup=self._rollup) if kind == "final" or self._taken % self._kinds_every == 0 else None
+        kinds = memory_kinds(self._rollup) if kind == "final" or self._taken % self._kinds_every == 0 else None
         self._taken += 1
         now = time.monotonic()
         return Sample(

@@ -17,7 +17,7 @@ from hicache_cli.analysis.results import Report
 from hicache_cli.config import StressConfig
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.report_views import memory_lines, report_summary
-from hicache_cli.rank.loop_stats import MemoryKinds, memory_kinds
+from hicache_cli.rank.loop_stats import ROLLUP_BYTES, SMAPS_ROLLUP, MemoryKinds, ProcFile, memory_kinds
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
 from tests.conftest import report_json
@@ -39,18 +39,20 @@ MakeSeries = Callable[..., list[Sample]]
 def test_smaps_rollup_is_read_in_bytes(tmp_path: Path) -> None:
     path = tmp_path / "smaps_rollup"
     path.write_text(ROLLUP)
-    assert memory_kinds(str(path)) == MemoryKinds(anon_bytes=146072 * 1024, uss_bytes=(63896 + 146072) * 1024)
+    assert memory_kinds(ProcFile(str(path), ROLLUP_BYTES, keep=False)) == MemoryKinds(
+        anon_bytes=146072 * 1024, uss_bytes=(63896 + 146072) * 1024
+    )
 
 
 def test_what_the_kernel_does_not_give_is_none(tmp_path: Path) -> None:
-    assert memory_kinds(str(tmp_path / "missing")) == MemoryKinds(None, None)
+    assert memory_kinds(ProcFile(str(tmp_path / "missing"), ROLLUP_BYTES, keep=False)) == MemoryKinds(None, None)
     path = tmp_path / "partial"
     path.write_text("Rss: 10 kB\nPrivate_Dirty: 5 kB\n")
-    assert memory_kinds(str(path)) == MemoryKinds(None, None)
+    assert memory_kinds(ProcFile(str(path), ROLLUP_BYTES, keep=False)) == MemoryKinds(None, None)
 
 
 def test_this_process_has_both() -> None:
-    kinds = memory_kinds()
+    kinds = memory_kinds(ProcFile(SMAPS_ROLLUP, ROLLUP_BYTES, keep=False))
     assert kinds.anon_bytes is not None and kinds.anon_bytes > 0
     assert kinds.uss_bytes is not None and kinds.uss_bytes > 0
 

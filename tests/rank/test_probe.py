@@ -114,9 +114,9 @@ def test_the_latency_histogram_is_cumulative(reader: CountingReader) -> None:
 
 def test_an_rss_that_cannot_be_read_is_none(reader: CountingReader, tmp_path: Path) -> None:
     probe = make_probe(LoopStats(), reader, io.StringIO())
-    probe._statm = loop_stats.ProcFile(str(tmp_path / "no-proc-here"), 256)
+    probe._statm = loop_stats.ProcFile(str(tmp_path / "no-proc-here"), loop_stats.STATM_BYTES)
     assert probe.sample().rss_bytes is None
-    assert loop_stats.rss_bytes(loop_stats.ProcFile(str(tmp_path / "no-proc-here"), 256)) is None
+    assert loop_stats.rss_bytes(loop_stats.ProcFile(str(tmp_path / "no-proc-here"), 256, keep=False)) is None
 
 
 def open_files() -> set[str]:
