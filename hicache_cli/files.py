@@ -20,6 +20,7 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import IO, Literal
 
@@ -59,17 +60,25 @@ def _refuse_unless_regular(path: str | os.PathLike[str], mode: int) -> None:
 # --- reading -----------------------------------------------------------------------------
 
 
-def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> IO[bytes]:
+def open_regular(
+    path: str | os.PathLike[str], *, follow: bool = True, owners: Collection[int] | None = None
+) -> IO[bytes]:
     """`path` opened for reading in binary, only if it is a regular file: its type is looked at
     before opening (opening some devices does something) and again on the open file
     (O_NONBLOCK, so a FIFO put there in between cannot block the open either).
-    `follow=False` (a run directory's file): a symlink is refused, not followed."""
+    `follow=False` (a run directory's file): a symlink is refused, not followed.
+    `owners` (a file another user's process wrote, an attached agent's): the open file must
+    belong to one of these uids and have one link, so that a hard link planted there to some
+    file of another user is never read on its behalf."""
     before = os.stat(path, follow_symlinks=follow).st_mode
     _refuse_unless_regular(path, before)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = _open(path, flags)
     try:
-        _refuse_unless_regular(path, os.fstat(fd).st_mode)
+        found = os.fstat(fd)
+        _refuse_unless_regular(path, found.st_mode)
+        if owners is not None:
+            _refuse_unless_owned(path, found, owners)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -77,12 +86,28 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> IO[byt
         raise
 
 
-def read_bytes(path: str | os.PathLike[str], *, follow: bool = True, limit: int | None = None) -> bytes:
+def _refuse_unless_owned(path: str | os.PathLike[str], found: os.stat_result, owners: Collection[int]) -> None:
+    if found.st_uid not in owners:
+        raise Refused(path, f"a file of uid {found.st_uid}, not of the process that should have written it")
+    if found.st_nlink != 1:
+        raise Refused(path, f"a file with {found.st_nlink} hard links, not one written here")
+
+
+def read_bytes(
+    path: str | os.PathLike[str],
+    *,
+    follow: bool = True,
+    limit: int | None = None,
+    owners: Collection[int] | None = None,
+) -> bytes:
     """The whole of a regular file (open_regular's checks); more than `limit` bytes is an
-    OSError(EFBIG) rather than a read that fills the memory."""
-    with open_regular(path, follow=follow) as fh:
+    OSError(EFBIG), said from the file's size before anything is read, never after a read
+    that fills the memory."""
+    with open_regular(path, follow=follow, owners=owners) as fh:
+        if limit is not None and os.fstat(fh.fileno()).st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
         data = fh.read() if limit is None else fh.read(limit + 1)
-    if limit is not None and len(data) > limit:
+    if limit is not None and len(data) > limit:  # it grew while read
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
     return data
 

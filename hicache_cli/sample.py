@@ -15,6 +15,7 @@ the line is complete, so a reader may start at any complete line. Lines written 
 from __future__ import annotations
 
 import json
+import os
 import re
 import typing
 from collections.abc import Iterable, Iterator
@@ -225,9 +226,11 @@ def decode_lines(lines: Iterable[str | bytes]) -> list[Sample]:
 
 def _open_rank_file(path: Path) -> IO[bytes]:
     """A rank file opened for reading: never through a symlink, never a FIFO (whose read
-    would block) or a directory. Anything else under a rank file's name is one line."""
+    would block) or a directory, and only a file of this user or of its directory's owner
+    (an attached agent's user, in the directory hicache handed it) with one link: a hard
+    link put there to someone else's file is not read. Anything else is one line."""
     try:
-        return open_regular(path, follow=False)
+        return open_regular(path, follow=False, owners={os.geteuid(), os.stat(path.parent).st_uid})
     except OSError as exc:
         raise UsageError(f"{path}: cannot read it as a rank's samples: {exc.strerror or exc}") from None
 
@@ -236,14 +239,20 @@ class LineTail:
     """New complete lines of the rank files of a run directory, as they grow.
 
     A line a rank is still writing (or that a killed rank left torn) waits for its newline.
-    Files are read a chunk at a time, so a day-long run's file never sits in memory whole.
+    Files are read a chunk at a time, so a day-long run's file never sits in memory whole,
+    and each byte is looked at once: a line longer than MAX_LINE (no sample is; a file
+    someone else wrote may hold one with no newline at all) is skipped to its end, given as
+    TOO_LONG, which no decoder reads (counted unreadable), never gathered in memory.
     """
 
     CHUNK = 1 << 20
+    MAX_LINE = 8 << 20
+    TOO_LONG = b"(a line longer than the longest sample)"
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self._offsets: dict[Path, int] = {}
+        self._skipping: set[Path] = set()  # inside an over-long line: its rest is dropped
         self.caught_up = True  # the last call read every file to its end
 
     def lines(self, max_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
@@ -256,15 +265,31 @@ class LineTail:
         for rank, path in files.items():
             with _open_rank_file(path) as fh:
                 fh.seek(self._offsets.get(path, 0))
-                rest, read = b"", 0
+                pending: list[bytes] = []  # the line under way, in pieces (joined once it ends)
+                held = read = 0
                 while chunk := fh.read(self.CHUNK):
-                    data = rest + chunk
-                    end = data.rfind(b"\n") + 1
-                    self._offsets[path] = self._offsets.get(path, 0) + end
-                    rest = data[end:]
-                    for line in data[:end].splitlines():
-                        yield rank, line
                     read += len(chunk)
+                    end = chunk.rfind(b"\n") + 1
+                    if end:
+                        data = b"".join([*pending, chunk[:end]])
+                        self._offsets[path] = self._offsets.get(path, 0) + held + end
+                        pending, held = [], 0
+                        lines = data.splitlines()
+                        if path in self._skipping:  # the first one is an over-long line's end
+                            self._skipping.discard(path)
+                            lines[0] = self.TOO_LONG
+                        for line in lines:
+                            yield rank, line
+                    rest = chunk[end:]
+                    if path in self._skipping:
+                        self._offsets[path] = self._offsets.get(path, 0) + len(rest)
+                    elif held + len(rest) > self.MAX_LINE:
+                        self._skipping.add(path)
+                        self._offsets[path] = self._offsets.get(path, 0) + held + len(rest)
+                        pending, held = [], 0
+                    elif rest:
+                        pending.append(rest)
+                        held += len(rest)
                     if budget is not None and read >= budget and end:  # (a line longer than the budget is read whole)
                         caught_up = caught_up and not fh.read(1)
                         break
