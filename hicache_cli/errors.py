@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HicacheError(Exception):
     exit_code = 1
@@ -11,6 +13,15 @@ class UsageError(HicacheError):
     """Bad input: options, files, ports, directories."""
 
     exit_code = 2
+
+
+class ReportNotWritten(UsageError):
+    """The run ended and its verdict was reached, but report.json could not be written (a full
+    disk, say): the entry point prints the verdict before the error, so it is never lost."""
+
+    def __init__(self, message: str, report: Any) -> None:
+        super().__init__(message)
+        self.report = report  # analysis.report.Report (typed loosely: this module imports nothing)
 
 
 class AttachRefused(UsageError):

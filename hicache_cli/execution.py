@@ -18,7 +18,7 @@ from pathlib import Path
 from hicache_cli.analysis.report import build_report, write_report
 from hicache_cli.analysis.results import Rebuilt, Report
 from hicache_cli.config import RunConfig
-from hicache_cli.errors import UsageError
+from hicache_cli.errors import ReportNotWritten, UsageError
 from hicache_cli.launch.attach_launcher import AttachedProcesses, AttachLaunch, OnAttached
 from hicache_cli.launch.launcher import LaunchConfig, TorchrunRanks
 from hicache_cli.launch.nodes import NodeSpec
@@ -104,7 +104,10 @@ def execute(
         # what the supervisor followed, to the last line: no second reading of a long run's files
         followed = outcome.followed if outcome.followed is not None else load_run(run_dir)
         report = build_report(config, followed, outcome, run_dir)
-        path = write_report(report, run_dir, report_copy)
+        try:
+            path = write_report(report, run_dir, report_copy)
+        except UsageError as exc:
+            raise ReportNotWritten(str(exc), report) from None
         return RunResult(run_dir, path, report.at(path), outcome)
 
 

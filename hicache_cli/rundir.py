@@ -6,6 +6,7 @@ Layout: .hicache-run (the claim), config.json, rank-<N>.jsonl (samples), rank-<N
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
@@ -56,23 +57,71 @@ EARLIER_RUN = (
 EARLIER_RUN_GLOBS = (SAMPLES_GLOB, LOGS_GLOB, STACKS_GLOB)
 
 
-def create_run_dir(requested: Path | None, policy: str) -> Path:
+def create_run_dir(requested: Path | None, policy: str, *, private: bool = False) -> Path:
     """Make and claim a fresh run directory (default ./hicache-runs/<time>-<policy>/) or fail
     clearly. A directory made here is 0700 (less if the umask asks): the command line and the
-    program's output are the user's alone."""
+    program's output are the user's alone.
+
+    `private` (an attach, which may hand a part of it to another user's processes): the
+    directory is one hicache makes itself, or an empty one of this user's that nobody else
+    can write, in a place nobody else can rename it from (docs/security.md, "Attaching")."""
+    made = requested is None or not os.path.lexists(requested)
     if requested is None:
+        if private:
+            _refuse_renamable(DEFAULT_ROOT / policy)
         path = _new_default_dir(policy)
     else:
         path = requested
         _refuse_foreign_links(path, f"--run-dir {path}")
         if (found := earlier_run(path)) is not None:
             raise UsageError(f"--run-dir {path} already holds a run ({found}); choose an empty or new directory")
+        if private:
+            _refuse_renamable(path)
+            if not made:
+                _refuse_shared_dir(path)
+        exclusive = private and made  # made here, or refused: never one that appeared meanwhile
         try:
-            make_dir(path, exist_ok=True)
+            make_dir(path, exist_ok=not exclusive)
         except OSError as exc:
+            if exclusive and isinstance(exc, FileExistsError):
+                raise UsageError(f"--run-dir {path} appeared while hicache made it; choose a new directory") from None
             raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
-    _claim(path)
+    _claim(path, made)
     return path
+
+
+def _refuse_shared_dir(path: Path) -> None:
+    """An existing --run-dir for an attach: a directory (not a link to one) of this user's
+    that no one else may write."""
+    found = os.lstat(path)
+    if not stat.S_ISDIR(found.st_mode):
+        raise UsageError(f"--run-dir {path} is {kind_of(found.st_mode)}, not a directory hicache can use")
+    if found.st_uid != os.geteuid():
+        raise UsageError(
+            f"--run-dir {path} belongs to another user (uid {found.st_uid}), who could replace what hicache "
+            "writes there; name a new directory and hicache makes it"
+        )
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UsageError(
+            f"--run-dir {path} can be written by others ({stat.S_IMODE(found.st_mode):04o}); name a new "
+            "directory and hicache makes it"
+        )
+
+
+def _refuse_renamable(path: Path) -> None:
+    """A directory on the way that every user may write, without the sticky bit (which keeps
+    them from renaming what is not theirs), would let anyone put another directory in the
+    run directory's place while hicache works in it."""
+    for directory in path.resolve().parents:
+        try:
+            found = os.stat(directory)
+        except OSError:
+            continue
+        if found.st_mode & stat.S_IWOTH and not found.st_mode & stat.S_ISVTX:
+            raise UsageError(
+                f"cannot use {path}: {directory} can be written by every user without the sticky bit, so anyone "
+                "could rename the run directory away; choose a directory of your own"
+            )
 
 
 def earlier_run(path: Path) -> str | None:
@@ -131,8 +180,10 @@ def _refuse_foreign_links(path: Path, what: str) -> None:
         raise UsageError(f"{what}: {exc.strerror or exc}") from None
 
 
-def _claim(path: Path) -> None:
-    """Create the claim file exclusively (it also proves the directory writable)."""
+def _claim(path: Path, made: bool) -> None:
+    """Create the claim file exclusively (it also proves the directory writable). A claim
+    that cannot be written whole (a full disk) is taken back, with the directory if hicache
+    made it, and said in one line."""
     try:
         fd = open_run_file(path / CLAIM_FILE, "new")
     except FileExistsError:
@@ -141,9 +192,22 @@ def _claim(path: Path) -> None:
             "choose an empty or new directory"
         ) from None
     except OSError as exc:
+        _take_back(path, made)
         raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(f"pid {os.getpid()} on {socket.gethostname()}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"pid {os.getpid()} on {socket.gethostname()}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(path / CLAIM_FILE)
+        _take_back(path, made)
+        raise UsageError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
+
+
+def _take_back(path: Path, made: bool) -> None:
+    if made:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 def output_problem(path: Path) -> str | None:

@@ -316,3 +316,45 @@ def test_a_run_dir_through_another_users_symlink_is_refused(shared_cwd: Path, tm
     with pytest.raises(UsageError, match=r"^--run-dir runs/one: .* is a symlink of another user"):
         create_run_dir(Path("runs/one"), "reap")
     assert list(elsewhere.iterdir()) == []
+
+
+# -- an attach's run directory (private): made by hicache, or an empty one only its user writes --
+
+
+def test_a_private_run_dir_is_made_or_taken_only_when_nobody_else_could_write_it(tmp_path: Path) -> None:
+    made = create_run_dir(tmp_path / "new" / "run", "attach", private=True)
+    assert stat.S_IMODE(os.stat(made).st_mode) & 0o077 == 0
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    assert create_run_dir(empty, "attach", private=True) == empty  # the user's own, nobody else writes it
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o770)
+    with pytest.raises(UsageError, match=r"can be written by others \(0770\); name a new directory"):
+        create_run_dir(shared, "attach", private=True)
+    assert create_run_dir(shared, "stress") == shared  # a run of one's own processes takes it, as before
+    link = tmp_path / "link"
+    link.symlink_to(empty)
+    with pytest.raises(UsageError, match="already holds a run"):
+        create_run_dir(link, "attach", private=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a directory to another user")
+def test_a_private_run_dir_of_another_user_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 1, 1)
+    with pytest.raises(UsageError, match=r"belongs to another user \(uid 1\)"):
+        create_run_dir(theirs, "attach", private=True)
+    assert list(theirs.iterdir()) == []
+
+
+def test_a_private_run_dir_below_a_directory_anyone_may_rename_it_from_is_refused(tmp_path: Path) -> None:
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    os.chmod(drop, 0o777)  # no sticky bit: anyone may rename what is in it
+    with pytest.raises(UsageError, match=r"drop can be written by every user without the sticky bit"):
+        create_run_dir(drop / "run", "attach", private=True)
+    assert list(drop.iterdir()) == []  # refused before anything was made
+    os.chmod(drop, 0o1777)  # /tmp's way: only the owner renames its own entries
+    assert create_run_dir(drop / "run", "attach", private=True).is_dir()
