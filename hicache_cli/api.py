@@ -122,7 +122,7 @@ def attach_to(
     config = attached_config(
         [pids] if isinstance(pids, int) else list(pids), duration_s, probe_hz, warmup_s, leak_threshold_mb_per_h, census
     )
-    directory = create_run_dir(_path(run_dir), "attach")
+    directory = create_run_dir(_path(run_dir), config.label, private=config.target.private_run_dir)
     result = execute(config, directory, on_samples or _ignore, early_stop=early_stop)
     assert result.report is not None
     return result.report

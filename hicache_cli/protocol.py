@@ -22,6 +22,9 @@ DETACHED_PREFIX = "detached: "  # how an attached process's final line begins (h
 CLAIM_FILE = ".hicache-run"
 LINK_FILE = "node-link.json"  # across nodes, node 0's: what its sample link refused and dropped
 SAMPLES_GLOB = "rank-*.jsonl"
+# hicache attach: the one subdirectory that the attached processes' agents write in (their
+# rank files too), made by hicache and handed to the targets' user (attach/protocol.py)
+AGENT_DIR = "agent"
 LOGS_GLOB = "rank-*.log"
 STACKS_GLOB = "rank-*.stacks.txt"
 
@@ -32,8 +35,10 @@ def samples_file(run_dir: Path, rank: int) -> Path:
 
 
 def sample_files(run_dir: Path) -> dict[int, Path]:
-    """The rank files a run directory holds, by rank (`rank-x.jsonl` is none)."""
-    found = ((path.stem.split("-", 1)[1], path) for path in sorted(run_dir.glob(SAMPLES_GLOB)))
+    """The rank files a run directory holds, by rank (`rank-x.jsonl` is none): its own, or
+    those the agents of an attach wrote in its AGENT_DIR."""
+    paths = sorted(run_dir.glob(SAMPLES_GLOB)) or sorted((run_dir / AGENT_DIR).glob(SAMPLES_GLOB))
+    found = ((path.stem.split("-", 1)[1], path) for path in paths)
     return {int(rank): path for rank, path in found if rank.isdigit() and rank.isascii()}
 
 
@@ -63,6 +68,17 @@ class ErrorKind:
     CLOSED_AFTER_TIMEOUT = "closed-after-timeout"  # its own timed-out wait closed the pair to `error_peer`
     CONNECTION = "connection"  # the connection broke under it (a peer gone, a pair reset)
     RAISED = "raised"  # anything else
+
+
+# gloo raises a plain RuntimeError when a pair breaks; these say so (gloo's own words)
+CONNECTION_WORDS = ("connection", "closed by peer", "pair closure", "reset by peer")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` says a connection broke under the process (a peer gone, a pair reset):
+    most often the consequence of another process's failure, not a root cause."""
+    text = str(exc).lower()
+    return isinstance(exc, ConnectionError) or any(word in text for word in CONNECTION_WORDS)
 
 
 # Environment variables set for the processes hicache starts.

@@ -35,6 +35,9 @@ class Target(Record):
     """Base of the target kinds: read back by `kind`."""
 
     kind: ClassVar[str] = ""
+    # its run directory may be handed in part to processes of another user (an attach's
+    # agents): rundir.create_run_dir then makes it strictly (docs/security.md, "Attaching")
+    private_run_dir: ClassVar[bool] = False
 
     @property
     def label(self) -> str:
@@ -227,6 +230,7 @@ class AttachedProcess(Target):
     below it that has a process group, is attached to, censused, traced, then detached."""
 
     kind: ClassVar[str] = "attach"
+    private_run_dir: ClassVar[bool] = True
     pids: tuple[int, ...] = field_spec(required=True, default=())
     census: bool = True  # the Works already held, by holder, at attach and at detach
     answer_s: float = 30.0  # how long a process has to run the injected text (its main thread back in Python)

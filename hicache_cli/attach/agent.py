@@ -38,7 +38,6 @@ from hicache_cli.tracer.protocol import TraceEnv
 from hicache_cli.tracer.session import Ending, Session
 
 C10D = "torch.distributed.distributed_c10d"
-GUEST = Ending(stop_file=protocol.STOP_FILE, stop_message=f"{DETACHED_PREFIX}hicache asked", guest=True)
 POLL_S = 0.2  # without the tracer: how often the stop file and hicache's pid are looked at
 
 
@@ -69,8 +68,10 @@ class Agent:
             torch_dir = os.path.dirname(self.torch.__file__) + os.sep
             self.table = works.WorkTable(skip_prefixes=(torch_dir,))
             works.install(self.table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank)
-            env = TraceEnv(self.run_dir, self.boot.hz, None, self.boot.owner)
-            self.session = Session(env, self.table, LoopStats(), self.status.rank, self.status.world_size, GUEST)
+            # samples go to the agents' directory; the stop file is hicache's, in the run directory
+            env = TraceEnv(protocol.agent_dir(self.run_dir), self.boot.hz, None, self.boot.owner)
+            guest = Ending(str(self.run_dir / protocol.STOP_FILE), f"{DETACHED_PREFIX}hicache asked", guest=True)
+            self.session = Session(env, self.table, LoopStats(), self.status.rank, self.status.world_size, guest)
             self.status.rank_file = f"rank-{self.session.slot}.jsonl"
             self.write_status()
 
@@ -123,8 +124,8 @@ def run(args: dict[str, Any], added: list[str], injected_at: float) -> None:
     except Refused as exc:
         status.state, status.reason = protocol.REFUSED, str(exc)
     except BaseException as exc:  # noqa: BLE001 - the program goes on; what failed is reported
-        status.state, status.reason = protocol.FAILED, f"{type(exc).__name__}: {exc}"
-        sys.stderr.write(f"hicache attach: pid {os.getpid()}:\n{traceback.format_exc()}")
+        # in the status file, never in the program's own output
+        status.state, status.reason = protocol.FAILED, f"{type(exc).__name__}: {exc} ({_where(exc)})"
     finally:
         if agent is not None:
             agent.detach(reason)
@@ -145,6 +146,13 @@ def unload(added: list[str], root: str) -> None:
         sys.path_importer_cache.pop(key, None)
     for key in [k for k in list(linecache.cache) if k.startswith(root)]:
         linecache.cache.pop(key, None)
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame of hicache's that raised `exc`: file:line in function."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1] if frames else None
+    return f"{os.path.basename(last.filename)}:{last.lineno} in {last.name}" if last else "?"
 
 
 def _guarded(step: Any, what: str) -> list[str]:

@@ -17,20 +17,28 @@ Never raises: an exception here would surface in the program's own code.
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 
 ARGS: dict = globals().get("ARGS", {})  # the injected text passes them in this file's namespace
 PACKAGE = "hicache_cli"
+AGENT_DIR = "agent"  # protocol.AGENT_DIR: where the agent writes; spelled here, which imports nothing of hicache
 
 
 def _status(state: str, reason: str) -> None:
-    path = os.path.join(ARGS["run_dir"], f"attach-{os.getpid()}.json")
+    """The status file, in the agents' directory (hicache made it for this process's user),
+    written under a fresh name made exclusively (never through a link), then renamed."""
+    directory = os.path.join(ARGS["run_dir"], AGENT_DIR)
     data = {"pid": os.getpid(), "state": state, "reason": reason, "python": sys.version.split()[0]}
-    tmp = path + ".boot.tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(data, out)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=".attach-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out)
+        os.replace(tmp, os.path.join(directory, f"attach-{os.getpid()}.json"))
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _release_page() -> None:

@@ -106,6 +106,14 @@ def in_syscall_thread(main_pid):
     return None
 
 
+def start_time(pid):
+    """The process's start time in clock ticks since boot, as lifecycle.process_start reads it."""
+    with open("/proc/%d/stat" % pid, "rb") as handle:  # noqa: UP031 - any Python 3 a gdb embeds
+        stat = handle.read()
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else None
+
+
 def entry_point():
     found = re.search(r"Entry point: (0x[0-9a-f]+)", gdb.execute("info files", to_string=True))
     return int(found.group(1), 16) if found else None
@@ -118,6 +126,11 @@ def main():
     gdb.execute("set confirm off")
     gdb.execute("set pagination off")
     step("attached")
+    # Held by the debugger now, the pid cannot be reused; if it already names another process
+    # than the one hicache looked at, nothing is done in it.
+    if args.get("start") and start_time(args["pid"]) != args["start"]:
+        step("reused")
+        return
     gdb.execute("sharedlibrary libc[.-]")
     gdb.execute("sharedlibrary libpython")
     pending, run_string, mmap = address("Py_AddPendingCall"), address("PyRun_SimpleString"), address("mmap")

@@ -25,6 +25,7 @@ version before it reads anything of hicache.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -32,13 +33,15 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hicache_cli.attach.procs import ProcessInfo, ptrace_refusal
+from hicache_cli.attach.procs import ProcessInfo, inspect, ptrace_refusal, state_refusal
 from hicache_cli.attach.protocol import AGENT_NAME, MIN_PYTHON, BootArgs, status_file
 from hicache_cli.errors import AttachRefused
+from hicache_cli.files import run_file
 
 BOOT = Path(__file__).resolve().parent / "boot.py"
 MARK = "HICACHE-STEP"
@@ -55,6 +58,9 @@ GDB_STEPS = (
 )
 NO_THREAD = "no thread of it is blocked in a system call, where hicache can call into it safely"
 THREAD_TRIES, THREAD_RETRY_S = 8, 0.3
+STOPPED = "hicache was stopped while its debugger ran (it put the process back as it was and left)"
+POLL_S = 0.1  # how often a running debugger is checked on (hicache stopped? past its time?)
+GRACE_S = 5.0  # after SIGINT, how long the debugger has to put everything back before SIGKILL
 PAGE_SLOT = "hicache-page-slot"  # in ARGS; replaced by page_slot(): (address, size), filled in by gdb
 REMOTE_EXEC_FROM = (3, 14)
 
@@ -110,30 +116,48 @@ def choose(target: ProcessInfo) -> str:
     return "gdb"
 
 
-def inject(target: ProcessInfo, boot: BootArgs, timeout_s: float = 60.0, script: Path = BOOT) -> Injected:
+def inject(
+    target: ProcessInfo,
+    boot: BootArgs,
+    timeout_s: float = 60.0,
+    script: Path = BOOT,
+    *,
+    start: str | None = None,
+    cancel: threading.Event | None = None,
+) -> Injected:
     """Queue the injected text in `target`; AttachRefused with the reason when it cannot.
-    `script` is boot.py but for tests, which look inside a target the same way."""
-    refusal = ptrace_refusal(target)
+    `script` is boot.py but for tests, which look inside a target the same way. `start`:
+    the process's start time as first seen (lifecycle.process_start): a pid that names
+    another process by the time the debugger holds it is left untouched. `cancel`: set when
+    hicache is stopped; the debugger is then asked to put everything back and leave."""
+    refusal = ptrace_refusal(target) or state_refusal(target)
     if refusal is not None:
         raise AttachRefused(refusal)
     method = choose(target)
     marker = f"hicache-{secrets.token_hex(8)}"
     text = injected_text(boot, target.pid, marker, script)
+    run_dir = Path(boot.run_dir)
     started = time.monotonic()
     if method == "sys.remote_exec":
         # the target reads the file at its next safe point, after remote_exec has returned
         try:
-            _remote_exec(target, remote_script(Path(boot.run_dir), target.pid), text, timeout_s)
+            _remote_exec(target, remote_script(run_dir, target.pid), text, timeout_s, cancel)
         except AttachRefused:  # remote debugging disabled in the target (-X disable_remote_debug)
             if shutil.which("gdb") is None:
                 raise
             method = "gdb"
     if method == "gdb":
         with tempfile.TemporaryDirectory(prefix="hicache-attach-") as tmp:
-            output = run_gdb(target, Path(tmp), text, timeout_s)
+            output = run_gdb(target, Path(tmp), text, timeout_s, start, cancel)
         # what gdb said, kept beside the status: the thread it called on, each step
-        (Path(boot.run_dir) / f".attach-{target.pid}.gdb.log").write_text(output)
+        _keep_log(run_dir / f".attach-{target.pid}.gdb.log", output)
     return Injected(method, time.monotonic() - started, marker)
+
+
+def _keep_log(path: Path, output: str) -> None:
+    """gdb's output in a file hicache creates itself, exclusively, in its own directory."""
+    with contextlib.suppress(OSError), run_file(path, "new") as out:  # a log lost costs nothing measured
+        out.write(output)
 
 
 def remote_script(run_dir: Path, pid: int) -> Path:
@@ -153,16 +177,27 @@ def gdb_command(pid: int) -> list[str]:
     ]  # fmt: skip
 
 
-def run_gdb(target: ProcessInfo, tmp: Path, text: str, timeout_s: float) -> str:
+def run_gdb(
+    target: ProcessInfo,
+    tmp: Path,
+    text: str,
+    timeout_s: float,
+    start: str | None = None,
+    cancel: threading.Event | None = None,
+) -> str:
+    cancel = cancel or threading.Event()
     text_file = tmp / "text.py"
     text_file.write_text(text)
-    env = dict(os.environ, HICACHE_GDB_ARGS=json.dumps({"pid": target.pid, "text_file": str(text_file)}))
+    args = {"pid": target.pid, "text_file": str(text_file), "start": start}
+    env = dict(os.environ, HICACHE_GDB_ARGS=json.dumps(args))
     for _attempt in range(THREAD_TRIES):
-        output = _run_interruptibly(gdb_command(target.pid), timeout_s, env)
+        output = _run_interruptibly(gdb_command(target.pid), timeout_s, env, cancel)
         reason = gdb_failure(output, target)
         if reason != NO_THREAD:  # every thread was running Python or C code: a moment later, most sleep
             break
-        time.sleep(THREAD_RETRY_S)
+        if cancel.wait(THREAD_RETRY_S):
+            reason = STOPPED
+            break
     if reason is not None:
         raise AttachRefused(f"cannot attach to {target.label}: {reason}")
     return output
@@ -173,9 +208,15 @@ def gdb_failure(output: str, target: ProcessInfo) -> str | None:
     done = {line.split()[1] for line in output.splitlines() if line.startswith(MARK) and len(line.split()) > 1}
     if "queued" in done:
         return None
+    if "reused" in done:
+        return "its pid now names another process (the one first seen exited): nothing was injected"
+    if "(stopped by hicache)" in output:
+        return STOPPED
     if "ptrace: Operation not permitted" in output:
         return "the kernel refused ptrace (EPERM): " + (
-            ptrace_refusal(target) or "a security module or seccomp forbids it; run as root or with CAP_SYS_PTRACE"
+            ptrace_refusal(target)
+            or _state_now(target)
+            or "a security module or seccomp forbids it; run as root or with CAP_SYS_PTRACE"
         )
     if "ptrace: No such process" in output:
         return "it exited"
@@ -191,34 +232,67 @@ def gdb_failure(output: str, target: ProcessInfo) -> str | None:
     return "gdb failed: " + _last_line(output)
 
 
-def _remote_exec(target: ProcessInfo, script: Path, text: str, timeout_s: float) -> None:
-    """CPython 3.14+: the target's own interpreter (same version, as PEP 768 requires)."""
-    script.write_text(text)
+def _state_now(target: ProcessInfo) -> str | None:
+    """state_refusal as /proc says it now (a tracer may have come since the first look)."""
+    try:
+        return state_refusal(inspect(target.pid))
+    except AttachRefused:
+        return None
+
+
+def _remote_exec(
+    target: ProcessInfo, script: Path, text: str, timeout_s: float, cancel: threading.Event | None = None
+) -> None:
+    """CPython 3.14+: the target's own interpreter (same version, as PEP 768 requires). The
+    script is made by hicache, exclusively, in its run directory, and given to the target's
+    user, who must read it."""
+    with run_file(script, "new") as out:
+        out.write(text)
+        if target.uid != os.geteuid():
+            os.fchown(out.fileno(), target.uid, -1)
     code = f"import sys; sys.remote_exec({target.pid}, {str(script)!r})"
-    output = _run_interruptibly([target.exe, "-c", code], timeout_s)
+    output = _run_interruptibly([target.exe, "-c", code], timeout_s, cancel=cancel)
     if output.strip():
         script.unlink(missing_ok=True)
         raise AttachRefused(f"cannot attach to {target.label}: sys.remote_exec: {_last_line(output)}")
 
 
-def _run_interruptibly(command: list[str], timeout_s: float, env: dict[str, str] | None = None) -> str:
-    """Run a debugger; past the timeout it gets SIGINT (the script puts the registers back
-    and detaches), and only then SIGKILL."""
+def _run_interruptibly(
+    command: list[str], timeout_s: float, env: dict[str, str] | None = None, cancel: threading.Event | None = None
+) -> str:
+    """Run a debugger in a session of its own (a Ctrl-C at hicache's terminal is hicache's to
+    pass on, not the debugger's to take mid-call); past the timeout, or once `cancel` is set,
+    it gets SIGINT (the script puts the registers back and detaches), and only after
+    GRACE_S more, SIGKILL."""
     proc = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + timeout_s
+    while True:
         try:
-            out, _ = proc.communicate(timeout=10)
+            out, _ = proc.communicate(timeout=POLL_S)  # output is kept across the retries
+            break
         except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        return out.decode(errors="replace") + "\n(timed out)"
+            stopped = cancel is not None and cancel.is_set()
+            if stopped or time.monotonic() >= deadline:
+                return _interrupt(proc) + ("\n(stopped by hicache)" if stopped else "\n(timed out)")
     text = out.decode(errors="replace")
     return text if proc.returncode == 0 else text + f"\n(exit {proc.returncode})"
+
+
+def _interrupt(proc: subprocess.Popen[bytes]) -> str:
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, _ = proc.communicate(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out.decode(errors="replace")
 
 
 def _last_line(output: str) -> str:

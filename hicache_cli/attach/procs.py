@@ -34,6 +34,10 @@ class ProcessInfo:
     is_python: bool
     torch: bool  # a torch library is mapped: torch is imported
     threads: int
+    gid: int = 0  # effective
+    groups: tuple[int, ...] = ()  # supplementary
+    state: str = "S"  # /proc's one letter: R, S, D, T (stopped), t (traced)...
+    tracer: int = 0  # the pid of the process tracing it (strace, gdb), 0 for none
 
     @property
     def label(self) -> str:
@@ -63,7 +67,69 @@ def inspect(pid: int, proc: Path = PROC) -> ProcessInfo:
     is_python = python is not None or os.path.basename(exe).startswith("python")
     torch = any(p.endswith(TORCH_LIBS) or any(lib + "." in p for lib in TORCH_LIBS) for p in maps)
     threads = int(_status_field(status, "Threads") or 1)
-    return ProcessInfo(pid, name, uid, int(fields[1]), exe, libpython, python, is_python, torch, threads)
+    gid = int((_status_field(status, "Gid").split() or ["0", "0"])[1])
+    groups = tuple(int(g) for g in _status_field(status, "Groups").split())
+    tracer = int(_status_field(status, "TracerPid") or 0)
+    return ProcessInfo(
+        pid, name, uid, int(fields[1]), exe, libpython, python, is_python, torch, threads,
+        gid=gid, groups=groups, state=fields[0], tracer=tracer,
+    )  # fmt: skip
+
+
+def state_refusal(target: ProcessInfo, proc: Path = PROC) -> str | None:
+    """Why a process that ptrace would allow still cannot be injected into, in words: it is
+    stopped (a SIGSTOP or Ctrl-Z: it cannot run the text, and a debugger's calls would resume
+    it), or another tracer (strace, a debugger) holds it (a process has one tracer)."""
+    if target.state == "T":
+        return (f"{target.label} is stopped (SIGSTOP or Ctrl-Z): it cannot run the injected code, and hicache "
+                "will not resume it; continue it (kill -CONT) and attach again")  # fmt: skip
+    if target.tracer:
+        tracer = _comm(proc, target.tracer)
+        return (f"{target.label} is already traced by pid {target.tracer}{f' ({tracer})' if tracer else ''}: "
+                "a process has one tracer at a time; detach that one first")  # fmt: skip
+    return None
+
+
+def can_reach(path: Path, who: ProcessInfo, *, read: bool = False) -> str | None:
+    """Why the user of `who` could not reach `path` (each directory on the way searchable by
+    it; the file itself readable with `read`), in words; None when it could. Judged from the
+    modes as the kernel would for that uid and its groups (root passes everywhere)."""
+    if who.uid == 0:
+        return None
+    resolved = path.resolve()
+    for directory in [*reversed(resolved.parents), resolved] if not read else reversed(resolved.parents):
+        if not _allows(directory, who, 0o1):
+            return f"{directory} ({_mode_text(directory)}) does not let uid {who.uid} pass"
+    if read and not _allows(resolved, who, 0o4):
+        return f"{resolved} ({_mode_text(resolved)}) is not readable by uid {who.uid}"
+    return None
+
+
+def _allows(path: Path, who: ProcessInfo, bit: int) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    if found.st_uid == who.uid:
+        return bool(found.st_mode & (bit << 6))
+    if found.st_gid == who.gid or found.st_gid in who.groups:
+        return bool(found.st_mode & (bit << 3))
+    return bool(found.st_mode & bit)
+
+
+def _mode_text(path: Path) -> str:
+    try:
+        found = os.stat(path)
+    except OSError as exc:
+        return exc.strerror or "unreadable"
+    return f"{found.st_mode & 0o7777:04o}, uid {found.st_uid}"
+
+
+def _comm(proc: Path, pid: int) -> str:
+    try:
+        return (proc / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def descendants(pid: int, proc: Path = PROC) -> list[int]:

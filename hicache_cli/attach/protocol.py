@@ -1,28 +1,40 @@
 """What `hicache attach` and the code it injects into a running process agree on.
 
 Both sides import this module: hicache, and the agent inside the target (next to the
-target's own packages), so it is stdlib only. The run directory stays the one contract:
-per attached process, hicache writes the bootstrap's arguments into the injected text and
-the agent answers with files:
+target's own packages), so it is stdlib only. The run directory stays the one contract,
+split by who may write where (docs/security.md, "Attaching"): hicache owns the run
+directory; the agents write only in its subdirectory `agent/`, which hicache makes and
+hands to the targets' user. Per attached process, hicache writes the bootstrap's arguments
+into the injected text and the agent answers with files:
 
-- `attach-<pid>.json`: the agent's status (AgentStatus), rewritten at each step:
+- `agent/attach-<pid>.json`: the agent's status (AgentStatus), rewritten at each step:
   refused (and why), attached (its rank and rank file), detached;
-- `census-<pid>.json`: the census of the Works the process held (Census), taken as soon as
-  it attached; `census-<pid>-end.json` is the one taken when it detaches;
-- `rank-<N>.jsonl`: samples, exactly as `hicache trace` writes them (tracer/session.py);
+- `agent/census-<pid>.json`: the census of the Works the process held (Census), taken as
+  soon as it attached; `agent/census-<pid>-end.json` is the one taken when it detaches;
+- `agent/rank-<N>.jsonl`: samples, exactly as `hicache trace` writes them (tracer/session.py);
 - `attach-stop` (written by hicache): every agent detaches (its probe's stop file too, so
   the probe writes its final line);
 - `attach-<pid>.cancel` (written by hicache): it stopped waiting for that process to run the
   injected text; if the process ever does, it refuses.
+
+hicache reads what an agent wrote as another user's files: never through a link, never a
+FIFO or device, only a regular file of the agent's user with one link, bounded in size.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import asdict, dataclass, field
+import typing
+from collections.abc import Collection, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from hicache_cli.files import read_bytes, replace_file
+from hicache_cli.protocol import AGENT_DIR  # boot.py spells it too: it imports nothing of hicache
+from hicache_cli.records import ShapeError, parse
+
+T = TypeVar("T")
 
 # The tracer and the agent are hicache's own modules, imported by the target's Python:
 # the oldest Python they run on is the project's (pyproject requires-python); the
@@ -44,8 +56,15 @@ NO_TORCH = "torch is not imported"
 NO_GROUP = "torch.distributed has no process group initialised"
 
 
+JSON_LIMIT = 64 << 20  # a status or census file larger than this is not an agent's
+
+
+def agent_dir(run_dir: Path) -> Path:
+    return run_dir / AGENT_DIR
+
+
 def status_file(run_dir: Path, pid: int) -> Path:
-    return run_dir / f"attach-{pid}.json"
+    return agent_dir(run_dir) / f"attach-{pid}.json"
 
 
 def cancel_file(run_dir: Path, pid: int) -> Path:
@@ -54,21 +73,39 @@ def cancel_file(run_dir: Path, pid: int) -> Path:
 
 
 def census_file(run_dir: Path, pid: int, when: str = "start") -> Path:
-    return run_dir / (f"census-{pid}.json" if when == "start" else f"census-{pid}-{when}.json")
+    return agent_dir(run_dir) / (f"census-{pid}.json" if when == "start" else f"census-{pid}-{when}.json")
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Readers never see half a file: write beside it, then rename over it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Readers never see half a file: written under a fresh name made exclusively beside it
+    (never through a link someone put there), then renamed over it; 0600."""
+    replace_file(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path, owners: Collection[int] | None = None) -> dict[str, Any] | None:
+    """An agent's JSON file: None while it is not there or not whole JSON yet. Something that
+    is not an agent's file (a link, a FIFO, a device, another user's file or a hard link with
+    `owners`, over JSON_LIMIT) raises files.Refused or OSError, naming it: never read, never
+    waited on."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_bytes(path, follow=False, limit=JSON_LIMIT, owners=owners))
+    except FileNotFoundError:
         return None
+    except (ValueError, RecursionError):  # torn, or not JSON at all
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def typed(cls: type[T], data: Mapping[str, Any], where: str) -> T:
+    """One of this module's dataclasses from what an agent wrote, each known field checked
+    against its type (records.parse); unknown keys ignored. ShapeError names a wrong field."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name: parse(data[f.name], hints[f.name], f"{where}.{f.name}") for f in fields(cls) if f.name in data}
+    try:
+        return cls(**known)
+    except TypeError:
+        missing = [f.name for f in fields(cls) if f.name not in data and f.default is f.default_factory is MISSING]
+        raise ShapeError(f"{where}: {', '.join(missing)} missing") from None
 
 
 @dataclass
@@ -103,9 +140,8 @@ class AgentStatus:
     leftovers: list[str] = field(default_factory=list)  # what detaching could not undo
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AgentStatus:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+    def from_dict(cls, data: Mapping[str, Any], where: str = "status") -> AgentStatus:
+        return typed(cls, data, where)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,8 +162,8 @@ class Holder:
     named: bool = True  # False when nothing Python can see names the container
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Holder:
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+    def from_dict(cls, data: Mapping[str, Any], where: str = "holder") -> Holder:
+        return typed(cls, data, where)
 
 
 @dataclass
@@ -144,8 +180,8 @@ class CensusCost:
     truncated: bool = False  # the budget ran out: the census is partial
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CensusCost:
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+    def from_dict(cls, data: Mapping[str, Any], where: str = "cost") -> CensusCost:
+        return typed(cls, data, where)
 
     @property
     def pause_per_million_s(self) -> float:
@@ -169,13 +205,5 @@ class Census:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Census:
-        return cls(
-            pid=int(data["pid"]),
-            rank=data.get("rank"),
-            taken_at=float(data.get("taken_at", 0.0)),
-            works=int(data.get("works", 0)),
-            holders=[Holder.from_dict(h) for h in data.get("holders", [])],
-            cost=CensusCost.from_dict(data.get("cost", {})),
-            when=str(data.get("when", "start")),
-        )
+    def from_dict(cls, data: Mapping[str, Any], where: str = "census") -> Census:
+        return typed(cls, {"taken_at": 0.0, "works": 0, "holders": [], "cost": {}, **data}, where)

@@ -18,17 +18,25 @@ The launcher side: stdlib only, no torch; it never signals a target.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import hicache_cli
 from hicache_cli.attach import inject, procs, protocol
 from hicache_cli.attach.procs import ProcessInfo
 from hicache_cli.attach.protocol import AgentStatus, BootArgs, Census
 from hicache_cli.errors import AttachRefused
+from hicache_cli.files import DIR_MODE
 from hicache_cli.lifecycle import owner_token, process_start
+from hicache_cli.records import ShapeError
+from hicache_cli.rundir import touch_run_file
 
 ROOT = str(Path(hicache_cli.__file__).resolve().parent.parent)
 ANSWER_S = 30.0  # how long an injected process has to reach a safe point and answer
@@ -44,6 +52,9 @@ class Target:
     status: AgentStatus | None = None
     injected: inject.Injected | None = None
     refusal: str | None = None  # why it is not attached (ours or the agent's), in words
+    # what hicache refused to read of its agent's (a link, a FIFO, another user's file, garbage):
+    # from then on nothing more of it is read or waited for
+    unreadable: str | None = None
     attached: bool = False  # its agent said so (it stays True once detached: a census was taken)
 
     @property
@@ -70,25 +81,61 @@ class AttachSession:
         self.boot = BootArgs(str(run_dir.resolve()), ROOT, owner or owner_token(), hz, census, tracer)
         self.answer_s = answer_s
         self.targets: list[Target] = []
+        self.cancel = threading.Event()  # set when hicache is stopped: every debugger still running ends
 
     # -- start: resolve, inject, wait for answers -----------------------------------------
 
     def start(self) -> list[Target]:
         """Inject into every candidate and wait for each answer; the attached targets.
-        AttachRefused (one line, exit 2) when none could be attached."""
+        AttachRefused (one line, exit 2) when none could be attached. A stop signal
+        (KeyboardInterrupt) ends every debugger still running within seconds, then goes on up."""
         candidates = resolve(self.pids)
         self.targets = [Target(info, process_start(info.pid)) for info in candidates]
-        with ThreadPoolExecutor(max_workers=min(8, len(self.targets))) as pool:
-            list(pool.map(self._inject, self.targets))
-        self._await_answers([t for t in self.targets if t.injected is not None])
+        self._make_agent_dir()
+        pool = ThreadPoolExecutor(max_workers=min(8, len(self.targets)))
+        try:
+            for future in [pool.submit(self._inject, target) for target in self.targets]:
+                future.result()
+            self._await_answers([t for t in self.targets if t.injected is not None])
+        except BaseException:
+            self.cancel.set()
+            raise
+        finally:
+            pool.shutdown(wait=True)
         attached = [t for t in self.targets if t.attached]
         if not attached:
             raise AttachRefused(self._refusal())
         return attached
 
+    def _make_agent_dir(self) -> None:
+        """The agents' one directory, made here (never one that was there) and handed to the
+        targets' user; the run directory made passable for that user, and only that
+        (docs/security.md). A user who cannot reach it, or hicache's code, is refused here."""
+        uids = sorted({t.info.uid for t in self.targets})
+        if len(uids) > 1:
+            raise AttachRefused(
+                f"the processes belong to different users (uids {', '.join(map(str, uids))}): "
+                "attach to one user's processes at a time"
+            )
+        who = self.targets[0].info
+        try:
+            make_agent_dir(self.run_dir, who.uid)
+        except OSError as exc:
+            raise AttachRefused(f"cannot make the agents' directory in {self.run_dir}: {exc.strerror or exc}") from None
+        if (blocked := procs.can_reach(protocol.agent_dir(self.run_dir), who)) is not None:
+            raise AttachRefused(
+                f"cannot attach to {who.label}: it runs as uid {who.uid}, and {blocked} to the run directory; "
+                "choose a --run-dir that user can pass through (e.g. a new directory under /tmp)"
+            )
+        if (unreadable := procs.can_reach(inject.BOOT, who, read=True)) is not None:
+            raise AttachRefused(
+                f"cannot attach to {who.label}: it runs as uid {who.uid}, and hicache's own code, which it must "
+                f"import, is out of its reach ({unreadable}); install hicache where that user can read it"
+            )
+
     def _inject(self, target: Target) -> None:
         try:
-            target.injected = inject.inject(target.info, self.boot)
+            target.injected = inject.inject(target.info, self.boot, start=target.start, cancel=self.cancel)
         except AttachRefused as exc:
             target.refusal = str(exc)
 
@@ -97,23 +144,28 @@ class AttachSession:
         waiting = list(targets)
         while waiting and time.monotonic() < deadline:
             for target in list(waiting):
-                status = self.status(target.pid)
-                if status is not None:
-                    target.status = status
-                    target.attached = status.state == protocol.ATTACHED
-                    target.refusal = None if target.attached else status.reason
+                status = self._status(target)
+                if status is not None or target.unreadable is not None:
                     waiting.remove(target)
-                    inject.remote_script(self.run_dir, target.pid).unlink(missing_ok=True)
+                    remote = inject.remote_script(self.run_dir, target.pid)
+                    with contextlib.suppress(OSError):
+                        remote.unlink()
                 elif not target.alive():
                     target.refusal = f"{target.info.label} exited before it answered"
                     waiting.remove(target)
             time.sleep(POLL_S)
         for target in waiting:
-            target.refusal = (
-                f"{target.info.label} did not run the injected code within {self.answer_s:.0f} s: its main "
-                "thread has not returned to Python (blocked in C code?)"
-            )
-            protocol.cancel_file(self.run_dir, target.pid).touch()  # if it ever runs, it refuses
+            target.refusal = f"{target.info.label} did not answer within {self.answer_s:.0f} s: " + self._silence()
+            touch_run_file(protocol.cancel_file(self.run_dir, target.pid))  # if it ever runs, it refuses
+
+    def _silence(self) -> str:
+        """Why an injected process has not answered: its agent cannot write where it answers,
+        or (most often) its main thread has not come back to Python to run the text."""
+        found = os.stat(protocol.agent_dir(self.run_dir))
+        if not found.st_mode & stat.S_IWUSR:
+            return (f"the agents' directory was made unwritable ({stat.S_IMODE(found.st_mode):04o}) by its owner "
+                    "after hicache made it, so its agent could not answer")  # fmt: skip
+        return "its main thread has not returned to Python to run the injected code (blocked in C code?)"
 
     def _refusal(self) -> str:
         """One line: the refusal of the process named on the command line first."""
@@ -128,8 +180,39 @@ class AttachSession:
     # -- while attached -----------------------------------------------------------------
 
     def status(self, pid: int) -> AgentStatus | None:
-        data = protocol.read_json(protocol.status_file(self.run_dir, pid))
-        return AgentStatus.from_dict(data) if data else None
+        """What `pid`'s agent last said of itself (None: nothing yet, or nothing hicache would read)."""
+        target = next((t for t in self.targets if t.pid == pid), None)
+        return self._status(target) if target is not None else None
+
+    def _status(self, target: Target) -> AgentStatus | None:
+        """The agent's status file, read as another user's file. One that is not what an agent
+        writes (a link, a FIFO, another user's, malformed) is never read or waited on: the
+        target is refused, naming it."""
+        if target.unreadable is not None:
+            return None
+        data = self._read(target, protocol.status_file(self.run_dir, target.pid))
+        if data is None:
+            return None
+        try:
+            status = AgentStatus.from_dict(data)
+        except ShapeError as exc:
+            self._refuse(target, f"its agent's status file is not what an agent writes ({exc})")
+            return None
+        target.status = status
+        target.attached = target.attached or status.state == protocol.ATTACHED
+        target.refusal = None if target.attached else status.reason
+        return status
+
+    def _read(self, target: Target, path: Path) -> dict[str, Any] | None:
+        try:
+            return protocol.read_json(path, owners={target.info.uid})
+        except OSError as exc:
+            self._refuse(target, f"hicache did not read {path.name} in the agents' directory: {exc.strerror or exc}")
+            return None
+
+    def _refuse(self, target: Target, why: str) -> None:
+        """What an agent left is not what an agent writes: said, and never looked at again."""
+        target.unreadable = target.refusal = f"{target.info.label}: {why}"
 
     def census(self, when: str = "start", timeout_s: float = 60.0) -> dict[int, Census]:
         """Each attached process's census (waiting for it to be written)."""
@@ -138,23 +221,34 @@ class AttachSession:
         pending = [t for t in self.targets if t.attached]
         while pending and time.monotonic() < deadline:
             for target in list(pending):
-                data = protocol.read_json(protocol.census_file(self.run_dir, target.pid, when))
-                if data is not None:
-                    out[target.pid] = Census.from_dict(data)
+                taken = self.read_census(target, when)
+                if taken is not None:
+                    out[target.pid] = taken
                     pending.remove(target)
-                elif not target.alive():
+                elif not target.alive() or target.unreadable is not None:
                     pending.remove(target)
             time.sleep(POLL_S)
         return out
 
+    def read_census(self, target: Target, when: str) -> Census | None:
+        if target.unreadable is not None:
+            return None
+        data = self._read(target, protocol.census_file(self.run_dir, target.pid, when))
+        if data is None:
+            return None
+        try:
+            return Census.from_dict(data)
+        except ShapeError as exc:
+            self._refuse(target, f"its agent's census is not what an agent writes ({exc})")
+            return None
+
+    def _says_attached(self, target: Target) -> bool:
+        self._status(target)
+        return target.attached
+
     def running(self) -> list[Target]:
         """The attached targets still running (the supervisor's `exited` is: none left)."""
         return [t for t in self.targets if t.attached and t.alive()]
-
-    def _says_attached(self, target: Target) -> bool:
-        status = self.status(target.pid)
-        target.attached = target.attached or (status is not None and status.state == protocol.ATTACHED)
-        return target.attached
 
     def census_end(self, timeout_s: float = 60.0) -> dict[int, Census]:
         """The census each agent took as it detached (after `detach()`)."""
@@ -164,7 +258,7 @@ class AttachSession:
 
     def detach(self, timeout_s: float = 60.0) -> dict[int, AgentStatus]:
         """Ask every agent to detach (the stop file) and wait for each to say it has."""
-        (self.run_dir / protocol.STOP_FILE).touch()
+        touch_run_file(self.run_dir / protocol.STOP_FILE)
         deadline = time.monotonic() + timeout_s
         out: dict[int, AgentStatus] = {}
         # the attached, and any that attached while start() was cut short (Ctrl-C); one that has
@@ -172,14 +266,35 @@ class AttachSession:
         pending = [t for t in self.targets if t.attached or self._says_attached(t)]
         while pending and time.monotonic() < deadline:
             for target in list(pending):
-                status = self.status(target.pid)
+                status = self._status(target)
                 if status is not None and status.state in (protocol.DETACHED, protocol.FAILED):
-                    out[target.pid] = target.status = status
+                    out[target.pid] = status
                     pending.remove(target)
-                elif not target.alive():
+                elif not target.alive() or target.unreadable is not None:
                     pending.remove(target)
             time.sleep(POLL_S)
         return out
+
+
+def make_agent_dir(run_dir: Path, uid: int) -> Path:
+    """`run_dir`/agent made exclusively (FileExistsError when something is there), 0700 and
+    owned by `uid`; when that is another user, the run directory (hicache's own) gets the
+    search bit for others, so that user can pass through it to its directory and nowhere
+    else: it can neither list nor write the run directory, whose files are 0600."""
+    path = protocol.agent_dir(run_dir)
+    os.mkdir(path, DIR_MODE)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if uid != os.geteuid():
+            os.fchown(fd, uid, -1)
+        os.fchmod(fd, DIR_MODE)
+    finally:
+        os.close(fd)
+    if uid != os.geteuid():
+        found = os.stat(run_dir)
+        if found.st_uid == os.geteuid():
+            os.chmod(run_dir, stat.S_IMODE(found.st_mode) | 0o011)
+    return path
 
 
 def resolve(pids: list[int]) -> list[ProcessInfo]:

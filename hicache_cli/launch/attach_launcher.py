@@ -34,6 +34,8 @@ OnAttached = Callable[[AttachedPid], None]  # told of each process tried, once i
 # if it ever does, it finds the stop file and refuses.
 UNANSWERED = "unanswered"
 NOT_YET = "it had not run the injected text when hicache stopped (if it ever does, it refuses)"
+DETACH_WAIT_S = 60.0  # how long each agent has to detach (and take its census) when asked
+INTERRUPTED_WAIT_S = 3.0  # the same when hicache was stopped by a signal: it ends within seconds
 
 
 def attach_config(
@@ -142,10 +144,13 @@ class AttachedProcesses:
 
     def stop(self, stop: Stop | None) -> None:
         """Detach every agent (they put back what they changed), then read the census each
-        took as it detached. The processes run on."""
-        self.session.detach()
+        took as it detached. The processes run on. Stopped by a signal, hicache waits for
+        each only a few seconds: an agent that has not answered by then detaches on its own
+        once hicache is gone (its lifeline)."""
+        interrupted = stop is not None and stop.interrupted
+        self.session.detach(INTERRUPTED_WAIT_S if interrupted else DETACH_WAIT_S)
         if self.launch.target.census:
-            self.session.census_end()
+            self.session.census_end(INTERRUPTED_WAIT_S if interrupted else DETACH_WAIT_S)
 
     def outcome(self, stop: Stop | None) -> RunOutcome:
         return RunOutcome(
@@ -156,21 +161,28 @@ class AttachedProcesses:
 
     def processes(self) -> tuple[AttachedPid, ...]:
         """Each process tried, as the run directory and the injection say it now."""
-        return tuple(attached_pid(self.launch.run_dir, t, self.session.status(t.pid)) for t in self.session.targets)
+        session = self.session
+        return tuple(
+            attached_pid(t, session.status(t.pid), session.read_census(t, "start"), session.read_census(t, "end"))
+            for t in session.targets
+        )
 
 
-def attached_pid(run_dir: Path, target: Target, status: protocol.AgentStatus | None) -> AttachedPid:
+def attached_pid(
+    target: Target, status: protocol.AgentStatus | None, start: Census | None, end: Census | None
+) -> AttachedPid:
     """One process tried: its agent's last status, its censuses merged by holder."""
     status = status or target.status
-    start = _census(run_dir, target.pid, "start")
-    end = _census(run_dir, target.pid, "end")
     cost = start.cost if start is not None else None
     return AttachedPid(
         pid=target.pid,
         name=target.info.name,
         rank=status.rank if status else None,
         state=status.state if status else (protocol.REFUSED if target.refusal else UNANSWERED),
-        reason=(status.reason if status else None) or target.refusal or (None if status else NOT_YET),
+        reason=target.unreadable
+        or (status.reason if status else None)
+        or target.refusal
+        or (None if status else NOT_YET),
         method=target.injected.method if target.injected else None,
         inject_s=round(target.injected.seconds, 3) if target.injected else None,
         census_s=round(start.taken_at - status.attached_at, 3) if start and status and status.attached_at else None,
@@ -220,8 +232,3 @@ def holders(start: Census | None, end: Census | None) -> list[HolderCount]:
             )
         )
     return sorted(out, key=lambda h: -h.held)
-
-
-def _census(run_dir: Path, pid: int, when: str) -> Census | None:
-    data = protocol.read_json(protocol.census_file(run_dir, pid, when))
-    return Census.from_dict(data) if data else None

@@ -55,7 +55,7 @@ class Ending:
     a program it did not start (`guest`): it arms no signal handler, never signals the
     program, stops observing when hicache is gone, and `Session.detach` undoes the rest."""
 
-    stop_file: str = STOP_FILE
+    stop_file: str = STOP_FILE  # in the run directory, or an absolute path (an attach's, in hicache's own directory)
     stop_message: str = STOPPED_AT_END
     guest: bool = False
 
@@ -114,7 +114,8 @@ class TracedProbe(Probe):
         try:
             self._sample_until_stopped()
         except Exception:  # noqa: BLE001 - the program must go on without us
-            sys.stderr.write(f"hicache trace: sampling stopped in pid {os.getpid()}:\n{traceback.format_exc()}")
+            if not self.ending.guest:  # a guest says nothing in the program's output (its agent reports it)
+                sys.stderr.write(f"hicache trace: sampling stopped in pid {os.getpid()}:\n{traceback.format_exc()}")
 
     def _sample_until_stopped(self) -> None:
         next_at = time.monotonic()

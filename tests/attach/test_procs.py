@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,11 +15,23 @@ from hicache_cli.errors import AttachRefused
 LIBPY = "/opt/py/lib/libpython3.12.so.1.0"
 
 
-def fake_process(proc: Path, pid: int, ppid: int, name: str, exe: str, maps: list[str], uid: int = 0) -> None:
+def fake_process(
+    proc: Path,
+    pid: int,
+    ppid: int,
+    name: str,
+    exe: str,
+    maps: list[str],
+    uid: int = 0,
+    state: str = "S",
+    tracer: int = 0,
+) -> None:
     base = proc / str(pid)
     base.mkdir(parents=True)
-    (base / "stat").write_text(f"{pid} ({name}) S {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 3 0 12345 0 0\n")
-    (base / "status").write_text(f"Name:\t{name}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nThreads:\t3\n")
+    (base / "stat").write_text(f"{pid} ({name}) {state} {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 3 0 12345 0 0\n")
+    (base / "comm").write_text(f"{name}\n")
+    ids = f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nGroups:\t27 {uid}\n"
+    (base / "status").write_text(f"Name:\t{name}\n{ids}TracerPid:\t{tracer}\nThreads:\t3\n")
     os.symlink(exe, base / "exe")
     lines = [f"7f00000{i}000-7f00000{i + 1}000 r-xp 00000000 08:01 1 {path}" for i, path in enumerate(maps)]
     (base / "maps").write_text("\n".join(lines + ["7f0000f000-7f0000f100 rw-p 00000000 00:00 0"]) + "\n")
@@ -79,3 +93,48 @@ def test_ptrace_rules(proc: Path, scope: int | None, capable: bool, pid: int, re
     (proc / "self" / "status").write_text(f"CapEff:\t{(1 << 19) if capable else 0:016x}\n")
     said = procs.ptrace_refusal(procs.inspect(pid, proc), proc, euid=0)
     assert (said is None) == (refused is None) and (refused is None or refused in said)
+
+
+def test_credentials_state_and_tracer_are_read(proc: Path) -> None:
+    fake_process(proc, 30, 1, "python", "/usr/bin/python3.12", [LIBPY], uid=1001, state="T", tracer=12)
+    info = procs.inspect(30, proc)
+    assert (info.uid, info.gid, info.groups, info.state, info.tracer) == (1001, 1001, (27, 1001), "T", 12)
+
+
+def test_a_stopped_process_is_refused_not_resumed(proc: Path) -> None:
+    fake_process(proc, 30, 1, "python", "/usr/bin/python3.12", [LIBPY], state="T")
+    said = procs.state_refusal(procs.inspect(30, proc), proc)
+    assert said is not None and "is stopped (SIGSTOP or Ctrl-Z)" in said and "kill -CONT" in said
+
+
+def test_a_process_another_tracer_holds_names_it(proc: Path) -> None:
+    fake_process(proc, 30, 1, "python", "/usr/bin/python3.12", [LIBPY], tracer=12)
+    said = procs.state_refusal(procs.inspect(30, proc), proc)
+    assert said is not None and "already traced by pid 12 (sh)" in said
+    assert procs.state_refusal(procs.inspect(11, proc), proc) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a directory to a group the test user may not be in")
+def test_reach_is_judged_by_the_other_user_s_modes(proc: Path) -> None:
+    other = procs.inspect(20, proc)  # uid 1000, gid 1000, groups (27, 1000)
+    top = Path(tempfile.mkdtemp(dir="/tmp"))  # /tmp lets everyone pass; pytest's own tmp_path does not
+    try:
+        os.chmod(top, 0o711)
+        closed, run = top / "closed", top / "closed" / "run"
+        run.mkdir(parents=True)
+        os.chmod(closed, 0o700)
+        os.chmod(run, 0o711)
+        assert procs.can_reach(run, other) == f"{closed} (0700, uid {os.geteuid()}) does not let uid 1000 pass"
+        os.chmod(closed, 0o710)  # the group's bit: uid 1000 is not in root's group
+        assert procs.can_reach(run, other) is not None
+        os.chown(closed, os.geteuid(), 27)  # a group uid 1000 has
+        assert procs.can_reach(run, other) is None
+        (run / "boot.py").write_text("")
+        os.chmod(run / "boot.py", 0o600)
+        assert "is not readable by uid 1000" in str(procs.can_reach(run / "boot.py", other, read=True))
+        os.chmod(run / "boot.py", 0o644)
+        assert procs.can_reach(run / "boot.py", other, read=True) is None
+        os.chmod(closed, 0o700)
+        assert procs.can_reach(run, procs.inspect(11, proc)) is None  # uid 0 passes everywhere
+    finally:
+        shutil.rmtree(top)

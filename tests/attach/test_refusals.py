@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from hicache_cli.attach import protocol
-from hicache_cli.attach.session import AttachSession
+from hicache_cli.attach import inject, procs, protocol
+from hicache_cli.attach.protocol import BootArgs
+from hicache_cli.attach.session import ROOT, AttachSession, make_agent_dir
 from hicache_cli.errors import AttachRefused, UsageError
+from hicache_cli.lifecycle import process_start
 
 PYENV = Path.home() / ".pyenv" / "versions"
 needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb (apt-get install gdb)")
@@ -130,7 +132,7 @@ def test_a_python_whose_main_thread_never_returns_to_python(
     pid = start(running, sys.executable, "-c", code)
     ready(flag)
     message = refusal(pid, tmp_path, answer_s=3)
-    assert message.startswith(f"pid {pid} (python) did not run the injected code within 3 s")
+    assert message.startswith(f"pid {pid} (python) did not answer within 3 s: its main thread has not returned")
     assert protocol.cancel_file(tmp_path, pid).exists() and not (tmp_path / protocol.STOP_FILE).exists()
 
 
@@ -151,3 +153,20 @@ def test_the_injection_reaches_other_pythons(
     assert refusal(pid, tmp_path).endswith(f"cannot attach to pid {pid} ({python.name}): {protocol.NO_TORCH}")
     status = protocol.read_json(protocol.status_file(tmp_path, pid))
     assert status is not None and status["python"].startswith(python.name.removeprefix("python"))
+
+
+@needs_gdb
+@pytest.mark.slow
+def test_a_pid_that_names_another_process_by_then_is_left_untouched(
+    tmp_path: Path, running: list[subprocess.Popen[bytes]]
+) -> None:
+    """The debugger holds the process before it looks: a start time other than the one hicache
+    saw means the pid was reused, and nothing is written into that process."""
+    pid = start(running, sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)")
+    make_agent_dir(tmp_path, os.geteuid())
+    with pytest.raises(AttachRefused, match="its pid now names another process .* nothing was injected"):
+        inject.inject(procs.inspect(pid), BootArgs(str(tmp_path), ROOT, "0:"), start="1")
+    time.sleep(1.0)
+    assert not protocol.status_file(tmp_path, pid).exists() and running[0].poll() is None
+    assert inject.inject(procs.inspect(pid), BootArgs(str(tmp_path), ROOT, "0:"), start=process_start(pid))
+    ready(protocol.status_file(tmp_path, pid), 30)  # its own start time: injected (it refuses: no torch)

@@ -18,6 +18,7 @@ from typing import Any
 from hicache_cli.attach import inject, procs
 from hicache_cli.attach.protocol import BootArgs
 from hicache_cli.attach.session import ROOT
+from hicache_cli.protocol import sample_files
 from tests.integration.helpers import REPO
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -149,7 +150,7 @@ def injected_pages(pid: int) -> int:
 
 
 def rank_lines(run_dir: Path, rank: int) -> list[dict[str, Any]]:
-    path = run_dir / f"rank-{rank}.jsonl"
+    path = sample_files(run_dir).get(rank, run_dir / f"rank-{rank}.jsonl")  # an attach's: in its agents' directory
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 

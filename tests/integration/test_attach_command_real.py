@@ -23,6 +23,7 @@ import pytest
 import hicache_cli as hc
 from hicache_cli.analysis.results import AttachSection
 from hicache_cli.attach import protocol
+from hicache_cli.protocol import sample_files
 from tests.integration.attach_helpers import (
     PROGRAMS,
     Command,
@@ -54,7 +55,7 @@ def attach_then_signal(pid: int, run_dir: Path, tmp: Path, signo: int) -> tuple[
     command = start_hicache("attach", "--duration", "10m", "--no-live", "--run-dir", str(run_dir), str(pid),
                             cwd=tmp, sigint_default=True)  # fmt: skip
     wait_for(lambda: command.first("census cost", "out") is not None or command.proc.poll() is not None, 180, "census")
-    wait_for(lambda: (run_dir / "rank-0.jsonl").exists() or (run_dir / "rank-1.jsonl").exists(), 60, "samples")
+    wait_for(lambda: bool(sample_files(run_dir)), 60, "samples")
     time.sleep(1.0)
     command.proc.send_signal(signo)
     command.wait(120)

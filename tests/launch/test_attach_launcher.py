@@ -4,6 +4,7 @@ signal. The real attach is tests/integration/test_attach_real.py."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from hicache_cli.attach import protocol
 from hicache_cli.attach.inject import Injected
 from hicache_cli.attach.procs import ProcessInfo
 from hicache_cli.attach.protocol import AgentStatus, Census, CensusCost, Holder
-from hicache_cli.attach.session import Target
+from hicache_cli.attach.session import AttachSession, Target, make_agent_dir
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.attach_launcher import (
@@ -27,7 +28,8 @@ from hicache_cli.launch.attach_launcher import (
 )
 from hicache_cli.targets import AttachedProcess
 
-RANK0 = ProcessInfo(4242, "python", 0, 4200, "/usr/bin/python3.11", None, (3, 11), True, True, 6)
+ME = os.geteuid()  # the agents' files are read only as the targets' user's
+RANK0 = ProcessInfo(4242, "python", ME, 4200, "/usr/bin/python3.11", None, (3, 11), True, True, 6)
 
 
 def census(when: str, *found: Holder, objects: int = 2_000_000) -> Census:
@@ -59,14 +61,16 @@ def test_an_unnamed_holder_is_said_as_the_census_says_it() -> None:
 
 
 def test_a_process_tried_is_read_from_its_agent_s_files(tmp_path: Path) -> None:
+    make_agent_dir(tmp_path, ME)
     start = census("start", Holder("Scheduler.sync_works", "list", 845, 0, tensor_bytes=None))
     protocol.write_json_atomic(protocol.census_file(tmp_path, 4242), start.to_dict())
     end = census("end", Holder("Scheduler.sync_works", "list", 1900, 0))
     protocol.write_json_atomic(protocol.census_file(tmp_path, 4242, "end"), end.to_dict())
     status = AgentStatus(4242, protocol.DETACHED, rank=0, attached_at=1000.0, detach_reason="hicache asked")
     target = Target(RANK0, "123", status, Injected("gdb", 1.23456, "hicache-x"), attached=True)
+    session = AttachSession([4242], tmp_path)
 
-    found = attached_pid(tmp_path, target, status)
+    found = attached_pid(target, status, session.read_census(target, "start"), session.read_census(target, "end"))
 
     assert (found.pid, found.name, found.rank, found.state) == (4242, "python", 0, "detached")
     assert (found.method, found.inject_s, found.census_s) == ("gdb", 1.235, 0.6)
@@ -75,14 +79,14 @@ def test_a_process_tried_is_read_from_its_agent_s_files(tmp_path: Path) -> None:
     assert found.top is not None and found.top.growth == 1055
 
 
-def test_a_refused_process_says_why(tmp_path: Path) -> None:
+def test_a_refused_process_says_why() -> None:
     agent = ProcessInfo(4200, "pt_elastic", 0, 1, "/usr/bin/python3.11", None, (3, 11), True, True, 3)
     status = AgentStatus(4200, protocol.REFUSED, reason=protocol.NO_GROUP)
-    found = attached_pid(tmp_path, Target(agent, "1", status, Injected("gdb", 0.5, "m")), status)
+    found = attached_pid(Target(agent, "1", status, Injected("gdb", 0.5, "m")), status, None, None)
     assert (found.state, found.reason, found.works, found.holders) == ("refused", protocol.NO_GROUP, None, [])
-    silent = Target(agent, "1", refusal="pid 4200 (pt_elastic) did not run the injected code within 30 s")
-    assert attached_pid(tmp_path, silent, None).state == "refused"
-    cut_short = attached_pid(tmp_path, Target(agent, "1", injected=Injected("gdb", 0.5, "m")), None)  # Ctrl-C
+    silent = Target(agent, "1", refusal="pid 4200 (pt_elastic) did not answer within 30 s")
+    assert attached_pid(silent, None, None, None).state == "refused"
+    cut_short = attached_pid(Target(agent, "1", injected=Injected("gdb", 0.5, "m")), None, None, None)  # Ctrl-C
     assert (cut_short.state, cut_short.reason) == (UNANSWERED, NOT_YET)
 
 

@@ -53,7 +53,7 @@ def attach(
     config = attach_config(pids or [], duration, probe_hz, warmup, leak_threshold, census=not no_census)
     check_run_options(refresh, report, None, metrics_port, metrics_host, html)
     metrics = running.serve_metrics(ctx, metrics_port, metrics_host, config)
-    directory = create_run_dir(run_dir, "attach")
+    directory = create_run_dir(run_dir, config.label, private=config.target.private_run_dir)
     result, console = running.run_attached(
         config, directory, no_live, refresh, report, json_output=json_output, metrics=metrics
     )

@@ -151,7 +151,7 @@ def check(
             say,
         )
     base = _load_baseline(baseline, config) if baseline is not None else None
-    directory = create_run_dir(run_dir, config.label)
+    directory = create_run_dir(run_dir, config.label, private=config.target.private_run_dir)
     settler = Settler(config) if max_duration else None
     if pid:
         result, console = running.run_attached(
