@@ -18,8 +18,9 @@ from hicache_cli.cli.commands.sglang_scan import sglang_scan
 from hicache_cli.cli.commands.stress import stress
 from hicache_cli.cli.commands.trace import TRACE_EXAMPLES, trace
 from hicache_cli.cli.commands.watch import watch
-from hicache_cli.errors import HicacheError
+from hicache_cli.errors import HicacheError, ReportNotWritten
 from hicache_cli.lifecycle import STOPS
+from hicache_cli.present.progress import inert, verdict_lines
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -79,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         conventions.plain_help(typer.main.get_command(app))(args=argv, prog_name="hicache")
     except HicacheError as exc:
-        print(f"hicache: error: {exc}", file=sys.stderr)
+        if isinstance(exc, ReportNotWritten):  # the run's verdict first: the report that holds it is lost
+            for line in verdict_lines(exc.report):
+                print(inert(line))
+        print(f"hicache: error: {inert(str(exc))}", file=sys.stderr)  # it may name a program's own names
         return exc.exit_code
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -8,11 +8,14 @@ from __future__ import annotations
 import codecs
 import io
 import os
+import re
 import sys
+from collections.abc import Iterable
 from typing import TextIO
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.live import Live
+from rich.segment import Segment
 from rich.table import Table
 
 from hicache_cli.analysis.results import Report, SGLangSection
@@ -22,9 +25,32 @@ from hicache_cli.sample import Sample
 from hicache_cli.targets import how_it_frees
 from hicache_cli.units import format_bytes, format_duration
 
+# What a program's own names may carry that a terminal would act on: C0 and C1 controls (an
+# escape sequence that retitles the window or clears the screen) and the bidirectional
+# overrides that show text in another order than it is (Trojan Source). \n and \t stay.
+_ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str) -> str:
+    """`text` with every character a terminal would act on written as its escape (\\x1b,
+    \\u202e): names, paths and reasons from a program hicache observes, or from a report
+    file, are shown, never obeyed (the page escapes them the same way)."""
+    if not _ACTIVE.search(text):
+        return text
+    return _ACTIVE.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
+
 
 class RunConsole(Console):
-    """A console whose reader may go away (`hicache stress | head`): the run goes on."""
+    """A console whose reader may go away (`hicache stress | head`): the run goes on. What it
+    renders is inert: text a program or a report put in a name cannot drive the terminal
+    (the console's own styles and cursor moves are not text, and pass)."""
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and _ACTIVE.search(segment.text):
+                yield Segment(inert(segment.text), segment.style, segment.control)
+            else:
+                yield segment
 
     def on_broken_pipe(self) -> None:
         # rich exits here; a run must still finish and write its report, so go quiet.
