@@ -89,6 +89,7 @@ class Outcome:
     # sends the body returned without waiting, by site: {peer, count, file, line, function, op}
     # (tracer/hazards.py); a peer may be left waiting for them
     unwaited_sends: list[dict[str, Any]] | None = None
+    error_kind: str | None = None  # protocol.ErrorKind of what the body raised: a broken connection is a consequence
 
     def write(self, run_dir: Path) -> None:
         write_run_file(outcome_file(run_dir, self.rank), json.dumps(asdict(self)))

@@ -20,6 +20,7 @@ from hicache_cli.analysis.kinds import CauseKind, Verdict
 from hicache_cli.analysis.results import Site, Works
 from hicache_cli.analysis.shutdown import unwaited_text
 from hicache_cli.analysis.trace_report import site_text, works_summary
+from hicache_cli.protocol import ErrorKind
 from hicache_cli.pytest_ranks.protocol import FAILED, SKIPPED, Outcome
 from hicache_cli.pytest_ranks.spec import RanksSpec
 from hicache_cli.sample import Sample
@@ -100,6 +101,7 @@ class RankResult:
     unwaited_sends: tuple[dict[str, Any], ...] = ()  # sends the body returned without waiting, by site
     blocked_on: str | None = None  # at its last sample: the call it was blocked in ("recv from rank 0 at x.py:17")
     blocked_peer: int | None = None  # ... and the rank it waited on
+    error_kind: str | None = None  # protocol.ErrorKind of what the body raised
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,7 @@ def _rank_result(end: RankEnd, followed: RankSeries, spec: RanksSpec, run: Mappi
         unwaited_sends=tuple(reported.unwaited_sends or ()) if reported is not None else (),
         blocked_on=series[-1].blocked_on if series else None,
         blocked_peer=series[-1].blocked_peer if series else None,
+        error_kind=reported.error_kind if reported is not None else None,
     )
 
 
@@ -264,19 +267,24 @@ def _signal_name(signo: int) -> str:
 
 
 def _failures(spec: RanksSpec, ranks: Sequence[RankResult], ends: Sequence[RankEnd], test_file: str) -> list[str]:
-    """Root causes first: what a body raised (earliest first), a crash, too many live Works,
-    an RSS trend over the limit, a hang; ranks stopped because of those come last."""
+    """Root causes first: what a body raised (earliest first), a crash, a connection that broke
+    under a body (the consequence of a crash or of another rank's error, so after them), too
+    many live Works, an RSS trend over the limit, a hang; ranks stopped because of those last."""
     by_rank = {e.rank: e for e in ends}
     out: list[str] = []
     raised = sorted((r for r in ranks if r.outcome is RankOutcome.FAILED), key=lambda r: _ended_at(by_rank[r.rank]))
-    for i, r in enumerate(raised):
-        head = f"rank {r.rank} raised {r.error}"
-        out.append(f"{head}\n{_indent(r.traceback or '')}" if i == 0 else head)
+    own = [r for r in raised if r.error_kind != ErrorKind.CONNECTION]
+    broken = [r for r in raised if r.error_kind == ErrorKind.CONNECTION]
+    traced = (own + broken)[:1]  # the first raised is said with its traceback
+    for r in own:
+        out.append(_raised(r, r in traced))
     for r in ranks:
         if r.outcome is RankOutcome.CRASHED:
             tail = by_rank[r.rank].log_tail
             last = f"; its last output:\n{_indent(tail)}" if tail else ""
             out.append(f"rank {r.rank} (pid {r.pid}) {r.error}{last}")
+    for r in broken:
+        out.append(_raised(r, r in traced))
     hazards = {r.rank for r in ranks if r.unwaited_sends} if not spec.allow_unwaited_sends else set()
     for r in ranks:
         if r.rank in hazards:  # a shutdown hazard: its peer may wait for these forever
@@ -306,6 +314,11 @@ def _failures(spec: RanksSpec, ranks: Sequence[RankResult], ends: Sequence[RankE
                 where = f", at {at}" if at else ""
                 out.append(f"rank {r.rank} (pid {r.pid}) was stopped once the test had failed{where}")
     return out
+
+
+def _raised(r: RankResult, with_traceback: bool) -> str:
+    head = f"rank {r.rank} raised {r.error}"
+    return f"{head}\n{_indent(r.traceback or '')}" if with_traceback else head
 
 
 def _ended_at(end: RankEnd) -> float:

@@ -30,6 +30,7 @@ from typing import IO, Any, NoReturn
 
 from hicache_cli.files import open_regular, run_file
 from hicache_cli.lifecycle import owner_alive
+from hicache_cli.protocol import ErrorKind, connection_lost
 from hicache_cli.pytest_ranks.protocol import (
     ARGS,
     FAILED,
@@ -81,7 +82,8 @@ def run(request: RankRequest, run_dir: Path, rank: int) -> Outcome:
     except BaseException as exc:  # noqa: BLE001 - every way a body can end is reported, KeyboardInterrupt too
         ended = time.time()
         status = SKIPPED if _is_skip(exc) else FAILED
-        return Outcome(rank, os.getpid(), status, _last_line(exc), _format(exc), body_started, ended)
+        kind = ErrorKind.CONNECTION if connection_lost(exc) else ErrorKind.RAISED
+        return Outcome(rank, os.getpid(), status, _last_line(exc), _format(exc), body_started, ended, error_kind=kind)
     ended = time.time()
     return Outcome(rank, os.getpid(), PASSED, body_started=body_started, body_ended=ended, unwaited_sends=_unwaited())
 

@@ -29,6 +29,7 @@ from hicache_cli.protocol import (
     STACKS,
     STOP_SIGNALS,
     ErrorKind,
+    connection_lost,
     log_file,
     stacks_file,
 )
@@ -309,10 +310,6 @@ class FaultInjector:
         self.work_list.blocked_on = None
 
 
-# gloo raises a plain RuntimeError when a pair breaks; these say so (gloo's own words)
-CONNECTION_WORDS = ("connection", "closed by peer", "pair closure", "reset by peer")
-
-
 def error_kind(exc: BaseException) -> tuple[str, int | None]:
     """What kind of error ended the rank, and the peer it concerns (ErrorKind): decided here,
     where the exception's type is known, and written as fields of the final line."""
@@ -320,8 +317,7 @@ def error_kind(exc: BaseException) -> tuple[str, int | None]:
 
     if isinstance(exc, ClosedAfterTimeout):
         return ErrorKind.CLOSED_AFTER_TIMEOUT, exc.peer
-    text = str(exc).lower()
-    if isinstance(exc, ConnectionError) or any(word in text for word in CONNECTION_WORDS):
+    if connection_lost(exc):
         return ErrorKind.CONNECTION, None
     return ErrorKind.RAISED, None
 

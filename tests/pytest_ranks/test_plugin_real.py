@@ -132,6 +132,35 @@ def test_a_raising_rank_fails_the_test_with_its_traceback_at_once(pytester: pyte
     assert result.duration < 60  # the 60 s default timeout was not waited for: rank 0 was stopped
 
 
+EXITS = """
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.hicache_ranks(2)
+def test_rank_0_exits(rank, world_size):
+    if rank == 0:
+        os._exit(3)  # a library calling exit() under the test, say
+    dist.recv(torch.zeros(1), src=0)  # rank 1 then loses its connection to rank 0
+"""
+
+
+def test_a_rank_that_exits_is_the_root_cause_before_the_connection_its_peer_lost(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_exits=EXITS)
+    result = run_inner(pytester)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    crash = text.index("rank 0 (pid ")
+    assert "exited with code 3 before its test body returned" in text[crash : crash + 200]
+    lost = text.find("rank 1 raised")
+    assert lost == -1 or crash < lost  # rank 1's broken connection, if it raised, comes after
+    summary = next(line for line in text.splitlines() if line.startswith("FAILED test_exits.py"))
+    assert "Failed: rank 0 (pid" in summary, summary  # pytest cuts the line at its width
+
+
 HANGS = """
 import os
 import pathlib

@@ -156,6 +156,20 @@ def test_a_crash_names_the_signal_or_exit_code_and_shows_the_last_output() -> No
     assert second == "rank 1 (pid 101) exited with code 3 before its test body returned"
 
 
+def test_a_crash_comes_before_the_broken_connection_it_caused_in_another_rank() -> None:
+    """rank 0 os._exit(3)s; rank 1's recv then fails with gloo's "Connection closed by peer":
+    the crash is the root cause, said first (pytest's one-line summary shows the first)."""
+    crashed = RankEnd(0, 100, RankOutcome.CRASHED, exit_code=3)
+    lost = "RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:1234"
+    broken = raised(1, 11.0, lost)
+    broken = replace(broken, reported=replace(broken.reported, error_kind="connection"))
+    first, second = judge(RanksSpec(2), [crashed, broken]).failures
+    assert first == "rank 0 (pid 100) exited with code 3 before its test body returned"
+    assert second.startswith(f"rank 1 raised {lost}\n    Traceback")  # the first traceback said is its
+    own = raised(1, 11.0)  # an error of the body's own comes before a crash, as before
+    assert judge(RanksSpec(2), [crashed, own]).failures[0].startswith("rank 1 raised ValueError: boom")
+
+
 def test_skips() -> None:
     skipped = RankEnd(0, 100, RankOutcome.SKIPPED, Outcome(0, 100, "skipped", "Skipped: needs 4 GPUs"))
     assert judge(RanksSpec(2), [skipped, passed(1)]).skipped == "needs 4 GPUs"
