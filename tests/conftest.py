@@ -23,6 +23,7 @@ from hicache_cli.histogram import LatencyHistogram
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.sample import Sample
+from tests import cost
 from tests.sharing import GROUPS_ENV, group_by_shared_fixture, longest_first, record_groups, shared_run_scheduler
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -34,6 +35,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    cost.register(config)
     if not os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get(GROUPS_ENV):
         folder = tempfile.mkdtemp(prefix="hicache-test-groups-")  # the workers, started later, inherit it
         os.environ[GROUPS_ENV] = folder

@@ -113,9 +113,22 @@ class TracedProbe(Probe):
     def _run(self) -> None:
         try:
             self._sample_until_stopped()
+        except OSError as exc:  # its file could not be written (a full disk): one line, the program goes on
+            self._closed = True
+            if not self.ending.guest:
+                sys.stderr.write(f"hicache trace: pid {os.getpid()}: samples could not be written "
+                                 f"({exc.strerror or exc}); sampling stopped\n")  # fmt: skip
         except Exception:  # noqa: BLE001 - the program must go on without us
             if not self.ending.guest:  # a guest says nothing in the program's output (its agent reports it)
                 sys.stderr.write(f"hicache trace: sampling stopped in pid {os.getpid()}:\n{traceback.format_exc()}")
+
+    def finish(self, *args: Any, **kwargs: Any) -> None:
+        """The final line, unless it cannot be written (a full disk): a program hicache
+        observes never sees an error of hicache's, at its exit least of all."""
+        try:
+            super().finish(*args, **kwargs)
+        except OSError:
+            self._closed = True
 
     def _sample_until_stopped(self) -> None:
         next_at = time.monotonic()

@@ -94,6 +94,16 @@ def service(user: LocalUser) -> Iterator[Program]:
     assert "Traceback" not in output and "hicache" not in output  # nothing of hicache's in its output
 
 
+@pytest.fixture(scope="module")
+def spare(user: LocalUser) -> Iterator[Program]:
+    """A second program of the user's, for the cases that leave the first one untouched:
+    stopped and continued, held by another tracer and let go, attached and stopped by SIGTERM."""
+    program = start_program(user)
+    yield program
+    output = program.stop()
+    assert "Traceback" not in output and "hicache" not in output
+
+
 @dataclass(frozen=True)
 class Roots:
     """Files of root's outside any run directory: links planted by the user point at them."""
@@ -232,8 +242,8 @@ def test_an_existing_directory_of_another_user_is_refused_as_run_dir(service: Pr
     assert service.running()
 
 
-def test_a_stopped_target_is_refused_and_stays_stopped(user: LocalUser, base: Path) -> None:
-    program = start_program(user)
+def test_a_stopped_target_is_refused_and_stays_stopped(spare: Program, base: Path) -> None:
+    program = spare
     try:
         os.kill(program.pid, signal.SIGSTOP)
         wait_for(lambda: program.state() == psutil.STATUS_STOPPED, 30, "the stop")
@@ -244,7 +254,7 @@ def test_a_stopped_target_is_refused_and_stays_stopped(user: LocalUser, base: Pa
         assert program.state() == psutil.STATUS_STOPPED
     finally:
         os.kill(program.pid, signal.SIGCONT)
-        program.stop()
+    wait_for(program.running, 30, "the program to run on")
 
 
 SEIZE = """import ctypes, sys, time
@@ -256,8 +266,8 @@ time.sleep(120)
 """
 
 
-def test_a_target_another_tracer_holds_is_refused_naming_the_tracer(user: LocalUser, base: Path) -> None:
-    program = start_program(user)
+def test_a_target_another_tracer_holds_is_refused_naming_the_tracer(spare: Program, base: Path) -> None:
+    program = spare
     tracer = subprocess.Popen([sys.executable, "-c", SEIZE, str(program.pid)], stdout=subprocess.PIPE, text=True)
     try:
         assert tracer.stdout is not None and tracer.stdout.readline().strip() == "seized"
@@ -267,8 +277,7 @@ def test_a_target_another_tracer_holds_is_refused_naming_the_tracer(user: LocalU
     finally:
         tracer.kill()
         tracer.wait(30)
-    assert program.running()
-    program.stop()
+    wait_for(program.running, 30, "the program to run on")
 
 
 def children_named(pid: int, name: str) -> list[psutil.Process]:
@@ -278,9 +287,11 @@ def children_named(pid: int, name: str) -> list[psutil.Process]:
 
 
 @pytest.mark.parametrize("phase", ["debugger", "answer", "census", "attached"])
-def test_sigterm_ends_hicache_within_seconds_in_every_phase(user: LocalUser, base: Path, phase: str) -> None:
-    args = {"answer": ["--block"], "census": ["--heap", "6000000"]}.get(phase, [])
-    program = start_program(user, *args)
+def test_sigterm_ends_hicache_within_seconds_in_every_phase(
+    user: LocalUser, spare: Program, base: Path, phase: str
+) -> None:
+    args = {"answer": ["--block"], "census": ["--heap", "3000000"]}.get(phase, [])
+    program = spare if phase == "attached" else start_program(user, *args)
     run = base / "run"
     try:
         command = attach(program.pid, run, duration="10m")
@@ -305,7 +316,7 @@ def test_sigterm_ends_hicache_within_seconds_in_every_phase(user: LocalUser, bas
         time.sleep(1.0)
         assert program.running(), program.state()
     finally:
-        output = program.stop()
+        output = "" if program is spare else program.stop()
     assert "Traceback" not in output and "hicache" not in output
 
 
@@ -349,16 +360,22 @@ def test_a_full_filesystem_is_one_line_and_leaves_nothing(service: Program, comm
 
 
 def test_a_disk_that_fills_mid_run_still_prints_the_verdict() -> None:
+    """A one-rank program traced (the report's path is the same for every command: execute)."""
     with full_filesystem("4m") as where:
-        run = where / "run"
-        command = start_hicache("stress", "--pp", "2", "--duration", "8s", "--no-live", "--run-dir", str(run),
+        run, stop = where / "run", Path(tempfile.gettempdir()) / f"stop-{time.monotonic_ns()}"
+        command = start_hicache("trace", "--duration", "6s", "--no-live", "--run-dir", str(run), "--",
+                                sys.executable, str(LONE), "--stop-file", str(stop),
                                 cwd=Path(tempfile.gettempdir()))  # fmt: skip
-        wait_for(lambda: (run / "rank-0.jsonl").exists() and (run / "rank-1.jsonl").exists(), 120, "the ranks")
+        samples = run / "rank-0.jsonl"
+        wait_for(lambda: samples.exists() and samples.read_text().count("\n") >= 25 or command.proc.poll() is not None,
+                 120, "2.5 s of samples")  # fmt: skip
         fill(where)
         assert command.wait(180) == 2
-        assert "cannot write" in one_line(command) and "No space left on device" in command.text("err")
-        out = command.text("out")
-        assert "rank 0:" in out and "rank 1:" in out  # the verdict, though report.json could not be written
+        err = command.text("err")  # the traced program's output too: its own KeyboardInterrupt at the stop
+        assert err.strip().splitlines()[-1].startswith("hicache: error: cannot write") and "No space left" in err
+        assert "samples could not be written (No space left on device); sampling stopped" in err  # one line, no trace
+        assert "hicache_cli" not in err  # no traceback of hicache's, in hicache or in the program
+        assert "rank 0" in command.text("out") and "LEAK" in command.text("out")  # the verdict, though unwritten
 
 
 LOCK = """import os, sys, time
@@ -369,11 +386,13 @@ os.chmod(agent, 0o500)
 """
 
 
-def test_an_agent_that_cannot_answer_says_nothing_in_the_program_s_output(user: LocalUser, base: Path) -> None:
+def test_an_agent_that_cannot_answer_says_nothing_in_the_program_s_output(
+    user: LocalUser, spare: Program, base: Path
+) -> None:
     """The user takes the write bit off its agents' directory as soon as hicache made it: the
     agent cannot write its status. Nothing of that appears in the program's output (the
     injected code never raises into it), and hicache says why it heard nothing."""
-    program = start_program(user)
+    program = spare
     run = base / "run"
     run.mkdir(mode=0o700)
     locker = user.popen(["python", "-c", LOCK, str(protocol.agent_dir(run))])
@@ -385,5 +404,5 @@ def test_an_agent_that_cannot_answer_says_nothing_in_the_program_s_output(user: 
         assert program.running()
     finally:
         locker.wait(30)
-        output = program.stop()
+    output = "".join(program.lines)
     assert "Traceback" not in output and "hicache" not in output and "Error" not in output
