@@ -26,7 +26,7 @@ def changed_lines(ref: str, cwd: Path) -> dict[str, set[int] | None]:
         raise UsageError("--diff: git is not installed")
     top = _git(["rev-parse", "--show-toplevel"], cwd)
     if top.returncode != 0:
-        raise UsageError(f"--diff: {cwd} is not in a git repository")
+        raise UsageError(f"--diff: {_not_a_repository(top.stderr, cwd)}")
     root = Path(os.fsdecode(top.stdout.strip()))
     if ref.startswith("-") or _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], root).returncode != 0:
         raise UsageError(f"--diff: {ref!r} is not a commit in this repository")
@@ -49,6 +49,17 @@ def changed_lines(ref: str, cwd: Path) -> dict[str, set[int] | None]:
         if name:
             changed[os.path.realpath(root / os.fsdecode(name))] = WHOLE
     return changed
+
+
+def _not_a_repository(stderr: bytes, cwd: Path) -> str:
+    """Why git would not name the repository: none, or one it refuses to use (another user
+    owns it: git's safe.directory rule), said with git's own words for the latter."""
+    said = stderr.decode(errors="replace").strip()
+    if "dubious ownership" in said:
+        where = said.splitlines()[0].split(" at ", 1)[-1].strip("'")
+        return (f"git refuses the repository at {where}: another user owns it (git's safe.directory rule; "
+                f"`git config --global --add safe.directory {where}` trusts it)")  # fmt: skip
+    return f"{cwd} is not in a git repository"
 
 
 def touches(changed: dict[str, set[int] | None], path: Path, first: int, last: int) -> bool:

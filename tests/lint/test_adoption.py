@@ -3,6 +3,7 @@ and the pre-commit hook this repository provides (issue 24, item 7)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -65,6 +66,18 @@ def test_outside_a_git_repository_is_one_line(tmp_path: Path) -> None:
     done = hicache_lint("a.py", "--diff", "HEAD", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [f"hicache: error: --diff: {tmp_path} is not in a git repository"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the repository to another user")
+def test_a_repository_git_refuses_as_another_user_s_is_named_so(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n", encoding="utf-8")
+    for path in (tmp_path, tmp_path / ".git"):
+        os.chown(path, 65534, 65534)  # nobody's: git's safe.directory rule refuses it to root
+    done = hicache_lint("a.py", "--diff", "HEAD", cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"hicache: error: --diff: git refuses the repository at {tmp_path}: another user owns it")
 
 
 def test_the_pre_commit_hook_file() -> None:
