@@ -156,7 +156,8 @@ class AttachSession:
             time.sleep(POLL_S)
         for target in waiting:
             target.refusal = f"{target.info.label} did not answer within {self.answer_s:.0f} s: " + self._silence()
-            touch_run_file(protocol.cancel_file(self.run_dir, target.pid))  # if it ever runs, it refuses
+            with contextlib.suppress(OSError):  # (a full disk: it then finds hicache gone, and refuses)
+                touch_run_file(protocol.cancel_file(self.run_dir, target.pid))  # if it ever runs, it refuses
 
     def _silence(self) -> str:
         """Why an injected process has not answered: its agent cannot write where it answers,
@@ -258,7 +259,10 @@ class AttachSession:
 
     def detach(self, timeout_s: float = 60.0) -> dict[int, AgentStatus]:
         """Ask every agent to detach (the stop file) and wait for each to say it has."""
-        touch_run_file(self.run_dir / protocol.STOP_FILE)
+        try:
+            touch_run_file(self.run_dir / protocol.STOP_FILE)
+        except OSError:  # a full disk: each agent detaches on its own once hicache has exited (its lifeline)
+            return {}
         deadline = time.monotonic() + timeout_s
         out: dict[int, AgentStatus] = {}
         # the attached, and any that attached while start() was cut short (Ctrl-C); one that has
