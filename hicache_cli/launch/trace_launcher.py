@@ -16,9 +16,11 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.errors import UsageError
@@ -36,7 +38,44 @@ FINAL_LINES_WAIT_S = 1.5  # after the stop file: time for every process to write
 INTERRUPT_GRACE_S = 5.0  # after SIGINT, before SIGTERM
 TERM_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
 _LOOP = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
-STDERR_FD = 2  # the process's own stderr, whatever sys.stderr has been replaced with
+STDOUT_FD, STDERR_FD = 1, 2  # the process's own, whatever sys.stdout and sys.stderr have been replaced with
+HELD_NOTE = "hicache: {lines} line(s) the program printed while hicache stopped it (as Ctrl-C would) are in {log}\n"
+
+
+class OutputRelay:
+    """The program's output passed on line by line, off a terminal (where the program sees a
+    pipe either way): until hicache begins to stop it; from then on what it prints - its own
+    answer to the SIGINT, torchrun's and each rank's traceback - goes to program.log, said in
+    one line, so that a CI log does not read as if the program had failed."""
+
+    def __init__(self, log: Path, streams: list[tuple[IO[bytes], int]]) -> None:
+        self.log_path = log
+        self._held: list[bytes] = []
+        self._holding = threading.Event()
+        self._threads = [threading.Thread(target=self._pass, args=pair, daemon=True) for pair in streams]
+        for thread in self._threads:
+            thread.start()
+
+    def _pass(self, stream: IO[bytes], fd: int) -> None:
+        for line in iter(stream.readline, b""):
+            if self._holding.is_set():
+                self._held.append(line)
+            else:
+                with contextlib.suppress(OSError):  # our reader went away: the program goes on
+                    os.write(fd, line)
+
+    def hold(self) -> None:
+        self._holding.set()
+
+    def close(self) -> None:
+        for thread in self._threads:
+            thread.join(KILL_WAIT_S)
+        if not self._held:
+            return
+        with contextlib.suppress(UsageError, OSError), open_run_log(self.log_path) as log:
+            log.write(b"".join(self._held))
+        with contextlib.suppress(OSError):
+            os.write(STDERR_FD, HELD_NOTE.format(lines=len(self._held), log=self.log_path).encode())
 
 
 def trace_config(
@@ -117,6 +156,7 @@ class TracedProgram:
         stall = launch.config.stall_timeout_s  # only with --loop does the program have rounds to time
         self.watchdog: Watchdog | None = Watchdog(stall, float("inf")) if launch.target.loop else None
         self.proc: subprocess.Popen[bytes] | None = None
+        self.relay: OutputRelay | None = None
         self.started = 0.0
 
     def pids_of(self, samples: dict[int, list[Sample]]) -> list[int]:
@@ -128,14 +168,16 @@ class TracedProgram:
             dict(os.environ), launch.run_dir, launch.config.probe_hz, launch.target.loop, owner_token()
         )
         log = None if launch.passthrough else open_run_log(launch.run_dir / protocol.PROGRAM_LOG)
+        out = STDERR_FD if launch.to_stderr else STDOUT_FD
+        relay = log is None and not (os.isatty(out) or os.isatty(STDERR_FD))
         self.started = time.monotonic()
         try:
             self.proc = subprocess.Popen(
                 list(launch.target.command),
                 env=self.tree.environment(env),
                 stdin=subprocess.DEVNULL,
-                stdout=log or (STDERR_FD if launch.to_stderr else None),
-                stderr=subprocess.STDOUT if log else None,
+                stdout=subprocess.PIPE if relay else log or (STDERR_FD if launch.to_stderr else None),
+                stderr=subprocess.PIPE if relay else (subprocess.STDOUT if log else None),
                 start_new_session=True,  # Ctrl-C reaches hicache, which stops the program in order
                 preexec_fn=parent_death_signal(),  # hicache SIGKILLed: the program gets SIGTERM
             )
@@ -145,6 +187,10 @@ class TracedProgram:
             if log is not None:
                 log.close()
         self.tree.add_root(self.proc.pid)
+        if relay:
+            assert self.proc.stdout is not None and self.proc.stderr is not None
+            streams = [(self.proc.stdout, out), (self.proc.stderr, STDERR_FD)]
+            self.relay = OutputRelay(launch.run_dir / protocol.PROGRAM_LOG, streams)
 
     def exited(self) -> bool:
         return self.proc is not None and self.proc.poll() is not None
@@ -169,6 +215,8 @@ class TracedProgram:
         self.tree.refresh(self.pids_of(self.follower.poll()), force=True)
         self.tree.sweep()  # a daemon that left at once, reparented away from us
         stop_file = self.launch.run_dir / protocol.STOP_FILE
+        if self.relay is not None:
+            self.relay.hold()  # what it says while being stopped (its tracebacks of SIGINT) goes to program.log
         with contextlib.suppress(OSError):
             touch_run_file(stop_file)
         self.tree.wait(FINAL_LINES_WAIT_S, lambda: self._all_final(self.follower.poll()))
@@ -178,6 +226,8 @@ class TracedProgram:
             self.proc.wait(timeout=KILL_WAIT_S)
         with contextlib.suppress(OSError):
             stop_file.unlink()
+        if self.relay is not None:
+            self.relay.close()
 
     def _all_final(self, samples: dict[int, list[Sample]]) -> bool:
         """Every process that sampled and still runs has written its final line."""

@@ -112,6 +112,12 @@ def test_a_draining_twin_passes_the_gate_stopped_at_its_duration(tmp_path: Path)
         assert r["works"]["live_max"] <= 2
         assert r["stop"] == "stopped by hicache at the end of the trace"
     assert "hicache check PASS" in run.proc.stdout + run.proc.stderr
+    # stopped as Ctrl-C would stop it: torchrun's and the ranks' tracebacks of that SIGINT are
+    # kept in program.log, said in one line, not printed as if the program had failed
+    output = run.proc.stdout + run.proc.stderr
+    assert "SignalException" not in output and "KeyboardInterrupt" not in output
+    assert "the program printed while hicache stopped it (as Ctrl-C would) are in" in run.proc.stderr
+    assert "SignalException" in (run.run_dir / "program.log").read_text()
 
 
 def test_four_ranks_every_sending_rank_fails_the_gate_early(tmp_path: Path) -> None:
