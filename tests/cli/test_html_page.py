@@ -18,13 +18,14 @@ import pytest
 
 from hicache_cli.analysis.bundles import Bundle, load_document
 from hicache_cli.analysis.compare import bundle, not_applicable_row, summarize
-from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.analysis.report import RunOutcome, build_report, load_report
 from hicache_cli.analysis.results import Report
 from hicache_cli.analysis.scan import not_applicable, row_from_report, scan_bundle
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.present.html import render, write_page
+from hicache_cli.present.html.run import run_details
 from tests.conftest import build_pp2_report, build_series
 
 VOID = frozenset({"meta", "img", "br", "hr", "input", "link"})  # HTML elements without an end tag
@@ -290,3 +291,14 @@ def test_report_html_of_something_else_is_one_line(tmp_path: Path, capsys: pytes
 def test_write_page_is_what_a_command_calls(tmp_path: Path) -> None:
     out = write_page(build_pp2_report(), tmp_path / "run.html")
     assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_the_run_s_target_and_configuration_read_as_text_not_json() -> None:
+    """Was: the target (and any list or object) shown as raw JSON in the run's details."""
+    report = load_report(Path(__file__).resolve().parents[1] / "data" / "trace-run" / "report.json")
+    details = run_details(report)
+    assert "{&quot;" not in details and "[&quot;" not in details  # no JSON object or list, escaped or not
+    assert "<dt>target kind</dt><dd>trace</dd>" in details
+    assert "<dd>torchrun --standalone --nproc-per-node 2 tests/integration/programs/leaky_p2p.py --seconds 30</dd>" in (
+        details
+    )

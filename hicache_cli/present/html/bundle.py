@@ -4,13 +4,11 @@ release, why each one that was not bounded was not, and the settings they shared
 
 from __future__ import annotations
 
-import json
-
 from hicache_cli.analysis.bundles import COMPARE, Bundle
 from hicache_cli.analysis.results import RankReport, Report, Verdict
 from hicache_cli.present.html import charts
 from hicache_cli.present.html.charts import Chart, value
-from hicache_cli.present.html.markup import Cell, definitions, esc, table, tag
+from hicache_cli.present.html.markup import Cell, definitions, esc, readable, table, tag
 from hicache_cli.present.html.run import section, verdict_badge
 from hicache_cli.present.html.run_charts import chart, rank_line
 from hicache_cli.present.tables import TableSpec, policy_table, release_table
@@ -102,9 +100,7 @@ def bundle_body(bundle: Bundle) -> str:
         if drawn
         else tag("p", "No run wrote a series to draw.")
     )
-    settings = definitions(
-        (k, v if isinstance(v, (str, int, float)) else json.dumps(v)) for k, v in bundle.config.items() if v is not None
-    )
+    settings = definitions(readable(bundle.config))
     facts = tag("p", "Bundle: " + tag("code", esc(bundle.path)), class_="facts") if bundle.path is not None else ""
     head = tag("header", tag("h1", esc(bundle_title(bundle))) + facts)
     main = (

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterable, Sequence
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hicache_cli.units import format_bytes
@@ -87,6 +88,31 @@ def definitions(items: Iterable[tuple[str, object]]) -> str:
     """A <dl> of name -> value (text), leaving out values that are None or empty."""
     pairs = [(k, v) for k, v in items if v is not None and v != "" and v != []]
     return tag("dl", "".join(tag("dt", esc(k)) + tag("dd", esc(v)) for k, v in pairs))
+
+
+def readable(data: Mapping[str, object]) -> list[tuple[str, object]]:
+    """A record's fields as rows for `definitions`, read as a person reads them: an object one
+    level down becomes a row per field (`target kind`, `target pp`), deeper ones and lists
+    `name value; name value` text; never raw JSON. Empty values are left out."""
+    rows: list[tuple[str, object]] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            rows += [(f"{key} {inner}", text) for inner, text in readable(value)]
+        elif key == "command" and isinstance(value, (list, tuple)):  # an argv: as a shell would read it
+            rows.append((key, shlex.join(map(str, value))))
+        elif value is not None and value != [] and value != {}:
+            rows.append((key, value if isinstance(value, (str, int, float)) else _text(value)))
+    return rows
+
+
+def _text(value: object) -> str:
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k} {_text(v)}" for k, v in value.items() if v is not None)
+    if isinstance(value, (list, tuple)):
+        return (" | " if any(isinstance(v, Mapping) for v in value) else ", ").join(_text(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 def number(value: float | int | None, spec: str = "g", sign: bool = False) -> str:

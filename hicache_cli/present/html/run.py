@@ -3,7 +3,6 @@ the figures per rank, the creation sites, the failures, and what ran where."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 
@@ -16,6 +15,7 @@ from hicache_cli.present.html.markup import (
     esc,
     interval,
     number,
+    readable,
     size,
     table,
     tag,
@@ -209,21 +209,16 @@ def run_details(report: Report) -> str:
     """What ran (the configuration and target), where (the environment), and the checks."""
     parts = []
     if report.target is not None:
-        parts.append(tag("div", tag("h3", "Target") + definitions(_plain(report.target.to_dict()))))
+        parts.append(tag("div", tag("h3", "Target") + definitions(readable(report.target.to_dict()))))
     if report.environment is not None:
-        parts.append(tag("div", tag("h3", "Environment") + definitions(_plain(report.environment.to_dict()))))
-    checks = _plain(report.pp_consistency.to_dict() if report.pp_consistency is not None else {})
+        parts.append(tag("div", tag("h3", "Environment") + definitions(readable(report.environment.to_dict()))))
+    checks = readable(report.pp_consistency.to_dict() if report.pp_consistency is not None else {})
     checks += [("torchrun exit", report.torchrun_exit_code), ("program stopped", report.program_stopped)]
     checks += [("start-up s", report.startup_s), ("hicache CPU s", report.launcher_cpu_s)]
     parts.append(tag("div", tag("h3", "Checks and timings") + definitions(checks)))
-    parts.append(tag("div", tag("h3", "Configuration") + definitions(_plain(report.config.to_dict()))))
+    parts.append(tag("div", tag("h3", "Configuration") + definitions(readable(report.config.to_dict()))))
     where = tag("p", "Report: " + tag("code", esc(report.path)), class_="note") if report.path is not None else ""
     return section("run", "The run", tag("div", "".join(parts), class_="details") + where)
-
-
-def _plain(data: dict[str, object]) -> list[tuple[str, object]]:
-    """Name -> text, lists and objects as compact JSON (their text is escaped when shown)."""
-    return [(k, v if isinstance(v, (str, int, float)) else json.dumps(v)) for k, v in data.items() if v is not None]
 
 
 def section(key: str, heading: str, body: str) -> str:
