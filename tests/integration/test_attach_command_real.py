@@ -203,7 +203,7 @@ def test_a_stress_rank_survives_an_attach(tmp_path: Path) -> None:
     rank_file = tmp_path / "stress" / "rank-0.jsonl"
     wait_for(lambda: rank_file.exists() and rank_file.stat().st_size > 0, 180, "rank 0's first sample")
     pid = json.loads(rank_file.read_text().splitlines()[0])["pid"]
-    attach = hicache_run("attach", "--duration", "2s", "--no-live", "--run-dir", str(tmp_path / "attach"), str(pid),
+    attach = hicache_run("attach", "--duration", "4s", "--no-live", "--run-dir", str(tmp_path / "attach"), str(pid),
                          cwd=tmp_path)  # fmt: skip
     assert stress.wait(240) == 0, stress.text() + stress.text("err")
     assert attach.proc.returncode == 0, attach.text("err")
