@@ -18,7 +18,7 @@ from cache.faults import SHAPES
 from hicache_cli.analysis.report import environment
 from hicache_cli.cli.conventions import plain_help
 from hicache_cli.cli.main import app, main
-from hicache_cli.cli.options import FAULT
+from hicache_cli.cli.options import FAULT_HELP
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.sample import Sample
 from hicache_cli.targets import AttachedProcess, ModelTarget, SGLangTarget, TracedCommand
@@ -109,7 +109,7 @@ def test_every_option_in_commands_md_exists(commands: dict, in_docs: tuple) -> N
 
 def test_the_fault_help_names_every_kind() -> None:
     for shape in SHAPES.values():
-        assert shape in FAULT.help
+        assert shape in FAULT_HELP
 
 
 def test_faults_md_lists_every_kind_and_no_other() -> None:
