@@ -36,10 +36,10 @@ def run(
     directory = create_run_dir(outputs.run_dir, config.label, private=config.target.private_run_dir)
     settler = Settler(config) if max_duration else None
     if pids:
-        result, console = running.run_attached(config, directory, progress, outputs, early_stop=settler)
+        result, console = running.observe(config, directory, progress, outputs, running.attached, early_stop=settler)
         return result, console, f"attach to pid {', '.join(map(str, pids))}"
     if command:
-        result, console = running.run_traced(config, directory, progress, outputs, early_stop=settler)
+        result, console = running.observe(config, directory, progress, outputs, running.traced, early_stop=settler)
         return result, console, f"trace of {' '.join(command)}"
     live = running.wants_live(progress.no_live, outputs.json_output)
     console = make_console(live, outputs.json_output)

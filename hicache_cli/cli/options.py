@@ -158,6 +158,18 @@ class Outputs(Group):
         return {"report": self.report, "output": self.output, "markdown": self.markdown}
 
 
+def bundle_outputs(series: str, what: str) -> Any:
+    """What a series of runs side by side writes (compare-policies, sglang-scan): its bundle
+    (--output, --json), its table (--markdown), `what` as a page (--html), and its directory."""
+    return Outputs.take(
+        "output",
+        "markdown",
+        run_dir=run_dir(series),
+        html=html_page(what),
+        json_output=json_document("the JSON bundle (as --output writes it)"),
+    )
+
+
 @dataclass(frozen=True)
 class Progress(Group):
     """How a run shows itself while it goes: the live dashboard or plain lines, and the

@@ -123,70 +123,55 @@ def progress_view(
     yield plain if metrics is None else metrics.feeding(plain)
 
 
-def run_traced(
+# How someone else's processes are opened: the console hicache speaks on, and what execute()
+# is told (given the config, the run directory, whether the view is live, whether --json).
+Opening = Callable[[RunConfig, Path, bool, bool], tuple[Console, dict[str, Any]]]
+
+
+def observe(
     config: RunConfig,
     directory: Path,
     progress: Progress,
     outputs: Outputs,
+    opening: Opening,
     early_stop: EarlyStop | None = None,
     metrics: MetricsExporter | None = None,
 ) -> tuple[RunResult, Console]:
-    """Run the program under the tracer: on a terminal with the dashboard (the program's
-    output kept in the run directory), else passing its output through (to stderr under
-    `--json`, whose document is stdout's). Returns the result and the console hicache's own
-    output goes to."""
+    """Someone else's processes (a program traced, processes attached to: `opening` says
+    which), followed with the dashboard on a terminal and plain lines off one. Returns the
+    result and the console hicache's own output goes to."""
     live = wants_live(progress.no_live, outputs.json_output)
-    console = make_console(live, to_stderr=outputs.json_output or not live)  # not live: stdout is the program's
+    console, launch = opening(config, directory, live, outputs.json_output)
+    with progress_view(config, directory, console, live, metrics) as view:
+        refresh_s = 1.0 / progress.refresh if live else 0.5
+        result = execute(config, directory, view, report_copy=outputs.report, refresh_s=refresh_s,
+                         early_stop=early_stop, **launch)  # fmt: skip
+    return result, console
+
+
+def traced(config: RunConfig, directory: Path, live: bool, json_output: bool) -> tuple[Console, dict[str, Any]]:
+    """A program under the tracer: on a terminal its output goes to its log (the dashboard
+    has the terminal); off one it passes through (to stderr under `--json`, whose document is
+    stdout's), and hicache speaks on stderr."""
+    console = make_console(live, to_stderr=json_output or not live)  # not live: stdout is the program's
     console.print(f"hicache {config.title()}")
     console.print(f"run directory: {directory}")
     if live:
         console.print(f"the program's output: {directory / PROGRAM_LOG}")
-    # on a terminal the dashboard has it: the program's output goes to its log
-    launch = {"passthrough": not live, "passthrough_to_stderr": outputs.json_output}
-    return _observe(config, directory, console, live, progress.refresh, outputs.report, early_stop, metrics,
-                    launch), console  # fmt: skip
+    return console, {"passthrough": not live, "passthrough_to_stderr": json_output}
 
 
-def run_attached(
-    config: RunConfig,
-    directory: Path,
-    progress: Progress,
-    outputs: Outputs,
-    early_stop: EarlyStop | None = None,
-    metrics: MetricsExporter | None = None,
-) -> tuple[RunResult, Console]:
-    """Attach to running processes (`attach`, `check --pid`): the dashboard on a terminal,
-    plain lines off one; each process's census said as soon as it is read. Returns the
-    result and the console hicache's output goes to (stderr under `--json`)."""
-    live = wants_live(progress.no_live, outputs.json_output)
-    console = make_console(live, to_stderr=outputs.json_output)
+def attached(config: RunConfig, directory: Path, live: bool, json_output: bool) -> tuple[Console, dict[str, Any]]:
+    """Processes attached to (`attach`, `check --pid`): each one's census said as soon as it
+    is read; hicache speaks on stderr under `--json`."""
+    console = make_console(live, to_stderr=json_output)
     console.print(f"hicache {config.title()}; run directory {directory}")
 
-    def attached(process: AttachedPid) -> None:
+    def census(process: AttachedPid) -> None:
         for line in attached_lines(process):
             console.print(line)
 
-    launch = {"on_attached": attached}
-    return _observe(config, directory, console, live, progress.refresh, outputs.report, early_stop, metrics,
-                    launch), console  # fmt: skip
-
-
-def _observe(
-    config: RunConfig,
-    directory: Path,
-    console: Console,
-    live: bool,
-    refresh: float,
-    report: Path | None,
-    early_stop: EarlyStop | None,
-    metrics: MetricsExporter | None,
-    launch: dict[str, Any],
-) -> RunResult:
-    """Someone else's processes (traced or attached to), followed with a progress view."""
-    with progress_view(config, directory, console, live, metrics) as view:
-        refresh_s = 1.0 / refresh if live else 0.5
-        return execute(config, directory, view, report_copy=report, refresh_s=refresh_s, early_stop=early_stop,
-                       **launch)  # fmt: skip
+    return console, {"on_attached": census}
 
 
 # -- following a run directory (watch) --------------------------------------------------------

@@ -34,7 +34,7 @@ def attach(
     configure.check_run_options(outputs, progress)
     metrics = running.serve_metrics(ctx, progress.metrics_port, progress.metrics_host, config)
     directory = create_run_dir(outputs.run_dir, config.label, private=config.target.private_run_dir)
-    result, console = running.run_attached(config, directory, progress, outputs, metrics=metrics)
+    result, console = running.observe(config, directory, progress, outputs, running.attached, metrics=metrics)
     running.print_end(result, console, outputs)
     raise typer.Exit(attach_exit_code(result))
 

@@ -32,13 +32,7 @@ def compare_policies(
         "warmup", "stall_timeout", duration=options.duration("30s", "Workload time per policy.")
     ),
     plot: Path = typer.Option(None, "--plot", help="Write a PNG of RSS and depth per policy (needs the plot extra)."),
-    outputs: Outputs = Outputs.take(
-        "output",
-        "markdown",
-        run_dir=options.run_dir("compare"),
-        html=options.html_page("the comparison"),
-        json_output=options.json_document("the JSON bundle (as --output writes it)"),
-    ),
+    outputs: Outputs = options.bundle_outputs("compare", "the comparison"),
     progress: Progress = Progress.take("no_live"),
 ) -> None:
     """Run the same seeded workload under each policy and put the results side by side."""

@@ -29,13 +29,7 @@ def sglang_scan(
     ),
     ranks: Ranks = Ranks.take("pp", "sglang_class"),
     measure: Measurement = Measurement.take(duration=options.duration("10s", "Workload time per release.")),
-    outputs: Outputs = Outputs.take(
-        "output",
-        "markdown",
-        run_dir=options.run_dir("sglang-scan"),
-        html=options.html_page("the scan"),
-        json_output=options.json_document("the JSON bundle (as --output writes it)"),
-    ),
+    outputs: Outputs = options.bundle_outputs("sglang-scan", "the scan"),
     progress: Progress = Progress.take("no_live"),
 ) -> None:
     """Run SGLang's own PP-sync code from each release in a range: where the leak came and went."""

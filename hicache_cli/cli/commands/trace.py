@@ -50,7 +50,7 @@ def trace(
     configure.check_run_options(outputs, progress)
     metrics = running.serve_metrics(ctx, progress.metrics_port, progress.metrics_host, config)
     directory = create_run_dir(outputs.run_dir, "trace")
-    result, console = running.run_traced(config, directory, progress, outputs, metrics=metrics)
+    result, console = running.observe(config, directory, progress, outputs, running.traced, metrics=metrics)
     running.print_end(result, console, outputs)
     raise typer.Exit(trace_exit_code(result))
 
