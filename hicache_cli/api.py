@@ -87,13 +87,13 @@ def trace(
     instead of this process's stdout and stderr.
     """
     config = traced_config(
-        command_argv(command),
-        loop,
-        duration_s,
-        probe_hz,
-        warmup_s,
-        leak_threshold_mb_per_h,
-        stall_timeout_s,
+        command=command_argv(command),
+        loop=loop,
+        duration_s=duration_s,
+        probe_hz=probe_hz,
+        warmup_s=warmup_s,
+        leak_threshold_mb_per_h=leak_threshold_mb_per_h,
+        stall_timeout_s=stall_timeout_s,
     )
     directory = create_run_dir(_path(run_dir), "trace")
     result = execute(config, directory, on_samples or _ignore, early_stop=early_stop, passthrough=not capture_output)
@@ -120,7 +120,12 @@ def attach_to(
     (a UsageError) with the command's one line; `report.target.processes` says how each went.
     """
     config = attached_config(
-        [pids] if isinstance(pids, int) else list(pids), duration_s, probe_hz, warmup_s, leak_threshold_mb_per_h, census
+        pids=[pids] if isinstance(pids, int) else list(pids),
+        duration_s=duration_s,
+        probe_hz=probe_hz,
+        warmup_s=warmup_s,
+        leak_threshold_mb_per_h=leak_threshold_mb_per_h,
+        census=census,
     )
     directory = create_run_dir(_path(run_dir), config.label, private=config.target.private_run_dir)
     result = execute(config, directory, on_samples or _ignore, early_stop=early_stop)

@@ -5,23 +5,27 @@ docs/report.md are the code's."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
+import typing
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
 
 from cache.faults import SHAPES
 from hicache_cli.analysis.report import environment
+from hicache_cli.analysis.results import Report
 from hicache_cli.cli.conventions import plain_help
 from hicache_cli.cli.main import app, main
-from hicache_cli.cli.options import FAULT
-from hicache_cli.config import RunConfig, StressConfig
+from hicache_cli.cli.options import FAULT_HELP
+from hicache_cli.config import StressConfig
+from hicache_cli.records import Record, record_fields
 from hicache_cli.sample import Sample
-from hicache_cli.targets import AttachedProcess, ModelTarget, SGLangTarget, TracedCommand
 from tests.conftest import build_pp2_report
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -109,7 +113,7 @@ def test_every_option_in_commands_md_exists(commands: dict, in_docs: tuple) -> N
 
 def test_the_fault_help_names_every_kind() -> None:
     for shape in SHAPES.values():
-        assert shape in FAULT.help
+        assert shape in FAULT_HELP
 
 
 def test_faults_md_lists_every_kind_and_no_other() -> None:
@@ -170,17 +174,117 @@ def report_md_row(key: str) -> str:
     return match.group(1)
 
 
-def test_report_md_names_every_config_key() -> None:
-    row = report_md_row("config")
-    missing = [f.name for f in fields(RunConfig) if f"`{f.name}`" not in row]
-    assert missing == []
+# The report's tables in docs/report.md, by the key path of the records each documents; a
+# record below one of these is documented in the rows of its nearest one (`ranks.rss`: the
+# per-rank rows that name `rss`).
+TABLES = {"": "### Top level", "ranks": "### Per rank", "target.processes": "### The census"}
+CODE = re.compile(r"`([^`]+)`")
+WORD = re.compile(r"[A-Za-z_][\w.]*")
 
 
-@pytest.mark.parametrize("target", [ModelTarget, SGLangTarget, TracedCommand, AttachedProcess])
-def test_report_md_names_every_key_of_every_target(target: type) -> None:
-    row = report_md_row("config.target")
-    missing = [k for k in target().to_dict() if f"`{k}`" not in row]
-    assert missing == []
+def record_classes(hint: Any) -> list[type[Record]]:
+    """The record types a field's type holds (an optional's, a list's items, a union's), each
+    with every subclass (a `TargetSection` is one of its kinds)."""
+    found: list[type[Record]] = []
+    todo = [hint]
+    while todo:
+        t = todo.pop()
+        todo.extend(typing.get_args(t))
+        if isinstance(t, type) and issubclass(t, Record):
+            family = [t]
+            while family:
+                cls = family.pop()
+                found.append(cls)
+                family.extend(cls.__subclasses__())
+    return found
+
+
+def keys_of(cls: type[Record]) -> list[str]:
+    """A record's JSON keys: its fields', and any its to_dict() adds (a target's `kind`)."""
+    keys = [f.key for f in record_fields(cls)]
+    try:
+        keys += [k for k in cls().to_dict() if k not in keys]
+    except TypeError:  # a record with a field that has no default
+        pass
+    return keys
+
+
+def report_keys(root: type[Record] = Report) -> list[tuple[str, str]]:
+    """(the path of a record in the report, one of its keys), for every record a report holds."""
+    out: list[tuple[str, str]] = []
+    seen: set[tuple[type, str]] = set()
+
+    def walk(cls: type[Record], path: str) -> None:
+        if (cls, path) in seen:
+            return
+        seen.add((cls, path))
+        out.extend((path, key) for key in keys_of(cls) if (path, key) not in out)
+        for f in record_fields(cls):
+            for sub in record_classes(f.hint):
+                walk(sub, f"{path}.{f.key}".lstrip("."))
+
+    walk(root, "")
+    return out
+
+
+def report_md_tables(text: str) -> dict[str, list[tuple[set[str], set[str]]]]:
+    """Each table of TABLES as rows: (the words of its first cell's code, the words of all its code)."""
+    tables: dict[str, list[tuple[set[str], set[str]]]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            current = next((path for path, heading in TABLES.items() if line.startswith(heading)), None)
+        elif current is not None and line.startswith("| ") and not line.startswith("| key"):
+            first = line.split("|")[1]
+            words = lambda cell: {w for code in CODE.findall(cell) for w in WORD.findall(code)}  # noqa: E731
+            tables.setdefault(current, []).append((words(first), words(line)))
+    return tables
+
+
+def undocumented(text: str, root: type[Record] = Report) -> list[str]:
+    """Every key of the report that has no row in docs/report.md (`text`): a key of a table's
+    own record is the first cell of one of its rows (`rss.start_bytes` names `rss`); a key of a
+    record below is named (`start_bytes`, `rss.start_bytes`) in the rows of its field there."""
+    tables = report_md_tables(text)
+    missing = []
+    for path, key in report_keys(root):
+        table = max((t for t in TABLES if path == t or path.startswith(t + ".") or t == ""), key=len)
+        relative = path[len(table) :].lstrip(".")
+        rows = tables.get(table, [])
+        if not relative:
+            named = any(any(w == key or w.startswith(key + ".") for w in first) for first, _ in rows)
+        else:
+            field = relative.split(".")[0]
+            under = [
+                all_words for first, all_words in rows if any(w == field or w.startswith(field + ".") for w in first)
+            ]
+            named = any(any(w == key or w.endswith("." + key) for w in words) for words in under)
+        if not named:
+            missing.append(f"{path}.{key}".lstrip("."))
+    return missing
+
+
+def test_report_md_has_a_row_for_every_key_of_the_report() -> None:
+    """Every key a report holds (Report, RankReport and every record below them, the config and
+    each kind of target and target section included) is in docs/report.md's tables: a key
+    added to a record without its row fails here, by its path."""
+    keys = report_keys()
+    assert len(keys) > 150 and ("ranks", "rounds_per_s") in keys and ("config.target", "class") in keys
+    assert undocumented((DOCS / "report.md").read_text()) == []
+
+
+def test_a_key_without_a_row_is_named() -> None:
+    """The test of the test above: a key added to a record, and a row taken away."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Later(Report):
+        brand_new_key: int = 0
+
+    text = (DOCS / "report.md").read_text()
+    assert undocumented(text, Later) == ["brand_new_key"]
+    assert "ranks.rounds_per_s" in undocumented(text.replace("`rounds_per_s`", "`rounds`"))
+    assert "ranks.rss.detection_floor_mb_per_h" in undocumented(text.replace("`rss.detection_floor_mb_per_h`", "`x`"))
+    assert "config.target.wait_timeout_s" in undocumented(text.replace("`wait_timeout_s`", "`w`"))
 
 
 def test_report_md_names_every_environment_key() -> None:

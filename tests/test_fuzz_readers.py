@@ -32,8 +32,8 @@ from rich.console import Console
 from hicache_cli.analysis.baseline import Tolerance, compare, workload_difference
 from hicache_cli.analysis.report import load_report
 from hicache_cli.analysis.results import Report
-from hicache_cli.cli.commands.watch import follow
 from hicache_cli.cli.main import main
+from hicache_cli.cli.running import follow
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.execution import rebuild_report

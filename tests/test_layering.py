@@ -141,27 +141,92 @@ def group(module: str) -> str | None:
     return name if name in ALLOWED else "core"
 
 
-def imports_of(path: Path, root: Path) -> set[str]:
+# The core's floors, bottom up: a core module imports only core modules on a floor below its
+# own. A core module on no floor is named by test_every_core_module_is_on_a_floor.
+FLOORS: tuple[frozenset[str], ...] = (
+    # what everything names, importing nothing of ours
+    frozenset({"errors", "files", "histogram", "protocol", "records", "version", "workflow_commands"}),
+    # single facts on those: a sample, a duration, a run directory, an attached pid, a run's end
+    frozenset({"attached", "lifecycle", "rundir", "sample", "units"}),
+    # what a run is made of: its samples in memory, its target, its stalls
+    frozenset({"series", "targets", "watchdog"}),
+    # the run as a whole: its config, how it ended
+    frozenset({"config", "outcome"}),
+)
+
+
+def floor(module: str) -> int | None:
+    """The floor of a core module (`hicache_cli.config`); the package's own names (its
+    `__init__`, loaded lazily) stand above them all; None: on no floor."""
+    if module == "hicache_cli":
+        return len(FLOORS)
+    name = module.split(".")[1]
+    return next((i for i, names in enumerate(FLOORS) if name in names), None)
+
+
+def module_name(path: Path, root: Path) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def imports_of(path: Path, root: Path, typing_only: bool = True) -> set[str]:
     """Every module a file imports, at any depth of its code (lazy imports included):
-    `from package import module` names the module, `from module import name` the module."""
+    `from package import module` names the module, `from module import name` the module; a
+    relative import as the absolute one it is; `importlib.import_module("...")` and
+    `__import__("...")` of a literal name as an import. `typing_only=False` leaves out what is
+    imported only for type checking (`if TYPE_CHECKING:`)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = set() if typing_only else {id(n) for block in _type_checking_blocks(tree) for n in ast.walk(block)}
+    package = module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            where = root.joinpath(*node.module.split("."))
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            if not module:
+                continue
+            where = root.joinpath(*module.split("."))
             for alias in node.names:
                 is_module = (where / f"{alias.name}.py").exists() or (where / alias.name).is_dir()
-                names.add(f"{node.module}.{alias.name}" if is_module else node.module)
+                names.add(f"{module}.{alias.name}" if is_module else module)
         elif isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
+        elif isinstance(node, ast.Call) and _imports_by_name(node.func) and node.args:
+            if isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                names.add(node.args[0].value)
     return names
+
+
+def _imports_by_name(func: ast.expr) -> bool:
+    """`importlib.import_module`, `import_module`, `__import__`."""
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name in ("import_module", "__import__")
+
+
+def _type_checking_blocks(tree: ast.AST) -> list[ast.If]:
+    def is_flag(test: ast.expr) -> bool:
+        return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        )
+
+    return [n for n in ast.walk(tree) if isinstance(n, ast.If) and is_flag(n.test)]
+
+
+def our_modules(root: Path) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted((root / "hicache_cli").rglob("*.py"))}
 
 
 def upward_imports(root: Path) -> list[tuple[str, str]]:
     """(module, what it imports) for each import between our packages that the layering does
-    not allow, or from one command into another, in the tree under `root`."""
+    not allow, or from one command into another; inside the core, each import of a module on
+    the same floor or above; inside a package, each import on a cycle (a module importing
+    one that imports it back, directly or through others) - in the tree under `root`."""
     found = []
-    for path in sorted((root / "hicache_cli").rglob("*.py")):
-        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+    modules = our_modules(root)
+    for module, path in modules.items():
         src = group(module)
         assert src is not None
         for name in sorted(imports_of(path, root)):
@@ -173,11 +238,51 @@ def upward_imports(root: Path) -> list[tuple[str, str]]:
                 found.append((module, name))
             elif dst != src and dst not in ALLOWED[src]:
                 found.append((module, name))
-    return found
+            elif src == dst == "core" and name in modules:
+                below, above = floor(module), floor(name)
+                if below is not None and above is not None and above >= below and name != module:
+                    found.append((module, name))
+    return found + package_cycles(root, modules)
+
+
+def package_cycles(root: Path, modules: dict[str, Path]) -> list[tuple[str, str]]:
+    """Each import (module, what it imports) on a cycle among the modules of one package:
+    inside a package imports flow one way too. What is imported only for type checking is no
+    dependency at run time and is left out (lint's walker mixins name the walker for `self`:
+    issue 40, item 4)."""
+    edges = {
+        m: {n for n in imports_of(p, root, typing_only=False) if n in modules and n != m and _same_package(m, n)}
+        for m, p in modules.items()
+        if m.count(".") >= 2
+    }
+    reach: dict[str, set[str]] = {}
+
+    def reachable(start: str) -> set[str]:
+        if start not in reach:
+            seen, todo = set(), [start]
+            while todo:
+                for nxt in edges.get(todo.pop(), ()):
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        todo.append(nxt)
+            reach[start] = seen
+        return reach[start]
+
+    return sorted((m, n) for m, targets in edges.items() for n in targets if m in reachable(n))
+
+
+def _same_package(a: str, b: str) -> bool:
+    return a.rsplit(".", 1)[0] == b.rsplit(".", 1)[0]
 
 
 def test_our_packages_import_only_downwards() -> None:
     assert upward_imports(REPO) == []
+
+
+def test_every_core_module_is_on_a_floor() -> None:
+    core = [m for m in our_modules(REPO) if group(m) == "core"]
+    assert len(core) > 15
+    assert [m for m in core if floor(m) is None] == []
 
 
 @pytest.mark.parametrize(
@@ -192,10 +297,31 @@ def test_our_packages_import_only_downwards() -> None:
         ("rank/probe2.py", "import hicache_cli.launch.supervisor\n", "hicache_cli.launch.supervisor"),
         ("targets2.py", "from hicache_cli.analysis import results\n", "hicache_cli.analysis"),
         ("cli/commands/stress2.py", "from hicache_cli.cli.commands import trace\n", "hicache_cli.cli.commands.trace"),
+        # inside the core: a floor-1 module importing one of floor 3
+        ("units.py", "from hicache_cli.config import RunConfig\n", "hicache_cli.config"),
+        # inside the core: two modules of one floor
+        ("series.py", "from hicache_cli import targets\n", "hicache_cli.targets"),
+        # inside a package: the report's records importing what builds them (which imports them)
+        (
+            "analysis/results.py",
+            "from hicache_cli.analysis.report import build_report\n",
+            "hicache_cli.analysis.report",
+        ),
+        # a relative import, as the absolute one it is
+        ("analysis/verdicts.py", "from ..present import progress\n", "hicache_cli.present.progress"),
+        ("present/late.py", "from ..cli import running\n", "hicache_cli.cli.running"),
+        # importlib, with a literal name; and __import__
+        (
+            "rank/probe2.py",
+            "import importlib\n\ndef f():\n    return importlib.import_module('hicache_cli.launch.supervisor')\n",
+            "hicache_cli.launch.supervisor",
+        ),
+        ("tracer/late.py", "present = __import__('hicache_cli.present.dashboard')\n", "hicache_cli.present.dashboard"),
     ],
 )
 def test_an_upward_import_is_found(tmp_path: Path, module: str, source: str, upward: str) -> None:
-    """The test of the test: the same check on a tree with one upward import added."""
+    """The test of the test: the same check on a tree with one upward import added (a new
+    module, or an existing one rewritten)."""
     tree = tmp_path / "hicache_cli"
     for path in (REPO / "hicache_cli").rglob("*.py"):
         copy = tree / path.relative_to(REPO / "hicache_cli")
@@ -206,6 +332,21 @@ def test_an_upward_import_is_found(tmp_path: Path, module: str, source: str, upw
     assert [m for m, name in found if name == upward or name.startswith(upward + ".")] == [
         "hicache_cli." + module.removesuffix(".py").replace("/", ".")
     ]
+
+
+def test_a_cycle_only_for_type_checking_is_allowed_and_a_core_module_off_the_floors_is_named(tmp_path: Path) -> None:
+    """What the checks above let through: an import for type checking only (no dependency at
+    run time); and what they ask: a new core module is put on a floor."""
+    tree = tmp_path / "hicache_cli"
+    for path in (REPO / "hicache_cli").rglob("*.py"):
+        copy = tree / path.relative_to(REPO / "hicache_cli")
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    typed = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from hicache_cli.analysis.report import Run\n"
+    (tree / "analysis" / "results.py").write_text(typed, encoding="utf-8")
+    assert upward_imports(tmp_path) == []
+    (tree / "late_core.py").write_text("", encoding="utf-8")
+    assert [m for m in our_modules(tmp_path) if group(m) == "core" and floor(m) is None] == ["hicache_cli.late_core"]
 
 
 def test_what_attach_injects_uses_only_the_standard_library() -> None:

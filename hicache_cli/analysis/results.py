@@ -369,7 +369,7 @@ class RankReport(Record):
 @dataclass(frozen=True)
 class Rebuilt(Record):
     """`hicache report build`: when, by which hicache, and the fields only the launching
-    hicache knew (estimated, or unknown: null) (launch/rebuild.py)."""
+    hicache knew (estimated, or unknown: null) (execution.rebuild_report)."""
 
     at: float = field_spec(required=True, default=0.0)
     hicache_version: str | None = None

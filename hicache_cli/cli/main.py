@@ -6,18 +6,18 @@ import sys
 
 import typer
 
-from cache.policies import POLICIES, describe
 from hicache_cli.cli import conventions
 from hicache_cli.cli.commands import report, report_build
-from hicache_cli.cli.commands.attach import ATTACH_EXAMPLES, attach
+from hicache_cli.cli.commands.attach import attach
 from hicache_cli.cli.commands.check import check
 from hicache_cli.cli.commands.compare import compare_policies
 from hicache_cli.cli.commands.doctor import doctor
-from hicache_cli.cli.commands.lint import LINT_EXAMPLES, lint
+from hicache_cli.cli.commands.lint import lint
 from hicache_cli.cli.commands.sglang_scan import sglang_scan
 from hicache_cli.cli.commands.stress import stress
-from hicache_cli.cli.commands.trace import TRACE_EXAMPLES, trace
+from hicache_cli.cli.commands.trace import trace
 from hicache_cli.cli.commands.watch import watch
+from hicache_cli.cli.epilogs import ATTACH_EXAMPLES, LINT_EXAMPLES, STRESS_EXAMPLES, TRACE_EXAMPLES
 from hicache_cli.errors import HicacheError, ReportNotWritten
 from hicache_cli.lifecycle import STOPS
 from hicache_cli.present.progress import inert, verdict_lines
@@ -41,25 +41,6 @@ ROOT_HELP = (
 def root(version: bool = conventions.VERSION) -> None:
     """The command group; each command is its own module under hicache_cli/cli/commands."""
 
-
-POLICY_LINES = "\n\n".join(f"{name}: {describe(name)}" for name in POLICIES)
-
-STRESS_EXAMPLES = f"""Policies:
-
-{POLICY_LINES}
-
-Examples:
-
-  hicache stress --pp 2 --policy reap       # the leak: rank 0's list grows
-
-  hicache stress --pp 2 --policy drain      # the fix: depth <= 2
-
-  hicache stress --pp 4 --workload idle     # the incident: an idle server
-
-  hicache stress --target sglang==0.5.14    # SGLang 0.5.14 itself
-
-  hicache stress --target sglang:~/sglang   # your checkout or patch
-"""
 
 app.command(epilog=STRESS_EXAMPLES)(stress)
 # Everything after the first argument of the program is the program's, not ours.

@@ -1,13 +1,14 @@
-"""Every option more than one command takes, declared once: its name, its help and its
-default, the default taken from the config field it sets (RunConfig, ModelTarget), so the
-command line and the library cannot disagree. A command adds only what is its own.
-
-`given(ctx, name)` says whether the user gave an option (click's ParameterSource), never by
-comparing a value with its default.
+"""Every option more than one command takes, declared once, in the group it travels with:
+its name, its help and its default, the default taken from the config field it sets
+(RunConfig, ModelTarget), so the command line and the library cannot disagree. A command
+takes groups (groups.py) and adds only what is its own; configure.py builds every config
+from the groups, by keyword.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -15,7 +16,9 @@ import typer
 from cache.faults import SHAPES as FAULT_SHAPES
 from cache.policies import POLICIES
 from cache.workload import PRESETS
+from hicache_cli.cli.groups import Group, option
 from hicache_cli.config import RunConfig
+from hicache_cli.protocol import SECRET_ENV
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES
 from hicache_cli.targets import ModelTarget
 
@@ -28,27 +31,14 @@ def seconds(value: float) -> str:
     return f"{value:g}s"
 
 
-def given(ctx: typer.Context, name: str) -> bool:
-    """Whether the option `name` (the parameter's name) was given on the command line or by
-    its environment variable, rather than left at its default."""
-    source = ctx.get_parameter_source(name)  # click's ParameterSource (typer carries its own click)
-    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
-
-
-def given_any(ctx: typer.Context, names: tuple[str, ...]) -> str | None:
-    """The first of `names` that was given, as its option (`--pp-backend`), or None."""
-    return next(("--" + name.replace("_", "-") for name in names if given(ctx, name)), None)
-
-
 POLICY_HELP = "Drain policy: " + ", ".join(POLICIES) + ". See docs/policies.md."
+RUN_DURATION = seconds(_RUN.duration_s or 0.0)  # a run of hicache's own ranks, when not given
+FAULT_HELP = "Inject a fault (repeatable): " + ", ".join(FAULT_SHAPES.values()) + ". See docs/faults.md."
 
 
 def policy(default_word: str) -> Any:
     """--policy; None when not given (each command has its own default, and --target sglang none)."""
     return typer.Option(None, "--policy", "-p", help=f"{POLICY_HELP} Default: {default_word}.")
-
-
-RUN_DURATION = seconds(_RUN.duration_s or 0.0)  # a run of hicache's own ranks, when not given
 
 
 def duration(default: str | None, text: str) -> Any:
@@ -75,67 +65,183 @@ def html_page(what: str) -> Any:
     )
 
 
-REPORT = typer.Option(None, "--report", help="Also write the JSON report here.")
-HTML = html_page("the report")
-MARKDOWN = typer.Option(None, "--markdown", help="Write the table as Markdown (for a PR comment).")
-PP = typer.Option(_SHAPE.pp, "--pp", help="Pipeline-parallel stages (ranks per pipeline).")
-TP = typer.Option(_SHAPE.tp, "--tp", help="Tensor-parallel ranks per stage; world size is pp x tp.")
-WORKLOAD = typer.Option(
-    _SHAPE.workload, "--workload", help="Preset: " + ", ".join(PRESETS) + " (idle = the incident's idle server)."
-)
-REQUEST_RATE = typer.Option(None, "--request-rate", help="Chance a busy round admits a request (0-1).")
-PREFIX_SHARING = typer.Option(None, "--prefix-sharing", help="Share of requests with a shared prefix (0-1).")
-IDLE_FRACTION = typer.Option(None, "--idle-fraction", help="Share of rounds with nothing to do (0-1).")
-SEED = typer.Option(_SHAPE.seed, "--seed", help="Workload seed; every rank uses the same.")
-PROBE_HZ = typer.Option(_RUN.probe_hz, "--probe-hz", help="Samples per second per rank.")
-WAIT_TIMEOUT = typer.Option(
-    seconds(_SHAPE.wait_timeout_s), "--wait-timeout", help="bounded-drain: longest a round's drain may wait."
-)
-WARMUP = typer.Option(
-    None, "--warmup", help="Start of the run left out of trends (default: where each rank's RSS settles)."
-)
-LEAK_THRESHOLD = typer.Option(
-    _RUN.leak_threshold_mb_per_h, "--leak-threshold", help="RSS slope in MB/h above which RSS counts as growing."
-)
-FAULT = typer.Option(
-    [],
-    "--fault",
-    help="Inject a fault (repeatable): " + ", ".join(FAULT_SHAPES.values()) + ". See docs/faults.md.",
-)
-STALL_TIMEOUT = typer.Option(
-    seconds(_RUN.stall_timeout_s),
-    "--stall-timeout",
-    help="A rank whose round runs longer is stalled: stacks dumped, run ended.",
-)
-TARGET = typer.Option(
-    ModelTarget.kind,
-    "--target",
-    help="What runs the PP sync: model (hicache's cache model, under --policy), sglang (the installed "
-    "SGLang's own methods), sglang==VERSION (a release, fetched once) or sglang:PATH (a checkout or file). "
-    "See docs/sglang.md.",
-)
-SGLANG_CLASS = typer.Option(
-    "auto", "--sglang-class", help="With --target sglang: " + ", ".join(CLASS_CHOICES) + " (auto: the first present)."
-)
-PORT = typer.Option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one).")
-NO_LIVE = typer.Option(False, "--no-live", help="Plain progress lines instead of the live dashboard.")
-REFRESH = typer.Option(4.0, "--refresh", help="Live dashboard refreshes per second.")
-METRICS_PORT = typer.Option(
-    None,
-    "--metrics-port",
-    help="Serve Prometheus metrics on this port while the run lasts: per rank RSS, work-list depth, loop "
-    "latency, rounds (0: a free port). Needs the metrics extra. See docs/dashboard.md.",
-)
-METRICS_HOST = typer.Option(
-    None, "--metrics-host", help="Address the metrics endpoint listens on (default 127.0.0.1; 0.0.0.0: every one)."
-)
-JSON = json_document("the report as one JSON document")
-DEVICE = typer.Option(_SHAPE.device, "--device", help="auto (a GPU when there is one), cpu or cuda.")
-PP_BACKEND = typer.Option(
-    _SHAPE.pp_backend,
-    "--pp-backend",
-    help="Backend of the TP and PP-sync groups: gloo (as SGLang) or nccl (CUDA tensors; a GPU for each rank).",
-)
+@dataclass(frozen=True)
+class Ranks(Group):
+    """What hicache's own ranks run (its model, or SGLang's code): the target, its shape, its
+    workload, the faults injected and the devices. Meaningless for a program traced or a
+    process attached to, where the program is the workload."""
+
+    panel = "Workload (hicache's own ranks)"
+    policy: str | None = option(None, "--policy", "-p", help=f"{POLICY_HELP} Default: reap.")  # None: the target's
+    target: str = option(
+        ModelTarget.kind,
+        "--target",
+        help="What runs the PP sync: model (hicache's cache model, under --policy), sglang (the installed "
+        "SGLang's own methods), sglang==VERSION (a release, fetched once) or sglang:PATH (a checkout or file). "
+        "See docs/sglang.md.",
+    )
+    sglang_class: str = option(
+        "auto",
+        "--sglang-class",
+        help="With --target sglang: " + ", ".join(CLASS_CHOICES) + " (auto: the first present).",
+    )
+    pp: int = option(_SHAPE.pp, "--pp", help="Pipeline-parallel stages (ranks per pipeline).")
+    tp: int = option(_SHAPE.tp, "--tp", help="Tensor-parallel ranks per stage; world size is pp x tp.")
+    workload: str = option(
+        _SHAPE.workload, "--workload", help="Preset: " + ", ".join(PRESETS) + " (idle = the incident's idle server)."
+    )
+    request_rate: float | None = option(None, "--request-rate", help="Chance a busy round admits a request (0-1).")
+    prefix_sharing: float | None = option(
+        None, "--prefix-sharing", help="Share of requests with a shared prefix (0-1)."
+    )
+    idle_fraction: float | None = option(None, "--idle-fraction", help="Share of rounds with nothing to do (0-1).")
+    seed: int = option(_SHAPE.seed, "--seed", help="Workload seed; every rank uses the same.")
+    wait_timeout: str = option(
+        seconds(_SHAPE.wait_timeout_s), "--wait-timeout", help="bounded-drain: longest a round's drain may wait."
+    )
+    faults: tuple[str, ...] = option((), "--fault", help=FAULT_HELP)
+    device: str = option(_SHAPE.device, "--device", help="auto (a GPU when there is one), cpu or cuda.")
+    pp_backend: str = option(
+        _SHAPE.pp_backend,
+        "--pp-backend",
+        help="Backend of the TP and PP-sync groups: gloo (as SGLang) or nccl (CUDA tensors; a GPU for each rank).",
+    )
+
+
+# The model workload's presets, overridden (stress only: check and compare-policies run the presets).
+PRESET_OVERRIDES = ("request_rate", "prefix_sharing", "idle_fraction")
+
+
+@dataclass(frozen=True)
+class Measurement(Group):
+    """How a run is measured, whatever runs: RunConfig's own settings, as typed (durations as
+    text: 30s, 2m)."""
+
+    panel = "Measurement"
+    duration: str | None = option(
+        RUN_DURATION, "--duration", "-d", help="Workload time per rank: 15s, 2m, or seconds."
+    )  # None: until the target ends by itself
+    probe_hz: float = option(_RUN.probe_hz, "--probe-hz", help="Samples per second per rank.")
+    warmup: str | None = option(
+        None, "--warmup", help="Start of the run left out of trends (default: where each rank's RSS settles)."
+    )
+    leak_threshold: float = option(
+        _RUN.leak_threshold_mb_per_h, "--leak-threshold", help="RSS slope in MB/h above which RSS counts as growing."
+    )
+    stall_timeout: str = option(
+        seconds(_RUN.stall_timeout_s),
+        "--stall-timeout",
+        help="A rank whose round runs longer is stalled: stacks dumped, run ended.",
+    )
+
+
+@dataclass(frozen=True)
+class Outputs(Group):
+    """What a command writes besides its run directory's files, and where that directory is."""
+
+    panel = "Outputs"
+    run_dir: Path | None = option(None, "--run-dir", help="Run directory (default ./hicache-runs/<time>-<policy>/).")
+    report: Path | None = option(None, "--report", help="Also write the JSON report here.")
+    output: Path | None = option(None, "--output", "-o", help="Also write the JSON bundle of all runs here.")
+    markdown: Path | None = option(None, "--markdown", help="Write the table as Markdown (for a PR comment).")
+    html: Path | None = option(
+        None,
+        "--html",
+        help="Also write the report as one self-contained HTML page here, at the end (docs/report.md).",
+    )
+    json_output: bool = option(
+        False, "--json", help="Print the report as one JSON document on stdout; everything else goes to stderr."
+    )
+
+    def files(self) -> dict[str, Path | None]:
+        """The files it names, by option (run_dir aside: a directory of its own)."""
+        return {"report": self.report, "output": self.output, "markdown": self.markdown}
+
+
+def bundle_outputs(series: str, what: str) -> Any:
+    """What a series of runs side by side writes (compare-policies, sglang-scan): its bundle
+    (--output, --json), its table (--markdown), `what` as a page (--html), and its directory."""
+    return Outputs.take(
+        "output",
+        "markdown",
+        run_dir=run_dir(series),
+        html=html_page(what),
+        json_output=json_document("the JSON bundle (as --output writes it)"),
+    )
+
+
+@dataclass(frozen=True)
+class Progress(Group):
+    """How a run shows itself while it goes: the live dashboard or plain lines, and the
+    Prometheus endpoint."""
+
+    panel = "Progress"
+    no_live: bool = option(False, "--no-live", help="Plain progress lines instead of the live dashboard.")
+    refresh: float = option(4.0, "--refresh", help="Live dashboard refreshes per second.")
+    metrics_port: int | None = option(
+        None,
+        "--metrics-port",
+        help="Serve Prometheus metrics on this port while the run lasts: per rank RSS, work-list depth, loop "
+        "latency, rounds (0: a free port). Needs the metrics extra. See docs/dashboard.md.",
+    )
+    metrics_host: str | None = option(
+        None, "--metrics-host", help="Address the metrics endpoint listens on (default 127.0.0.1; 0.0.0.0: every one)."
+    )
+
+
+@dataclass(frozen=True)
+class Rendezvous(Group):
+    """Where hicache's ranks meet: a port on this machine, or torchrun's c10d rendezvous across
+    nodes (docs/multinode.md)."""
+
+    panel = "Rendezvous and nodes"
+    port: int | None = option(None, "--port", help="Rendezvous port on 127.0.0.1 (default: a free one).")
+    nnodes: int = option(1, "--nnodes", help="Nodes the ranks span; run hicache on each (docs/multinode.md).")
+    node_rank: int | None = option(None, "--node-rank", help="This node's index; node 0 shows the dashboard.")
+    nproc_per_node: int | None = option(None, "--nproc-per-node", help="Ranks on this node (default pp x tp / nnodes).")
+    rdzv_endpoint: str | None = option(None, "--rdzv-endpoint", help="HOST:PORT of torchrun's c10d rendezvous.")
+    rdzv_id: str = option("hicache", "--rdzv-id", help="Run id, the same on every node.")
+    sample_port: int | None = option(
+        None, "--sample-port", help="Port of node 0's sample store (default: the rendezvous port + 1)."
+    )
+    run_secret: str | None = option(
+        None,
+        "--run-secret",
+        envvar=SECRET_ENV,
+        show_envvar=True,
+        show_default=False,
+        help="Across machines: the secret every node of the run is given (16+ characters; the environment "
+        "variable keeps it out of `ps`). On loopback node 0 makes one for this user.",
+    )
+
+
+@dataclass(frozen=True)
+class Gate(Group):
+    """`check`'s thresholds and what it compares with (docs/ci.md)."""
+
+    panel = "Gate"
+    max_duration: str | None = option(
+        None, "--max-duration", help="Stop as soon as the verdict is settled, at the latest after this long."
+    )
+    max_rss_slope: str = option(
+        "200MB/h", "--max-rss-slope", help="Fail when RSS grows faster (e.g. 200MB/h, 1GB/h, 50KB/s)."
+    )
+    max_depth: int | None = option(None, "--max-depth", help="Fail when a work list ever holds more Works.")
+    max_p99_ms: float | None = option(None, "--max-p99-ms", help="Fail when a rank's loop p99 exceeds this.")
+    baseline: Path | None = option(
+        None,
+        "--baseline",
+        help="Also fail when this run is worse than this report (or run directory) of the same workload: "
+        "RSS slope, peak depth, loop p99. See docs/ci.md.",
+    )
+    tolerance: tuple[str, ...] = option(
+        (),
+        "--tolerance",
+        help="With --baseline, how much worse is still noise (repeatable): slope=RATE beyond the baseline's "
+        "interval, depth=FACTOR, p99=FACTOR. Default: slope=50MB/h, depth=1.5x, p99=3x.",
+    )
+    junit: Path | None = option(None, "--junit", help="Write JUnit XML here (one test case per assertion per rank).")
+
 
 # A traced program's (`trace -- COMMAND`, `check -- COMMAND`).
 COMMAND = typer.Argument(None, metavar="-- COMMAND [ARGS]...", help="The program to run and watch, after --.")
@@ -144,9 +250,6 @@ LOOP = typer.Option(
     "--loop",
     help="MODULE:QUALNAME of a function the program calls once per round (e.g. a scheduler step): "
     "gives rounds/s, loop latency and stall detection.",
-)
-TRACE_STALL_TIMEOUT = typer.Option(
-    "60s", "--stall-timeout", help="With --loop: a call running longer is a stall: stacks dumped, program stopped."
 )
 # A process already running (`attach PID...`, `check --pid PID`).
 PIDS = typer.Argument(
@@ -159,22 +262,4 @@ PID = typer.Option(
     [],
     "--pid",
     help="Gate a process already running (repeatable): attach to it, trace it, detach. See docs/attach.md.",
-)
-NO_CENSUS = typer.Option(
-    False, "--no-census", help="Skip the census of the Works already held (it holds the GIL: docs/attach.md)."
-)
-
-# The options that shape hicache's own workload (meaningless for a traced program's).
-MODEL_OPTIONS = (
-    "policy",
-    "target",
-    "pp",
-    "tp",
-    "workload",
-    "seed",
-    "wait_timeout",
-    "fault",
-    "device",
-    "pp_backend",
-    "port",
 )

@@ -1,5 +1,6 @@
 """What a command writes besides its own text: progress notes on stderr, the one JSON
-document on stdout (`--json`), the GitHub step summary, the page (`--html`)."""
+document on stdout (`--json`), lint's findings on stdout, the GitHub step summary, the page
+(`--html`)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,32 @@ def write_html(doc: Report | Bundle, path: Path | None, console: Console) -> Non
         console.print(f"html: {write_page(doc, path)}", soft_wrap=True)
     except UsageError as exc:
         say(f"warning: --html: {exc}")
+
+
+def write_stdout(text: str, closed: bool) -> None:
+    """`text` (lint's findings) on stdout. One that cannot take them (closed, a full disk, /dev/full) is an
+    error of its own (exit 2: never 1, which means findings); a reader that went away (`| head`)
+    is not: what it read is what it wanted."""
+    if not text:
+        return
+    if closed or sys.stdout is None:
+        raise UsageError("cannot write the findings to stdout: it is closed")
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+    except (OSError, ValueError) as exc:  # ValueError: a stdout closed by the time it is written
+        _drop_stdout()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot write the findings to stdout: {reason}") from None
+
+
+def _drop_stdout() -> None:
+    """Point fd 1 at /dev/null, so Python's own flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass

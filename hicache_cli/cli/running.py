@@ -1,13 +1,13 @@
 """Running workloads from a command: one run with its progress view (the live dashboard
 or plain lines, served as metrics too), a traced program, processes attached to, a series
-of runs side by side (compare-policies, sglang-scan), and the exit code of an interrupted
-run."""
+of runs side by side (compare-policies, sglang-scan), what a run says at its end and the exit
+code of an interrupted run; and following a run directory (watch)."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,8 @@ from rich.console import Console
 
 from hicache_cli.analysis.results import Report
 from hicache_cli.attached import AttachedPid
-from hicache_cli.cli.output import say
+from hicache_cli.cli.options import Outputs, Progress
+from hicache_cli.cli.output import print_json, say, write_html
 from hicache_cli.config import RunConfig
 from hicache_cli.execution import RunResult, execute
 from hicache_cli.launch.nodes import NodeSpec
@@ -24,10 +25,36 @@ from hicache_cli.launch.supervisor import EarlyStop, View
 from hicache_cli.lifecycle import STOPS, exit_code_for
 from hicache_cli.present.dashboard import Dashboard
 from hicache_cli.present.metrics_exporter import MetricsExporter, beyond_loopback
-from hicache_cli.present.progress import LiveView, PlainProgress, human_stream, make_console
+from hicache_cli.present.progress import (
+    LiveView,
+    PlainProgress,
+    human_stream,
+    make_console,
+    summary_table,
+    verdict_lines,
+)
 from hicache_cli.present.trace_views import attached_lines
-from hicache_cli.rundir import create_run_dir
+from hicache_cli.protocol import REPORT_FILE
+from hicache_cli.sample import Sample
+from hicache_cli.series import RunFollower
 from hicache_cli.tracer.protocol import PROGRAM_LOG
+from hicache_cli.units import format_bytes
+
+
+def print_end(result: RunResult, console: Console, outputs: Outputs, note: str | None = None) -> None:
+    """What a run says at its end: the result table, each verdict, `note`, where the report
+    is; then the page (`--html`) and the JSON document (`--json`)."""
+    report = result.report
+    assert report is not None  # this machine wrote the report
+    console.print(summary_table(report, console.width))
+    for line in verdict_lines(report):
+        console.print(line)
+    if note is not None:
+        console.print(note)
+    console.print(f"report: {result.report_path}")
+    write_html(report, outputs.html, console)
+    if outputs.json_output:
+        print_json(report.to_dict())
 
 
 def exit_if_interrupted(*reports: Report) -> None:
@@ -96,108 +123,94 @@ def progress_view(
     yield plain if metrics is None else metrics.feeding(plain)
 
 
-def run_traced(
+# How someone else's processes are opened: the console hicache speaks on, and what execute()
+# is told (given the config, the run directory, whether the view is live, whether --json).
+Opening = Callable[[RunConfig, Path, bool, bool], tuple[Console, dict[str, Any]]]
+
+
+def observe(
     config: RunConfig,
     directory: Path,
-    no_live: bool,
-    refresh: float,
-    report: Path | None,
+    progress: Progress,
+    outputs: Outputs,
+    opening: Opening,
     early_stop: EarlyStop | None = None,
-    json_output: bool = False,
     metrics: MetricsExporter | None = None,
 ) -> tuple[RunResult, Console]:
-    """Run the program under the tracer: on a terminal with the dashboard (the program's
-    output kept in the run directory), else passing its output through (to stderr under
-    `--json`, whose document is stdout's). Returns the result and the console hicache's own
-    output goes to."""
-    live = wants_live(no_live, json_output)
+    """Someone else's processes (a program traced, processes attached to: `opening` says
+    which), followed with the dashboard on a terminal and plain lines off one. Returns the
+    result and the console hicache's own output goes to."""
+    live = wants_live(progress.no_live, outputs.json_output)
+    console, launch = opening(config, directory, live, outputs.json_output)
+    with progress_view(config, directory, console, live, metrics) as view:
+        refresh_s = 1.0 / progress.refresh if live else 0.5
+        result = execute(config, directory, view, report_copy=outputs.report, refresh_s=refresh_s,
+                         early_stop=early_stop, **launch)  # fmt: skip
+    return result, console
+
+
+def traced(config: RunConfig, directory: Path, live: bool, json_output: bool) -> tuple[Console, dict[str, Any]]:
+    """A program under the tracer: on a terminal its output goes to its log (the dashboard
+    has the terminal); off one it passes through (to stderr under `--json`, whose document is
+    stdout's), and hicache speaks on stderr."""
     console = make_console(live, to_stderr=json_output or not live)  # not live: stdout is the program's
     console.print(f"hicache {config.title()}")
     console.print(f"run directory: {directory}")
     if live:
         console.print(f"the program's output: {directory / PROGRAM_LOG}")
-    # on a terminal the dashboard has it: the program's output goes to its log
-    launch = {"passthrough": not live, "passthrough_to_stderr": json_output}
-    return _observe(config, directory, console, live, refresh, report, early_stop, metrics, launch), console
+    return console, {"passthrough": not live, "passthrough_to_stderr": json_output}
 
 
-def run_attached(
-    config: RunConfig,
-    directory: Path,
-    no_live: bool,
-    refresh: float,
-    report: Path | None,
-    early_stop: EarlyStop | None = None,
-    json_output: bool = False,
-    metrics: MetricsExporter | None = None,
-) -> tuple[RunResult, Console]:
-    """Attach to running processes (`attach`, `check --pid`): the dashboard on a terminal,
-    plain lines off one; each process's census said as soon as it is read. Returns the
-    result and the console hicache's output goes to (stderr under `--json`)."""
-    live = wants_live(no_live, json_output)
+def attached(config: RunConfig, directory: Path, live: bool, json_output: bool) -> tuple[Console, dict[str, Any]]:
+    """Processes attached to (`attach`, `check --pid`): each one's census said as soon as it
+    is read; hicache speaks on stderr under `--json`."""
     console = make_console(live, to_stderr=json_output)
     console.print(f"hicache {config.title()}; run directory {directory}")
 
-    def attached(process: AttachedPid) -> None:
+    def census(process: AttachedPid) -> None:
         for line in attached_lines(process):
             console.print(line)
 
-    launch = {"on_attached": attached}
-    return _observe(config, directory, console, live, refresh, report, early_stop, metrics, launch), console
+    return console, {"on_attached": census}
 
 
-def _observe(
-    config: RunConfig,
-    directory: Path,
-    console: Console,
-    live: bool,
-    refresh: float,
-    report: Path | None,
-    early_stop: EarlyStop | None,
-    metrics: MetricsExporter | None,
-    launch: dict[str, Any],
-) -> RunResult:
-    """Someone else's processes (traced or attached to), followed with a progress view."""
-    with progress_view(config, directory, console, live, metrics) as view:
-        refresh_s = 1.0 / refresh if live else 0.5
-        return execute(config, directory, view, report_copy=report, refresh_s=refresh_s, early_stop=early_stop,
-                       **launch)  # fmt: skip
+# -- following a run directory (watch) --------------------------------------------------------
+
+STALE_S = 15.0  # no new sample for this long and no report: the run is gone
+CATCH_UP_BYTES = 32 << 20  # of rank files read between two refreshes while catching up (~100k lines, a few s)
 
 
-@dataclass(frozen=True)
-class Step:
-    """One run of a series: its name (its directory under the series'), and how to make its
-    config, which may instead say why it is not run (not applicable)."""
-
-    name: str
-    prepare: Callable[[], RunConfig | str]
-
-
-def run_series(
-    steps: list[Step],
-    parent: Path,
-    console: Console,
-    live: bool,
-    detail: Callable[[RunConfig], str] = lambda config: "",
-    summary: Callable[[Report], str] = lambda report: str(report.verdict),
-) -> list[tuple[Step, RunConfig | str, Report | None]]:
-    """Run each step in a directory of its own under `parent`, one after another, saying
-    where the series is: `[2/5] drain ...`, then `summary(report)`; a step that is not run
-    says why. Ends after a run that was interrupted. Returns each step taken, with its config
-    (or why it was not run) and its report."""
-    done: list[tuple[Step, RunConfig | str, Report | None]] = []
-    for i, step in enumerate(steps, 1):
-        where = f"[{i}/{len(steps)}] {step.name}"
-        config = step.prepare()
-        if isinstance(config, str):
-            console.print(f"{where}: {config}")
-            done.append((step, config, None))
+def follow(run_dir: Path, config: RunConfig, view: View, refresh_s: float, note: Callable[[str], None] = print) -> str:
+    """Feed `view` until the run ends; returns why following stopped. What was written
+    before watch started is read CATCH_UP_BYTES at a time, refreshing the view between
+    reads (a day-long run's files take minutes to read) and saying so with `note`."""
+    follower = RunFollower(run_dir)
+    started = time.monotonic()
+    last_growth, last_count = started, -1
+    backlog = follower.backlog()
+    if backlog > CATCH_UP_BYTES:
+        note(f"reading {format_bytes(backlog)} of samples already written; the view follows as they are read")
+    while True:
+        samples = follower.poll(CATCH_UP_BYTES)
+        now = time.monotonic()
+        view(samples, now - started)
+        if not follower.caught_up:
+            last_growth = now
             continue
-        console.print(f"{where}{detail(config)} ...")
-        result = run_with_progress(config, create_run_dir(parent / step.name, config.label), console, live)
-        assert result.report is not None  # one machine: the report is written here
-        done.append((step, config, result.report))
-        console.print(f"{where}: {summary(result.report)}")
-        if result.report.interrupted or STOPS.signal is not None:
-            break
-    return done
+        count = sum(series.totals.samples for series in follower.run.ranks.values())  # kept ones are bounded
+        if count != last_count:
+            last_growth, last_count = now, count
+        if (run_dir / REPORT_FILE).exists():
+            return "finished"
+        if _all_final(samples, config.expected_ranks):
+            return "all ranks stopped"
+        if now - last_growth > STALE_S:
+            return f"no new samples for {STALE_S:.0f} s and no report: the run seems to have stopped"
+        time.sleep(refresh_s)
+
+
+def _all_final(samples: dict[int, list[Sample]], expected: int | None) -> bool:
+    """Every rank wrote its final line; a trace (None: ranks come as the program starts
+    them) needs at least one."""
+    enough = len(samples) >= (expected or 1)
+    return enough and all(s and s[-1].kind == "final" for s in samples.values())

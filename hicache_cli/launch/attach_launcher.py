@@ -20,14 +20,13 @@ from hicache_cli.attach import protocol
 from hicache_cli.attach.protocol import Census
 from hicache_cli.attach.session import AttachSession, Target, check
 from hicache_cli.attached import AttachedPid, CensusCost, HolderCount
-from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.launch.supervisor import ProcessTree, Stop, Watchdog
 from hicache_cli.lifecycle import owner_token
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
 from hicache_cli.targets import AttachedProcess
-from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
 
 OnAttached = Callable[[AttachedPid], None]  # told of each process tried, once its census is read
 # A process injected that had not run the text when hicache stopped (Ctrl-C during the attach):
@@ -36,27 +35,6 @@ UNANSWERED = "unanswered"
 NOT_YET = "it had not run the injected text when hicache stopped (if it ever does, it refuses)"
 DETACH_WAIT_S = 60.0  # how long each agent has to detach (and take its census) when asked
 INTERRUPTED_WAIT_S = 3.0  # the same when hicache was stopped by a signal: it ends within seconds
-
-
-def attach_config(
-    pids: list[int],
-    duration: str | None = None,
-    probe_hz: float = DEFAULT_PROBE_HZ,
-    warmup: str | None = None,
-    leak_threshold_mb_per_h: float = 100.0,
-    census: bool = True,
-    stall_timeout: str = "60s",
-) -> RunConfig:
-    """The config of an attach from its options as typed (durations as text, e.g. 60s)."""
-    return attached_config(
-        pids,
-        parse_duration(duration, "duration") if duration is not None else None,
-        probe_hz,
-        parse_duration(warmup, "warmup") if warmup is not None else None,
-        leak_threshold_mb_per_h,
-        census,
-        parse_duration(stall_timeout, "stall-timeout", MAX_TIMEOUT_S),
-    )
 
 
 def attached_config(

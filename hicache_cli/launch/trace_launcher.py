@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.supervisor import KILL_WAIT_S, ProcessTree, Stop, Watchdog
 from hicache_cli.lifecycle import owner_token, parent_death_signal
@@ -32,7 +32,6 @@ from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
 from hicache_cli.targets import TracedCommand
 from hicache_cli.tracer import protocol
-from hicache_cli.units import MAX_TIMEOUT_S, parse_duration
 
 FINAL_LINES_WAIT_S = 1.5  # after the stop file: time for every process to write its final line
 INTERRUPT_GRACE_S = 5.0  # after SIGINT, before SIGTERM
@@ -76,27 +75,6 @@ class OutputRelay:
             log.write(b"".join(self._held))
         with contextlib.suppress(OSError):
             os.write(STDERR_FD, HELD_NOTE.format(lines=len(self._held), log=self.log_path).encode())
-
-
-def trace_config(
-    command: list[str],
-    loop: str | None = None,
-    duration: str | None = None,
-    probe_hz: float = DEFAULT_PROBE_HZ,
-    warmup: str | None = None,
-    leak_threshold_mb_per_h: float = 100.0,
-    stall_timeout: str = "60s",
-) -> RunConfig:
-    """The config of a trace from its options as typed (durations as text, e.g. 30s)."""
-    return traced_config(
-        command,
-        loop,
-        parse_duration(duration, "duration") if duration is not None else None,
-        probe_hz,
-        parse_duration(warmup, "warmup") if warmup is not None else None,
-        leak_threshold_mb_per_h,
-        parse_duration(stall_timeout, "stall-timeout", MAX_TIMEOUT_S),
-    )
 
 
 def traced_config(

@@ -15,9 +15,10 @@ import pytest
 
 from hicache_cli.analysis.assess import assess_rank
 from hicache_cli.analysis.settle import CONFIRMATIONS, MIN_BOUNDED_S, MIN_LEAK_S, Settler
+from hicache_cli.cli.configure import trace_config
+from hicache_cli.cli.options import Measurement
 from hicache_cli.config import StressConfig
 from hicache_cli.launch import launcher
-from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.protocol import EARLY_STOP
 from hicache_cli.rank import probe as probe_module
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
@@ -126,7 +127,7 @@ def test_nothing_settles_until_every_rank_has_samples(make_pp2_run: MakeRun) -> 
 
 def test_a_traced_program_with_files_but_no_samples_yet_is_not_checked(make_pp2_run: MakeRun) -> None:
     # a traced program's world size is unknown (0): its ranks' files appear before their lines
-    settler = Settler(trace_config([sys.executable], duration="60s"))
+    settler = Settler(trace_config([sys.executable], None, Measurement(duration="60s", stall_timeout="60s")))
     assert settler({}) is None
     assert settler({0: [], 1: []}) is None
     run = make_pp2_run(leaking=True, n=200)

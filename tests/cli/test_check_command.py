@@ -341,6 +341,8 @@ def test_guarded_view_lets_other_errors_through() -> None:
         (["--target", "model"], "--target"),
         (["--fault", "lag:1:5"], "--fault"),
         (["--pp-backend", "gloo"], "--pp-backend"),
+        (["--sglang-class", "auto"], "--sglang-class"),  # its whole panel of --help
+        (["--port", "29500"], "--port"),
     ],
 )
 def test_a_model_option_given_with_a_program_is_refused_whatever_its_value(

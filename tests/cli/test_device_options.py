@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
-from hicache_cli.cli.configure import StressOptions, config_from_options
+from hicache_cli.cli.configure import ranks_config
+from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.rank.entry import pick_device
+from tests.cli.groups import ranks_options
 
 BASE = {"pp": 2, "tp": 1, "policy": "drain", "duration": "5s", "workload": "mixed", "seed": 0, "probe_hz": 10.0}
 
 
-def options(**extra: str) -> StressOptions:
-    return StressOptions(wait_timeout="5s", **BASE, **extra)  # type: ignore[arg-type]
+def options(**extra: Any) -> dict[str, Any]:
+    return {"wait_timeout": "5s", **BASE, **extra}
+
+
+def built(opts: dict[str, Any], progress: Any = None) -> RunConfig:
+    """The config configure.ranks_config builds from these options, as a command passes them."""
+    return ranks_config(**ranks_options(**opts), progress=progress)
 
 
 def test_auto_and_cpu_are_accepted_and_kept() -> None:
-    assert config_from_options(options()).target.device == "auto"
-    config = config_from_options(options(device="cpu"))
+    assert built(options()).target.device == "auto"
+    config = built(options(device="cpu"))
     assert (config.target.device, config.target.pp_backend) == ("cpu", "gloo")
 
 
@@ -32,7 +41,7 @@ def test_auto_and_cpu_are_accepted_and_kept() -> None:
 )
 def test_bad_device_options_are_usage_errors(extra: dict[str, str], start: str) -> None:
     with pytest.raises(UsageError) as info:
-        config_from_options(options(**extra))
+        built(options(**extra))
     assert str(info.value).startswith(start)
     assert "\n" not in str(info.value)
 
@@ -40,7 +49,7 @@ def test_bad_device_options_are_usage_errors(extra: dict[str, str], start: str) 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_cuda_without_a_gpu_is_refused_before_launch() -> None:
     with pytest.raises(UsageError, match="no CUDA device is available here"):
-        config_from_options(options(device="cuda"))
+        built(options(device="cuda"))
 
 
 def _one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,16 +65,16 @@ def test_nccl_with_ranks_sharing_a_gpu_is_refused_before_launch(monkeypatch: pyt
     node's one rank has its own."""
     _one_gpu(monkeypatch)
     with pytest.raises(UsageError) as info:
-        config_from_options(options(device="cuda", pp_backend="nccl"))
+        built(options(device="cuda", pp_backend="nccl"))
     assert str(info.value) == (
         "--pp-backend nccl: NCCL needs a GPU of its own for each rank, and the 2 ranks here would share 1; "
         "use gloo (the default), or run fewer ranks on this machine"
     )
-    assert config_from_options(options(device="cuda")).target.pp_backend == "gloo"
-    across = config_from_options(options(device="cuda", pp_backend="nccl", nnodes=2))  # type: ignore[arg-type]
+    assert built(options(device="cuda")).target.pp_backend == "gloo"
+    across = built(options(device="cuda", pp_backend="nccl", nnodes=2))
     assert across.target.pp_backend == "nccl"
     with pytest.raises(UsageError, match="the 2 ranks here would share 1"):
-        config_from_options(options(device="cuda", pp_backend="nccl", nnodes=2, nproc_per_node=2))  # type: ignore[arg-type]
+        built(options(device="cuda", pp_backend="nccl", nnodes=2, nproc_per_node=2))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from hicache_cli.cli.commands import attach as attach_command
+from hicache_cli.cli import configure
 from hicache_cli.cli.commands import sglang_scan as scan_command
 from hicache_cli.cli.main import main
-from hicache_cli.config import StressConfig
-from hicache_cli.launch.trace_launcher import trace_config
+from hicache_cli.cli.options import Measurement, Ranks
+from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.present.html import write_page
 from tests.cli.test_html_page import Page
 from tests.conftest import FakeExecute, assert_refused, build_pp2_report
@@ -33,15 +33,20 @@ def one_release(monkeypatch: pytest.MonkeyPatch) -> None:
     """sglang-scan of one release, 0.5.12, run as hicache's model (no fetch: the per-release
     config is the model's, so FakeExecute runs it as it runs any other)."""
     monkeypatch.setattr(scan_command, "release_versions", lambda say: ["0.5.12"])
-    monkeypatch.setattr(scan_command, "config_from_options", lambda *a, **k: StressConfig(duration_s=10.0))
+    built = configure.ranks_config
+
+    def release_as_model(ranks: Ranks, *args: Any, **kwargs: Any) -> RunConfig:
+        return StressConfig(duration_s=10.0) if ranks.target.startswith("sglang==") else built(ranks, *args, **kwargs)
+
+    monkeypatch.setattr(configure, "ranks_config", release_as_model)
 
 
 @pytest.fixture
 def attachable(monkeypatch: pytest.MonkeyPatch) -> None:
     """`attach 4242` taken as a process to follow (no /proc checks: FakeExecute attaches to
     nothing), followed as a traced program is."""
-    config = trace_config(["python"], None, "10s", 10.0, None, 100.0, "60s")
-    monkeypatch.setattr(attach_command, "attach_config", lambda *a, **k: config)
+    config = configure.trace_config(["python"], None, Measurement(duration="10s", stall_timeout="60s"))
+    monkeypatch.setattr(configure, "attach_config", lambda *a, **k: config)
 
 
 RUNS = {

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.cli import configure
 from hicache_cli.cli.commands import sglang_scan as scan_command
 from hicache_cli.cli.main import main
+from hicache_cli.cli.options import Ranks
 from hicache_cli.sglang_target.extract import NotApplicable
 from tests.conftest import FakeExecute
 
@@ -95,13 +97,13 @@ def test_sglang_scan_prints_the_bundle(
 ) -> None:
     """A release without a PP-sync path: no run, one row; the bundle on stdout all the same."""
 
-    def not_applicable(*args: Any, **kwargs: Any) -> Any:
-        if kwargs or len(args) > 1:  # the per-release call (with its progress callback)
+    def not_applicable(ranks: Ranks, *args: Any, **kwargs: Any) -> Any:
+        if ranks.target.startswith("sglang=="):  # the per-release call (the first checks the shared options)
             raise NotApplicable("no _pp_sync")
         return None
 
     monkeypatch.setattr(scan_command, "release_versions", lambda say: ["0.5.12"])
-    monkeypatch.setattr(scan_command, "config_from_options", not_applicable)
+    monkeypatch.setattr(configure, "ranks_config", not_applicable)
     assert main(["sglang-scan", "--json", "--versions", "0.5.12", "--run-dir", str(tmp_path / "s")]) == 0
     bundle, err = document(capsys)
     assert bundle["kind"] == "sglang-scan"

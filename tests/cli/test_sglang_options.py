@@ -5,7 +5,6 @@ The SGLang is a synthetic checkout from tests/sglang_target/families.py; nothing
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 
 from hicache_cli.analysis.report import build_report, target_summary
 from hicache_cli.analysis.results import Messages, ModelSection, RankReport, Report, SGLangSection
-from hicache_cli.cli.configure import StressOptions, config_from_options
+from hicache_cli.cli.configure import ranks_config
 from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.outcome import RunOutcome
@@ -22,13 +21,19 @@ from hicache_cli.present.progress import target_line, verdict_lines
 from hicache_cli.sglang_target.extract import NotApplicable, file_sha256
 from hicache_cli.sglang_target.locate import TargetError
 from hicache_cli.targets import ModelTarget, SGLangTarget
+from tests.cli.groups import ranks_options
 from tests.conftest import build_pp2_run, report_json
 from tests.sglang_target.conftest import FakePip
 from tests.sglang_target.families import HIRADIX_REL, NO_PP_SYNC, TAGS_REL, make_checkout, make_wheel
 
-BASE = StressOptions(
+BASE: dict[str, Any] = dict(
     pp=2, tp=1, policy=None, duration="15s", workload="mixed", seed=0, probe_hz=10.0, wait_timeout="5s"
 )
+
+
+def built(opts: dict[str, Any], progress: Any = None) -> RunConfig:
+    """The config configure.ranks_config builds from these options, as a command passes them."""
+    return ranks_config(**ranks_options(**opts), progress=progress)
 
 
 @pytest.fixture
@@ -36,14 +41,14 @@ def checkout(tmp_path: Path) -> Path:
     return make_checkout(tmp_path / "sglang-checkout")
 
 
-def sglang_options(checkout: Path, **changes: Any) -> StressOptions:
-    return dataclasses.replace(BASE, target=f"sglang:{checkout}", **changes)
+def sglang_options(checkout: Path, **changes: Any) -> dict[str, Any]:
+    return {**BASE, "target": f"sglang:{checkout}", **changes}
 
 
-def refused(opts: StressOptions) -> str:
-    """The one-line message of the UsageError config_from_options raises."""
+def refused(opts: dict[str, Any]) -> str:
+    """The one-line message of the UsageError configure.ranks_config raises."""
     with pytest.raises(UsageError) as caught:
-        config_from_options(opts)
+        built(opts)
     message = str(caught.value)
     assert "\n" not in message
     assert caught.value.exit_code == 2
@@ -54,7 +59,7 @@ def refused(opts: StressOptions) -> str:
 
 
 def test_a_checkout_target_builds_a_config(checkout: Path) -> None:
-    config = config_from_options(sglang_options(checkout))
+    config = built(sglang_options(checkout))
     hiradix = checkout / "python" / HIRADIX_REL
     target = config.target
     assert isinstance(target, SGLangTarget)
@@ -76,7 +81,7 @@ def test_a_checkout_target_builds_a_config(checkout: Path) -> None:
 
 
 def test_an_explicit_class(checkout: Path) -> None:
-    target = config_from_options(sglang_options(checkout, sglang_class="UnifiedRadixCache")).target
+    target = built(sglang_options(checkout, sglang_class="UnifiedRadixCache")).target
     assert isinstance(target, SGLangTarget)
     assert target.class_name == "UnifiedRadixCache"
     assert target.drain_method == "_drain_async_work"
@@ -87,7 +92,7 @@ def test_a_release_target_reports_its_fetch(tmp_path: Path, monkeypatch: pytest.
     pip = FakePip()
     monkeypatch.setattr(subprocess, "run", pip)
     said: list[str] = []
-    config = config_from_options(dataclasses.replace(BASE, target="sglang==9.9.9"), said.append)
+    config = built({**BASE, "target": "sglang==9.9.9"}, said.append)
     assert said == ["fetching the sglang 9.9.9 wheel (no dependencies) ..."]
     assert len(pip.calls) == 1
     assert isinstance(config.target, SGLangTarget)
@@ -99,37 +104,37 @@ def test_a_cached_release_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("HICACHE_CACHE_DIR", str(tmp_path / "cache"))
     make_wheel(tmp_path / "cache" / "wheels" / "sglang-9.9.9-py3-none-any.whl")
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("pip was run"))
-    target = config_from_options(dataclasses.replace(BASE, target="sglang==9.9.9")).target
+    target = built({**BASE, "target": "sglang==9.9.9"}).target
     assert isinstance(target, SGLangTarget)
     assert target.class_name == "HiRadixCache"
     assert target.drain_method == "_drain_async_work"
 
 
 def test_an_allowed_fault(checkout: Path) -> None:
-    config = config_from_options(sglang_options(checkout, faults=("hang:1:2s", "lag:0:5")))
+    config = built(sglang_options(checkout, faults=("hang:1:2s", "lag:0:5")))
     assert config.target.faults == ("hang:1:2s", "lag:0:5")
 
 
 def test_a_model_target_defaults_to_reap() -> None:
-    config = config_from_options(BASE)
+    config = built(BASE)
     assert config.target == ModelTarget(policy="reap", workload="mixed")
 
 
 def test_a_model_target_with_a_policy() -> None:
-    assert config_from_options(dataclasses.replace(BASE, policy="drain")).label == "drain"
+    assert built({**BASE, "policy": "drain"}).label == "drain"
 
 
 def test_a_not_applicable_checkout(tmp_path: Path) -> None:
     root = make_checkout(tmp_path, hiradix=NO_PP_SYNC, unified=None)
     with pytest.raises(NotApplicable) as caught:
-        config_from_options(sglang_options(root))
+        built(sglang_options(root))
     assert caught.value.exit_code == 4
     assert "_pp_sync" in str(caught.value)
 
 
 def test_a_missing_checkout(tmp_path: Path) -> None:
     with pytest.raises(TargetError, match="no such file or directory"):
-        config_from_options(sglang_options(tmp_path / "nowhere"))
+        built(sglang_options(tmp_path / "nowhere"))
 
 
 # --- refusals ------------------------------------------------------------------------------------
@@ -176,7 +181,7 @@ def test_a_bad_sglang_class(checkout: Path) -> None:
 
 
 def test_a_bad_target() -> None:
-    assert refused(dataclasses.replace(BASE, target="vllm")).startswith("--target")
+    assert refused({**BASE, "target": "vllm"}).startswith("--target")
 
 
 def test_cheap_checks_come_before_locating(tmp_path: Path) -> None:
@@ -186,7 +191,7 @@ def test_cheap_checks_come_before_locating(tmp_path: Path) -> None:
 
 
 def test_the_sglang_checks_apply_only_to_a_sglang_target() -> None:
-    config = config_from_options(dataclasses.replace(BASE, policy="reap", faults=("keep:0:10",), request_rate=0.5))
+    config = built({**BASE, "policy": "reap", "faults": ("keep:0:10",), "request_rate": 0.5})
     assert config.target.faults == ("keep:0:10",)
 
 

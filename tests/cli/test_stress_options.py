@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 
 from cache.policies import POLICIES
 from cache.workload import PRESETS
-from hicache_cli.cli.configure import StressOptions, config_from_options
-from hicache_cli.config import MAX_WORLD_SIZE, StressConfig
+from hicache_cli.cli.configure import ranks_config
+from hicache_cli.config import MAX_WORLD_SIZE, RunConfig, StressConfig
 from hicache_cli.errors import UsageError
+from tests.cli.groups import ranks_options
 
-GOOD = StressOptions(
+GOOD: dict[str, Any] = dict(
     pp=2, tp=1, policy="reap", duration="15s", workload="mixed", seed=0, probe_hz=10.0, wait_timeout="5s"
 )
 
 
-def options(**changes: Any) -> StressOptions:
-    return dataclasses.replace(GOOD, **changes)
+def options(**changes: Any) -> dict[str, Any]:
+    return {**GOOD, **changes}
+
+
+def built(opts: dict[str, Any], progress: Any = None) -> RunConfig:
+    """The config configure.ranks_config builds from these options, as a command passes them."""
+    return ranks_config(**ranks_options(**opts), progress=progress)
 
 
 def test_good_options_build_a_config() -> None:
-    config = config_from_options(
+    config = built(
         options(
             pp=4,
             tp=2,
@@ -59,7 +64,7 @@ def test_good_options_build_a_config() -> None:
 
 
 def test_defaults_leave_presets_and_warm_up_to_the_run() -> None:
-    config = config_from_options(GOOD)
+    config = built(GOOD)
     assert (config.target.request_rate, config.target.prefix_sharing, config.target.idle_fraction, config.warmup_s) == (
         None,
     ) * 4
@@ -69,16 +74,16 @@ def test_defaults_leave_presets_and_warm_up_to_the_run() -> None:
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_every_registered_policy_is_accepted(policy: str) -> None:
-    assert config_from_options(options(policy=policy)).label == policy
+    assert built(options(policy=policy)).label == policy
 
 
 @pytest.mark.parametrize("workload", list(PRESETS))
 def test_every_workload_preset_is_accepted(workload: str) -> None:
-    assert config_from_options(options(workload=workload)).target.workload == workload
+    assert built(options(workload=workload)).target.workload == workload
 
 
 def test_the_largest_world_is_accepted() -> None:
-    assert config_from_options(options(pp=8, tp=8)).expected_ranks == MAX_WORLD_SIZE
+    assert built(options(pp=8, tp=8)).expected_ranks == MAX_WORLD_SIZE
 
 
 @pytest.mark.parametrize(
@@ -121,7 +126,7 @@ def test_the_largest_world_is_accepted() -> None:
 )
 def test_bad_options_are_refused_in_one_line_naming_the_option(changes: dict[str, Any], option: str) -> None:
     with pytest.raises(UsageError) as info:
-        config_from_options(options(**changes))
+        built(options(**changes))
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(option)
@@ -130,11 +135,11 @@ def test_bad_options_are_refused_in_one_line_naming_the_option(changes: dict[str
 
 def test_an_unknown_policy_lists_the_choices() -> None:
     with pytest.raises(UsageError) as info:
-        config_from_options(options(policy="nope"))
+        built(options(policy="nope"))
     assert all(name in str(info.value) for name in POLICIES)
 
 
 def test_a_nan_leak_threshold_is_refused() -> None:
     # Every comparison with nan is false, so every RSS trend would be INCONCLUSIVE.
     with pytest.raises(UsageError, match="^--leak-threshold"):
-        config_from_options(options(leak_threshold=float("nan")))
+        built(options(leak_threshold=float("nan")))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hicache_cli.analysis.report import build_report, write_report
-from hicache_cli.cli.commands import watch as watch_command
+from hicache_cli.cli import running as watch_command  # watch follows a run directory with running.follow
 from hicache_cli.cli.main import main
 from hicache_cli.config import StressConfig
 from hicache_cli.outcome import RunOutcome

@@ -15,6 +15,7 @@ from hicache_cli.attach.inject import Injected
 from hicache_cli.attach.procs import ProcessInfo
 from hicache_cli.attach.protocol import AgentStatus, Census, CensusCost, Holder
 from hicache_cli.attach.session import AttachSession, Target, make_agent_dir
+from hicache_cli.cli.configure import attach_config
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.launch.attach_launcher import (
@@ -22,7 +23,6 @@ from hicache_cli.launch.attach_launcher import (
     UNANSWERED,
     AttachedProcesses,
     AttachLaunch,
-    attach_config,
     attached_pid,
     holders,
 )

@@ -15,11 +15,12 @@ from rich.console import Console
 from hicache_cli.analysis.results import Report, Site, Works
 from hicache_cli.analysis.trace_report import site_text, top_site_line, works_summary
 from hicache_cli.cli.commands.trace import trace_exit_code
+from hicache_cli.cli.configure import trace_config
 from hicache_cli.cli.main import main
-from hicache_cli.config import StressConfig
+from hicache_cli.cli.options import Measurement
+from hicache_cli.config import RunConfig, StressConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.execution import RunResult
-from hicache_cli.launch.trace_launcher import trace_config
 from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.sample import Sample
@@ -146,17 +147,22 @@ def test_site_text_and_the_top_site_line() -> None:
         ([PY], {"duration": "-1s"}, "--duration"),
         ([PY], {"duration": "5s", "warmup": "10s"}, "must be shorter than --duration"),
         ([PY], {"stall_timeout": "2h"}, "--stall-timeout"),
-        ([PY], {"leak_threshold_mb_per_h": float("nan")}, "--leak-threshold"),
+        ([PY], {"leak_threshold": float("nan")}, "--leak-threshold"),
     ],
 )
 def test_bad_trace_options_are_refused(command: list[str], options: dict[str, Any], says: str) -> None:
     with pytest.raises(UsageError) as refused:
-        trace_config(command, **options)
+        traced(command, **options)
     assert says in str(refused.value)
 
 
+def traced(command: list[str], loop: str | None = None, **measure: Any) -> RunConfig:
+    """A trace's config from its options as typed (trace's defaults: until the program ends, 60s stalls)."""
+    return trace_config(command, loop, Measurement(**{"duration": None, "stall_timeout": "60s", **measure}))
+
+
 def test_a_trace_config_records_the_command_and_where_it_ran() -> None:
-    config = trace_config([PY, "-m", "pytest"], loop="app.server:Scheduler.step", duration="30s")
+    config = traced([PY, "-m", "pytest"], loop="app.server:Scheduler.step", duration="30s")
     assert config.target == TracedCommand(
         command=(PY, "-m", "pytest"), loop="app.server:Scheduler.step", cwd=str(Path.cwd())
     )
@@ -187,7 +193,7 @@ def test_the_exit_code_is_the_programs_unless_hicache_ended_it(
 
 
 def test_watch_waits_for_a_traced_process_before_calling_the_run_over(make_series: Callable[..., list[Sample]]) -> None:
-    from hicache_cli.cli.commands.watch import _all_final
+    from hicache_cli.cli.running import _all_final
 
     assert not _all_final({}, 0)  # nothing started yet: a trace is not over
     assert _all_final({3: _traced(make_series(1, n=5), 1, [])}, 0)

@@ -13,8 +13,10 @@ import pytest
 from hicache_cli.analysis.compare import summarize
 from hicache_cli.analysis.gate import Assertion, Thresholds, evaluate
 from hicache_cli.analysis.report import RunOutcome, build_report
+from hicache_cli.cli import configure
 from hicache_cli.cli.commands import sglang_scan as scan_command
 from hicache_cli.cli.main import main
+from hicache_cli.cli.options import Ranks
 from hicache_cli.config import StressConfig
 from hicache_cli.present import mermaid
 from hicache_cli.present.github import (
@@ -199,13 +201,13 @@ def test_sglang_scan_appends_to_the_step_summary(
     """Two releases: one run (as hicache's model: FakeExecute runs no SGLang), one without
     the PP-sync path; the table, and why the second was not judged."""
 
-    def config(opts: object, *args: object) -> StressConfig:
-        if str(getattr(opts, "target", "")).endswith("0.5.11"):
+    def config(ranks: Ranks, *args: object, **kwargs: object) -> StressConfig:
+        if ranks.target.endswith("0.5.11"):
             raise NotApplicable("SGLang 0.5.11 has no PP-sync path")
         return StressConfig(duration_s=10.0)
 
     monkeypatch.setattr(scan_command, "release_versions", lambda say: ["0.5.11", "0.5.12"])
-    monkeypatch.setattr(scan_command, "config_from_options", config)
+    monkeypatch.setattr(configure, "ranks_config", config)
     argv = ["sglang-scan", "--versions", "0.5.11,0.5.12", "--duration", "10s", "--no-live"]
     assert main([*argv, "--run-dir", str(tmp_path / "s")]) == 0
     text = summary.read_text()

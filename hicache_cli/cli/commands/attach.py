@@ -2,69 +2,40 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from hicache_cli.analysis.kinds import Status
-from hicache_cli.cli import options, running
-from hicache_cli.cli.configure import check_run_options
-from hicache_cli.cli.output import print_json, write_html
+from hicache_cli.cli import configure, options, running
+from hicache_cli.cli.groups import grouped
+from hicache_cli.cli.options import Measurement, Outputs, Progress
 from hicache_cli.errors import EXIT_OK, EXIT_RUN_FAILED
 from hicache_cli.execution import RunResult
-from hicache_cli.launch.attach_launcher import attach_config
 from hicache_cli.lifecycle import exit_code_for
-from hicache_cli.present.progress import summary_table, verdict_lines
 from hicache_cli.rundir import create_run_dir
 
 ATTACH_DURATION = "60s"
-ATTACH_EXAMPLES = """Examples:
-
-  hicache attach 12345                      # a rank (or the server's launcher: every rank below it)
-
-  hicache attach --duration 5m $(pgrep -f torchrun)
-
-  hicache attach --json --no-live 12345 > attach.json
-
-Needs gdb and permission to ptrace the process (same user, or CAP_SYS_PTRACE; containers:
---cap-add SYS_PTRACE). The process is never stopped for more than the injection, never
-signalled, and runs on as it was after the detach. See docs/attach.md.
-"""
 
 
+@grouped
 def attach(
     ctx: typer.Context,
     pids: list[int] = options.PIDS,
-    duration: str = options.duration(ATTACH_DURATION, "Detach after this long."),
-    no_census: bool = options.NO_CENSUS,
-    probe_hz: float = options.PROBE_HZ,
-    warmup: str = options.WARMUP,
-    leak_threshold: float = options.LEAK_THRESHOLD,
-    run_dir: Path = options.run_dir("attach"),
-    report: Path = options.REPORT,
-    html: Path = options.HTML,
-    no_live: bool = options.NO_LIVE,
-    refresh: float = options.REFRESH,
-    metrics_port: int = options.METRICS_PORT,
-    metrics_host: str = options.METRICS_HOST,
-    json_output: bool = options.JSON,
+    no_census: bool = typer.Option(
+        False, "--no-census", help="Skip the census of the Works already held (it holds the GIL: docs/attach.md)."
+    ),
+    measure: Measurement = Measurement.take(
+        "probe_hz", "warmup", "leak_threshold", duration=options.duration(ATTACH_DURATION, "Detach after this long.")
+    ),
+    outputs: Outputs = Outputs.take("run_dir", "report", "html", "json_output", run_dir=options.run_dir("attach")),
+    progress: Progress = Progress.every(),
 ) -> None:
     """Attach to a running process: the Works it already holds, by holder; then trace it; then detach."""
-    config = attach_config(pids or [], duration, probe_hz, warmup, leak_threshold, census=not no_census)
-    check_run_options(refresh, report, None, metrics_port, metrics_host, html)
-    metrics = running.serve_metrics(ctx, metrics_port, metrics_host, config)
-    directory = create_run_dir(run_dir, config.label, private=config.target.private_run_dir)
-    result, console = running.run_attached(
-        config, directory, no_live, refresh, report, json_output=json_output, metrics=metrics
-    )
-    assert result.report is not None  # one machine: the report is written here
-    console.print(summary_table(result.report, console.width))
-    for line in verdict_lines(result.report):
-        console.print(line)
-    console.print(f"report: {result.report_path}")
-    write_html(result.report, html, console)
-    if json_output:
-        print_json(result.report.to_dict())
+    config = configure.attach_config(pids or [], measure, census=not no_census)
+    configure.check_run_options(outputs, progress)
+    metrics = running.serve_metrics(ctx, progress.metrics_port, progress.metrics_host, config)
+    directory = create_run_dir(outputs.run_dir, config.label, private=config.target.private_run_dir)
+    result, console = running.observe(config, directory, progress, outputs, running.attached, metrics=metrics)
+    running.print_end(result, console, outputs)
     raise typer.Exit(attach_exit_code(result))
 
 

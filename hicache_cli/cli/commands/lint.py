@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import typer
 from rich.text import Text
 
 from hicache_cli.cli.configure import check_output_paths
-from hicache_cli.cli.output import say
+from hicache_cli.cli.output import say, write_stdout
 from hicache_cli.errors import EXIT_FINDING, EXIT_USAGE, UsageError
 from hicache_cli.lint.engine import lint as run_lint
 from hicache_cli.lint.formats import FORMATS
@@ -18,32 +17,6 @@ from hicache_cli.lint.formats.text import line, summary
 from hicache_cli.lint.rules import RULES, default_rules, fails
 from hicache_cli.present.progress import make_console, stdout_is_terminal
 from hicache_cli.rundir import write_atomically
-
-RULE_LINES = "\n\n".join(
-    f"{rule_id}: {cls.summary() if cls.default else cls.summary().rstrip('.') + ' (off by default).'}"
-    for rule_id, cls in RULES.items()
-)
-
-LINT_EXAMPLES = f"""Rules:
-
-{RULE_LINES}
-
-Examples:
-
-  hicache lint src/                               # every .py file below src/, as one program
-
-  hicache lint sglang==0.5.14                     # a release's sglang/srt: HC001 in its HiCache files
-
-  hicache lint sglang:~/src/sglang --format sarif -o lint.sarif   # a checkout, for code scanning
-
-  hicache lint . --select all                     # every rule, HC002 included
-
-  hicache lint . --diff origin/main               # only findings on lines changed since origin/main
-
-Silence one finding with a trailing `# hicache: ignore[HC001]` on its line.
-Exit codes: 0 no findings (or only notes), 1 findings, 2 bad input (a target that cannot be read: the others are
-still linted) or the findings could not be written (stdout closed or full).
-"""
 
 FORMAT_HELP = "Output: " + ", ".join(FORMATS) + "."
 SELECT_HELP = (
@@ -91,32 +64,3 @@ def lint(
         raise typer.Exit(EXIT_USAGE)
     if fails(result.findings):
         raise typer.Exit(EXIT_FINDING)
-
-
-def write_stdout(text: str, closed: bool) -> None:
-    """The findings on stdout. One that cannot take them (closed, a full disk, /dev/full) is an
-    error of its own (exit 2: never 1, which means findings); a reader that went away (`| head`)
-    is not: what it read is what it wanted."""
-    if not text:
-        return
-    if closed or sys.stdout is None:
-        raise UsageError("cannot write the findings to stdout: it is closed")
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _drop_stdout()
-    except (OSError, ValueError) as exc:  # ValueError: a stdout closed by the time it is written
-        _drop_stdout()
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UsageError(f"cannot write the findings to stdout: {reason}") from None
-
-
-def _drop_stdout() -> None:
-    """Point fd 1 at /dev/null, so Python's own flush at exit does not fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
