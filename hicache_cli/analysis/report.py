@@ -372,6 +372,7 @@ def _cause(finding: Finding | None) -> Cause | None:
         group=finding.group if backlog else None,
         backlog=finding.backlog if backlog else None,
         per_s=None if finding.per_s is None else round(finding.per_s, 1),
+        dropped=finding.dropped,
     )
 
 

@@ -182,21 +182,27 @@ class Messages(Record):
 
 @dataclass(frozen=True)
 class Cause(Record):
-    """Why a traced process's memory grows (analysis/causes.py): its live Works, a message
-    backlog to a peer, or neither (memory)."""
+    """Why a traced process's memory grows (analysis/causes.py): its live Works, Works it keeps
+    dropping unwaited, a message backlog to a peer, or none of them (memory)."""
 
     kind: CauseKind | str = field_spec(required=True, default=CauseKind.WORKS)
     text: str = field_spec(required=True, default="")
-    site: str | None = None  # works: the top site; backlog: the sender's, as `file:line in f (op to rank N)`
+    # works: the top site; backlog: the sender's; dropped: the top dropping one; as `file:line in f (op to rank N)`
+    site: str | None = None
     peer: int | None = None  # backlog: the receiver, its group, its size at the end, its growth
     group: str | None = None
     backlog: int | None = None
-    per_s: float | None = None
+    per_s: float | None = None  # backlog: messages a second it grows by; dropped: Works dropped a second
+    dropped: int | None = None  # dropped: Works dropped unwaited in all
 
     def omit(self) -> frozenset[str]:
         left_out = {"site"} if self.site is None else set()
         if self.kind != CauseKind.BACKLOG:
-            left_out |= {"peer", "group", "backlog", "per_s"}
+            left_out |= {"peer", "group", "backlog"}
+        if self.kind not in (CauseKind.BACKLOG, CauseKind.DROPPED):
+            left_out.add("per_s")
+        if self.kind != CauseKind.DROPPED:
+            left_out.add("dropped")
         return frozenset(left_out)
 
 
