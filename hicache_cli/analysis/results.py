@@ -44,6 +44,7 @@ __all__ = [
     "ShapeError",
     "Shutdown",
     "Site",
+    "Stuck",
     "Status",
     "TargetSection",
     "TraceSection",
@@ -228,6 +229,17 @@ class Shutdown(Record):
 
 
 @dataclass(frozen=True)
+class Stuck(Record):
+    """A traced process that made no progress for the last part of the run (analysis/progress.py)."""
+
+    since_s: float = field_spec(required=True, default=0.0)  # its clock when it last made progress
+    for_s: float = field_spec(required=True, default=0.0)  # how long it then stood still
+    blocked_in: str | None = None  # `recv from rank 1 at x.py:31`, when the tracer knows
+    unresponsive: bool = False  # its samples stopped
+    text: str = ""  # what the trace's view prints
+
+
+@dataclass(frozen=True)
 class Backlog(Record):
     outstanding_sends: int = field_spec(required=True, default=0)
     unreceived_messages: int = field_spec(required=True, default=0)
@@ -304,7 +316,7 @@ class PPConsistency(Record):
 
 MEASURED = frozenset({"rss", "work_list", "loop_latency_ms", "rounds_per_s", "messages", "backlog_at_stop"})
 UNMEASURED_KEYS = ("rank", "pp_rank", "tp_rank", "verdict", "verdict_reason", "samples", "unreadable_lines")
-TRACED_KEYS = frozenset({"slot", "world_size", "works", "shutdown"})
+TRACED_KEYS = frozenset({"slot", "world_size", "works", "shutdown", "stuck"})
 
 
 @dataclass(frozen=True)
@@ -339,6 +351,7 @@ class RankReport(Record):
     world_size: int | None = None  # trace: the process group's size
     works: Works | None = None  # trace
     shutdown: Shutdown | None = None  # trace: sends it ended with never waited, or blocked on such a peer
+    stuck: Stuck | None = None  # trace: it made no progress for the last part of the run
     series: Series | None = None
 
     @property

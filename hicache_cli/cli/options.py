@@ -145,8 +145,12 @@ LOOP = typer.Option(
     help="MODULE:QUALNAME of a function the program calls once per round (e.g. a scheduler step): "
     "gives rounds/s, loop latency and stall detection.",
 )
+TRACE_STALL_TIMEOUT_DEFAULT = "60s"  # a traced program's step may be slow
 TRACE_STALL_TIMEOUT = typer.Option(
-    "60s", "--stall-timeout", help="With --loop: a call running longer is a stall: stacks dumped, program stopped."
+    TRACE_STALL_TIMEOUT_DEFAULT,
+    "--stall-timeout",
+    help="With --loop: a call running longer is a stall: stacks dumped, program stopped. Any process "
+    "that makes no progress for longer, to its end, is said to be stuck.",
 )
 # A process already running (`attach PID...`, `check --pid PID`).
 PIDS = typer.Argument(

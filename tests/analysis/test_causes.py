@@ -154,3 +154,18 @@ def test_works_seen_complete_before_they_were_dropped_do_not_count() -> None:
     assert result.finding is not None and result.finding.cause is Cause.MEMORY
     assert unseen({"dropped": 10, "completed": 7, "waited": 2}) == 5
     assert unseen({"dropped": 10, "completed": 2, "waited": 2}) == 10
+
+
+@pytest.mark.parametrize(("rank", "op", "line"), [(0, "isend", 44), (1, "irecv", 66)])
+def test_a_deque_of_64_unwaited_works_leaks_by_the_works_it_drops(rank: int, op: str, line: int) -> None:
+    """Issue 38 (tests/data/traced/deque-of-64, stats_ring.py): both ranks keep the last 64 Works
+    in a deque(maxlen=64) and never wait any, so live Works stay at 64 and, the monitor posting
+    its receives as fast as the trainer sends, no backlog grows. It was INCONCLUSIVE, "memory
+    grows, not from Works or messages", with ~620k Works dropped; the drops are the cause."""
+    result = judged("deque-of-64", rank)
+    assert (result.verdict.verdict, result.verdict.basis) == ("LEAK", "dropped"), result.verdict.reason
+    finding = result.finding
+    assert finding is not None and finding.cause is Cause.DROPPED
+    assert finding.site is not None and (finding.site.op, finding.site.line) == (op, line)
+    assert finding.per_s is not None and finding.per_s > 1000
+    assert " B a dropped Work" in result.verdict.reason

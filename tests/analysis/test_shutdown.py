@@ -121,3 +121,14 @@ def test_a_rank_of_another_world_is_not_the_one_it_waited_for() -> None:
     assert set(hazards({2: worker, 1: blocked})) == {2}
     same = [dataclasses.replace(s, world="tcp://127.0.0.1:41234") for s in blocked]
     assert set(hazards({2: worker, 1: same})) == {1, 2}
+
+
+def test_a_recorded_receiver_that_ended_normally_has_no_hazard() -> None:
+    """tests/data/traced/last-count (last_count.py): rank 1's last sample before its final line
+    caught it in recv from rank 0 after 400 rounds spent mostly there; then it received the last
+    count, acknowledged it and exited. Only rank 0's unwaited last send is a hazard."""
+    run = read_run(RUN.parent / "last-count")
+    assert run[1][-2].blocked_on == "recv from rank 0 at last_count.py:40"
+    found = hazards(run)
+    assert set(found) == {0}
+    assert found[0].lines(0) == ["rank 0 ended with 1 send to rank 1 never waited (last_count.py:29)"]

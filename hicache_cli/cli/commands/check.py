@@ -137,7 +137,9 @@ def check(
             DEFAULT_PROBE_HZ,
             warmup,
             limits.max_rss_slope_mb_per_h,
-            stall_timeout,
+            # as `trace` has it: a traced program's step may be slow, and a process that stood
+            # still this long at its end is stuck (analysis/progress.py)
+            stall_timeout if options.given(ctx, "stall_timeout") else options.TRACE_STALL_TIMEOUT_DEFAULT,
         )
     else:
         config = config_from_options(
