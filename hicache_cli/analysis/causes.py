@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import Assessment, assess_rank
-from hicache_cli.analysis.dropped import Dropping, dropping
+from hicache_cli.analysis.dropped import MAX_BYTES_PER_DROP, Dropping, dropping
 from hicache_cli.analysis.kinds import CauseKind, Verdict
 from hicache_cli.analysis.messages import PeerFlow, growing_backlogs, peer_flows
 from hicache_cli.analysis.results import Site
@@ -92,7 +92,7 @@ def _finding(assessment: Assessment, flows: tuple[PeerFlow, ...], series: list[S
         also = backlog_text(growing[0], _sender_site(sites, growing[0].peer)) if growing else None
         return Finding(CauseKind.WORKS, text, top, also=also)
     dropped = dropping(series, assessment.cut, sites)
-    if dropped is not None and (growing or verdict.verdict is Verdict.LEAK):
+    if dropped is not None and (growing or (verdict.verdict is Verdict.LEAK and _explains(assessment, dropped))):
         return _dropped_finding(dropped, growing, sites)
     if growing:
         flow = growing[0]
@@ -109,6 +109,13 @@ def _finding(assessment: Assessment, flows: tuple[PeerFlow, ...], series: list[S
     if verdict.verdict is Verdict.LEAK:  # RSS (and anonymous memory) alone
         return Finding(CauseKind.MEMORY, "memory grows, not from Works or messages")
     return None
+
+
+def _explains(assessment: Assessment, dropped: Dropping) -> bool:
+    """Whether the drops can account for the memory growth: no more bytes per dropped Work than
+    a Work can leave behind (dropped.MAX_BYTES_PER_DROP)."""
+    rss = assessment.rss
+    return rss is None or dropped.per_s <= 0 or rss.slope / dropped.per_s <= MAX_BYTES_PER_DROP
 
 
 def _dropped_finding(dropped: Dropping, growing: list[PeerFlow], sites: list[Site]) -> Finding:

@@ -27,6 +27,9 @@ from hicache_cli.sample import Sample
 RECV_OPS = frozenset({"recv", "irecv", "recv_anysource", "batch_isend_irecv(irecv)"})
 POINT_TO_POINT = SEND_OPS | RECV_OPS
 MIN_SHARE = 0.5  # point-to-point Works are at least this share of those dropped
+# A dropped Work leaves ~170 B on gloo, and never more than a kept one holds (~1.1 KB, hicache
+# doctor): memory that grows by more than this per dropped Work is not theirs to explain
+MAX_BYTES_PER_DROP = 2048.0
 
 
 def unseen(counts: Mapping[str, Any]) -> int:

@@ -4,11 +4,12 @@ A traced process progresses while torch.distributed calls pass through it: Works
 its process groups (`works.ops`: every call, a blocking collective's or `recv`'s too), Works
 waited or dropped, point-to-point messages sent or received, rounds of `--loop`. One whose
 counts all stood still for longer than the bound (the trace's `--stall-timeout`) up to its last
-sample, and that did not end by itself, was stuck there: in a collective its peers never joined,
-in a `recv` whose message was lost, or outside torch.distributed altogether (a data loader that
-died). Its memory then says nothing about a leak under load, however flat it is: its verdict is
-reached on its samples up to when it stopped (`until_stuck`), the report says so beside the
-verdict, and `check` cannot pass it.
+sample, and that did not end by itself (hicache stopped it, or it left no final line; a
+process `hicache attach` detached from runs on and is not judged so), was stuck there: in a
+collective its peers never joined, in a `recv` whose message was lost, or outside
+torch.distributed altogether (a data loader that died). Its memory then says nothing about a
+leak under load, however flat it is: its verdict is reached on its samples up to when it
+stopped (`until_stuck`), the report says so beside the verdict, and `check` cannot pass it.
 
 A process whose samples stopped coming (its probe thread never ran again: the interpreter
 itself hung) while the run's other processes went on sampling is stuck the same way, from its
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hicache_cli.protocol import DETACHED_PREFIX, STOPPED_AT_END
+from hicache_cli.protocol import STOPPED_AT_END
 from hicache_cli.sample import Sample
 
 
@@ -83,8 +84,7 @@ def stuck_processes(samples: Mapping[int, list[Sample]], bound_s: float) -> dict
 
 
 def _ended_by_itself(last: Sample) -> bool:
-    """A final line of the program's own (it exited, raised, or called os._exit), not hicache's
-    stop at the end of a trace nor a detach."""
-    if last.kind != "final":
-        return False
-    return not (last.message == STOPPED_AT_END or (last.message or "").startswith(DETACHED_PREFIX))
+    """A final line of the program's own (it exited, raised, or called os._exit), or hicache
+    attach's detach (the process runs on as it was: an idle server is not stuck), rather than
+    hicache's stop at the end of a trace."""
+    return last.kind == "final" and last.message != STOPPED_AT_END

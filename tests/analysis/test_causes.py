@@ -169,3 +169,10 @@ def test_a_deque_of_64_unwaited_works_leaks_by_the_works_it_drops(rank: int, op:
     assert finding.site is not None and (finding.site.op, finding.site.line) == (op, line)
     assert finding.per_s is not None and finding.per_s > 1000
     assert " B a dropped Work" in result.verdict.reason
+
+
+def test_drops_too_few_for_the_memory_growth_are_not_its_cause() -> None:
+    """10 sends a second dropped while RSS grows 480 KB a second: 48 KB a dropped Work, more
+    than a Work ever holds (hicache doctor: ~1.1 KB kept, ~170 B dropped). Memory, not drops."""
+    result = judge(dropping_process(10, 480_000), 0, None, THRESHOLD)
+    assert result.finding is not None and result.finding.cause is Cause.MEMORY, result.verdict.reason

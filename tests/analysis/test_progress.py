@@ -11,7 +11,7 @@ from hicache_cli.analysis.progress import stuck, stuck_processes
 from hicache_cli.analysis.report import build_report
 from hicache_cli.config import RunConfig
 from hicache_cli.outcome import RunOutcome
-from hicache_cli.protocol import STOPPED_AT_END
+from hicache_cli.protocol import DETACHED_PREFIX, STOPPED_AT_END
 from hicache_cli.series import read_run
 from tests.conftest import build_sample
 
@@ -105,3 +105,8 @@ def test_a_leak_that_ran_until_the_process_hung_is_still_a_leak() -> None:
     unstuck = replace(config, stall_timeout_s=60.0)
     whole = build_report(unstuck, read_run(run_dir), RunOutcome(), run_dir).ranks[0]
     assert whole.stuck is None and whole.verdict != "LEAK"  # what the whole run's data says
+
+
+def test_a_process_hicache_attach_detached_from_is_not_judged_stuck() -> None:
+    """It runs on as it was (an idle server); hicache only stopped watching it."""
+    assert stuck(process(3.0, 20.0, final=f"{DETACHED_PREFIX}hicache asked"), bound_s=5.0) is None

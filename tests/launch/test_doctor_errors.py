@@ -58,9 +58,10 @@ def test_work_cost_findings_read_a_recorded_probe() -> None:
     assert found["gloo_recv_dropped_bytes"].value == cases["recv_dropped"]["bytes_per_work"]
     assert found["gloo_all_reduce_dropped_bytes"].value == cases["all_reduce_dropped"]["bytes_per_work"]
     assert found["gloo_dropped_send_then_reply_hangs"].value is True
-    assert "stopped after 0 of 5000 rounds; waiting the isend ran 5000" in found[
-        "gloo_dropped_send_then_reply_hangs"
-    ].meaning
+    assert (
+        "stopped after 0 of 5000 rounds; waiting the isend ran 5000"
+        in found["gloo_dropped_send_then_reply_hangs"].meaning
+    )
     waited = max(cases[c]["bytes_per_work"] for c in ("send_waited", "recv_waited", "all_reduce_waited"))
     assert found["gloo_waited_bytes"].value == waited
 
