@@ -78,8 +78,22 @@ def judge(
         return Judged(assessment, flows)
     finding = _finding(assessment, flows, series)
     if finding is None:
-        return Judged(assessment, flows)
+        return Judged(_with_drops_said(assessment, series), flows)
     return Judged(replace(assessment, verdict=_verdict(assessment, finding, series)), flows, finding)
+
+
+def _with_drops_said(assessment: Assessment, series: list[Sample]) -> Assessment:
+    """A verdict that is no leak, beside point-to-point Works the process keeps dropping: the
+    drops are said after its reason (on gloo each one dropped before its message moved is lost;
+    the memory they cost did not decide this run)."""
+    sites = _last_sites(series)
+    dropped = dropping(series, assessment.cut, sites)
+    if dropped is None:
+        return assessment
+    at = f", most at {site_text(dropped.site)}" if dropped.site is not None else ""
+    said = f"; Works dropped unwaited: {dropped.per_s:.0f}/s ({dropped.total} in all){at}"
+    verdict = assessment.verdict
+    return replace(assessment, verdict=replace(verdict, reason=verdict.reason + said))
 
 
 def _finding(assessment: Assessment, flows: tuple[PeerFlow, ...], series: list[Sample]) -> Finding | None:

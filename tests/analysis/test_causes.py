@@ -176,3 +176,15 @@ def test_drops_too_few_for_the_memory_growth_are_not_its_cause() -> None:
     than a Work ever holds (hicache doctor: ~1.1 KB kept, ~170 B dropped). Memory, not drops."""
     result = judge(dropping_process(10, 480_000), 0, None, THRESHOLD)
     assert result.finding is not None and result.finding.cause is Cause.MEMORY, result.verdict.reason
+
+
+def test_drops_beside_a_verdict_that_is_no_leak_are_said() -> None:
+    """Memory flat (each send was delivered, or the run could not tell): no cause, the verdict
+    stands, and the drops are said after its reason with their rate and site."""
+    process = dropping_process(3000, 0)
+    result = judge(process, 0, None, THRESHOLD)
+    assert result.verdict.verdict == "BOUNDED" and result.finding is None
+    total = process[0][-1].works["dropped"]
+    assert result.verdict.reason.endswith(
+        f"; Works dropped unwaited: 3000/s ({total} in all), most at ring.py:44 in trainer (isend to rank 1)"
+    )

@@ -41,14 +41,22 @@ def test_a_deque_of_unwaited_works_fails_the_gate_by_the_works_it_drops(tmp_path
     "memory grows, not from Works or messages"), and `check` fails it."""
     run = check(tmp_path, *torchrun("stats_ring.py", "--seconds", "14"), duration="24s")
     assert run.proc.returncode == 1, run.proc.stdout + run.proc.stderr
-    for rank, op, text in ((0, "isend", "dist.isend("), (1, "irecv", "dist.irecv(")):
-        r = run.rank(rank)
-        assert (r["verdict"], r["cause"]["kind"]) == ("LEAK", "dropped"), r["verdict_reason"]
-        site = f"stats_ring.py:{line_of('stats_ring.py', text)}"
-        assert r["cause"]["site"].startswith(site) and f"({op} " in r["cause"]["site"]
-        assert r["cause"]["per_s"] > 100 and r["cause"]["dropped"] > 1000
-        assert r["verdict_reason"].startswith("Works dropped unwaited grow by ")
-        assert " B a dropped Work" in r["verdict_reason"]
+    monitor = run.rank(1)
+    assert (monitor["verdict"], monitor["cause"]["kind"]) == ("LEAK", "dropped"), monitor["verdict_reason"]
+    site = f"stats_ring.py:{line_of('stats_ring.py', 'dist.irecv(')} in monitor (irecv from rank 0)"
+    assert monitor["cause"]["site"] == site
+    assert monitor["cause"]["per_s"] > 100 and monitor["cause"]["dropped"] > 1000
+    assert monitor["verdict_reason"].startswith("Works dropped unwaited grow by ")
+    assert " B a dropped Work" in monitor["verdict_reason"]
+    # the trainer's sends mostly find the monitor's receive already posted (it posts ahead):
+    # those cost nothing, and its RSS may straddle the gate's 200 MB/h; its drops are named
+    # either way, as the cause when its memory decides, else after its reason
+    trainer = run.rank(0)
+    sent_at = f"stats_ring.py:{line_of('stats_ring.py', 'dist.isend(')} in trainer (isend to rank 1)"
+    if trainer["verdict"] == "LEAK":
+        assert (trainer["cause"]["kind"], trainer["cause"]["site"]) == ("dropped", sent_at)
+    else:
+        assert "; Works dropped unwaited: " in trainer["verdict_reason"] and sent_at in trainer["verdict_reason"]
 
 
 def test_its_twin_that_waits_each_work_before_the_deque_drops_it_passes(tmp_path: Path) -> None:
@@ -69,7 +77,8 @@ def test_a_send_loop_that_drops_each_isend_work_leaks_by_them_and_then_hangs(tmp
                 options=("--duration", "24s", "--stall-timeout", "3s"))  # fmt: skip
     trainer, dashboard = run.rank(0), run.rank(1)
     assert (trainer["verdict"], trainer["cause"]["kind"]) == ("LEAK", "dropped"), trainer["verdict_reason"]
-    assert trainer["cause"]["site"].startswith(f"progress_beacon.py:{line_of('progress_beacon.py', 'dist.isend(')}")
+    line = line_of("progress_beacon.py", "work = dist.isend(")
+    assert trainer["cause"]["site"] == f"progress_beacon.py:{line} in trainer (isend to rank 1)"
     assert trainer["stuck"]["blocked_in"].startswith("send to rank 1 at progress_beacon.py:")
     assert dashboard["stuck"]["blocked_in"].startswith("recv from rank 0 at progress_beacon.py:")
     assert dashboard["messages"]["by_peer"][0]["received"] < trainer["works"]["created"] / 100
