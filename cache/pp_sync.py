@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
 from cache.work_list import PendingSend, WorkList
+
+FORWARD_TAG = 1  # the requests' messages; the HiCache sync's travel on another group
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,14 @@ class Topology:
 class Groups:
     tp: dist.ProcessGroup | None  # this rank's stage; None when tp_size == 1
     pp: dist.ProcessGroup | None  # this rank's pipeline; None when pp_size == 1
+    # this rank's pipeline again, always gloo: the scheduler forwards requests over it
+    # (SGLang: the world's CPU group, a connection apart from the HiCache sync's)
+    requests: dist.ProcessGroup | None = None
 
 
 def new_groups(topo: Topology, backend: str = "gloo") -> Groups:
     """Create the TP and PP groups. Every rank must call this, in the same order."""
-    tp = pp = None
+    tp = pp = requests = None
     for p in range(topo.pp_size):
         group = dist.new_group(topo.tp_ranks(p), backend=backend) if topo.tp_size > 1 else None
         if p == topo.pp_rank:
@@ -69,7 +75,63 @@ def new_groups(topo: Topology, backend: str = "gloo") -> Groups:
         group = dist.new_group(topo.pp_ranks(t), backend=backend) if topo.pp_size > 1 else None
         if t == topo.tp_rank:
             pp = group
-    return Groups(tp=tp, pp=pp)
+    for t in range(topo.tp_size):
+        group = dist.new_group(topo.pp_ranks(t), backend="gloo") if topo.pp_size > 1 else None
+        if t == topo.tp_rank:
+            requests = group
+    return Groups(tp=tp, pp=pp, requests=requests)
+
+
+class Blockable(Protocol):
+    """Where a loop says what it is blocked on, for the probe to read (WorkList, Traffic)."""
+
+    blocked_on: str | None
+    blocked_peer: int | None
+
+
+class RequestForwarding:
+    """The scheduler's own traffic down the pipeline, which paces every stage to the next.
+
+    SGLang's PP event loop (0.5.14, managers/scheduler_pp_mixin.py `event_loop_pp`) begins every
+    microbatch round, busy or idle, with the requests: a stage after the first receives, in
+    `recv`, what the stage before forwards (scheduler_components/request_receiver.py
+    `_pull_raw_reqs`, utils/common.py `point_to_point_pyobj`); a stage before the last first
+    waits the sends of its previous round (`_pp_commit_comm_work(self.send_req_work)`), then
+    isends this round's (`_pp_send_pyobj_to_next_stage(recv_reqs, async_send=True)`: one size
+    tensor, 0 when idle). On gloo that wait returns once the next stage has posted its receive,
+    so a stage starts round i only when the next one has started round i - 1: PP0 runs at most
+    a round ahead of PP1, and the HiCache sync's messages (docs/sglang.md) cannot pile up at
+    PP1. Only the list of never-waited sync Works can grow, on every stage but the last.
+    """
+
+    def __init__(self, topo: Topology, group: dist.ProcessGroup | None, status: Blockable) -> None:
+        self.group = group
+        self.status = status
+        pp_rank = topo.pp_rank
+        self._recv_from = pp_rank - 1 if group is not None and pp_rank > 0 else None
+        self._send_to = pp_rank + 1 if group is not None and topo.next_rank is not None else None
+        self._size = torch.zeros(1, dtype=torch.long)
+        self._pending: dist.Work | None = None
+        self.forwarded = 0
+        self._in_recv = f"request forwarding, waiting in recv from pp rank {pp_rank - 1}"
+        self._in_wait = f"request forwarding, waiting on isend to pp rank {pp_rank + 1}"
+
+    def forward(self, requests: int) -> None:
+        """One round's: receive the stage before's requests, then forward this round's `requests`."""
+        # The group's own methods (what dist.recv and dist.isend call): the PP sync's counting
+        # of dist.isend and dist.recv (--target sglang) is not this traffic's.
+        status, group = self.status, self.group
+        if self._recv_from is not None:
+            status.blocked_on, status.blocked_peer = self._in_recv, self._recv_from
+            group.recv([self._size], self._recv_from, FORWARD_TAG).wait()
+            status.blocked_on = status.blocked_peer = None
+        if self._send_to is not None:
+            if self._pending is not None:
+                status.blocked_on, status.blocked_peer = self._in_wait, self._send_to
+                self._pending.wait()
+                status.blocked_on = status.blocked_peer = None
+            self._pending = group.send([torch.tensor([requests], dtype=torch.long)], self._send_to, FORWARD_TAG)
+            self.forwarded += 1
 
 
 class ClosedAfterTimeout(RuntimeError):

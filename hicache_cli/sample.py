@@ -72,6 +72,9 @@ class Sample:
     peers: list[list[Any]] | None = None
     node: int = 0  # the --node-rank of the hicache that launched the rank (0 on one machine)
     host: str | None = None  # the rank's host name
+    # hicache trace: the world the process's ranks belong to, its default group's rendezvous
+    # (`tcp://127.0.0.1:29500`, `file:///tmp/x`): rank numbers pair processes only within one
+    world: str | None = None
     kind: str = "sample"
     message: str | None = None  # final lines: how the rank stopped
     signal: str | None = None  # final lines: the signal that stopped it (e.g. "SIGTERM"), if one did

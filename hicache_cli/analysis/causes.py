@@ -2,6 +2,11 @@
 
 A LEAK of a traced process names its cause:
 - **works**: live Works keep growing (stats.decide's work-list rules): the site that makes them;
+- **dropped**: the program keeps dropping point-to-point Works unwaited, and its memory grows
+  (RSS as rule 2 of stats.decide reads it, or a message backlog to a peer): on gloo each such
+  Work dropped before its message moved is never delivered, wedges its connection, and leaves
+  its state behind (analysis/dropped.py; measured by `hicache doctor`). Its rate, its top site
+  and the bytes each dropped Work costs the process are named;
 - **backlog**: messages to a peer keep piling up, sent faster than the peer receives them
   (analysis/messages.py): the pair, the backlog's rate and the sender's site. The Works may
   be few (a sender that keeps only the last 8), but every unreceived message holds state in
@@ -20,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from hicache_cli.analysis import stats
 from hicache_cli.analysis.assess import Assessment, assess_rank
+from hicache_cli.analysis.dropped import MAX_BYTES_PER_DROP, Dropping, dropping
 from hicache_cli.analysis.kinds import CauseKind, Verdict
 from hicache_cli.analysis.messages import PeerFlow, growing_backlogs, peer_flows
 from hicache_cli.analysis.results import Site
@@ -34,12 +40,13 @@ class Finding:
 
     cause: CauseKind
     text: str
-    site: Site | None = None  # works: the top site; backlog: the sender's site
+    site: Site | None = None  # works: the top site; backlog: the sender's site; dropped: the top dropping site
     peer: int | None = None  # backlog: the receiver
     group: str | None = None
-    per_s: float | None = None  # backlog: messages per second it grows by
+    per_s: float | None = None  # backlog: messages per second it grows by; dropped: Works dropped per second
     backlog: int | None = None  # ... and its size at the end
-    also: str | None = None  # works: a backlog growing as well
+    also: str | None = None  # works, dropped: a backlog growing as well
+    dropped: int | None = None  # dropped: Works dropped unwaited in all
 
 
 @dataclass(frozen=True)
@@ -71,8 +78,22 @@ def judge(
         return Judged(assessment, flows)
     finding = _finding(assessment, flows, series)
     if finding is None:
-        return Judged(assessment, flows)
+        return Judged(_with_drops_said(assessment, series), flows)
     return Judged(replace(assessment, verdict=_verdict(assessment, finding, series)), flows, finding)
+
+
+def _with_drops_said(assessment: Assessment, series: list[Sample]) -> Assessment:
+    """A verdict that is no leak, beside point-to-point Works the process keeps dropping: the
+    drops are said after its reason (on gloo each one dropped before its message moved is lost;
+    the memory they cost did not decide this run)."""
+    sites = _last_sites(series)
+    dropped = dropping(series, assessment.cut, sites)
+    if dropped is None:
+        return assessment
+    at = f", most at {site_text(dropped.site)}" if dropped.site is not None else ""
+    said = f"; Works dropped unwaited: {dropped.per_s:.0f}/s ({dropped.total} in all){at}"
+    verdict = assessment.verdict
+    return replace(assessment, verdict=replace(verdict, reason=verdict.reason + said))
 
 
 def _finding(assessment: Assessment, flows: tuple[PeerFlow, ...], series: list[Sample]) -> Finding | None:
@@ -84,6 +105,9 @@ def _finding(assessment: Assessment, flows: tuple[PeerFlow, ...], series: list[S
         text = f"live Works grow, made at {site_text(top)} and never waited" if top else "live Works grow"
         also = backlog_text(growing[0], _sender_site(sites, growing[0].peer)) if growing else None
         return Finding(CauseKind.WORKS, text, top, also=also)
+    dropped = dropping(series, assessment.cut, sites)
+    if dropped is not None and (growing or (verdict.verdict is Verdict.LEAK and _explains(assessment, dropped))):
+        return _dropped_finding(dropped, growing, sites)
     if growing:
         flow = growing[0]
         sender = _sender_site(sites, flow.peer)
@@ -101,6 +125,22 @@ def _finding(assessment: Assessment, flows: tuple[PeerFlow, ...], series: list[S
     return None
 
 
+def _explains(assessment: Assessment, dropped: Dropping) -> bool:
+    """Whether the drops can account for the memory growth: no more bytes per dropped Work than
+    a Work can leave behind (dropped.MAX_BYTES_PER_DROP)."""
+    rss = assessment.rss
+    return rss is None or dropped.per_s <= 0 or rss.slope / dropped.per_s <= MAX_BYTES_PER_DROP
+
+
+def _dropped_finding(dropped: Dropping, growing: list[PeerFlow], sites: list[Site]) -> Finding:
+    """The Works dropped are the cause; a backlog growing beside them (messages that will never
+    arrive: the connection is wedged) is said with them."""
+    site = dropped.site
+    also = backlog_text(growing[0], _sender_site(sites, growing[0].peer)) if growing else None
+    text = dropped.text(site_text(site) if site is not None else None)
+    return Finding(CauseKind.DROPPED, text, site, per_s=dropped.per_s, also=also, dropped=dropped.total)
+
+
 def _verdict(assessment: Assessment, finding: Finding, series: list[Sample]) -> stats.Decision:
     base, rss = assessment.verdict, assessment.rss
     rss_text = (
@@ -113,6 +153,12 @@ def _verdict(assessment: Assessment, finding: Finding, series: list[Sample]) -> 
         return base if finding.also is None else replace(base, reason=f"{base.reason}; {finding.also}")
     if finding.cause is CauseKind.BACKLOG:
         return stats.Decision(Verdict.LEAK, f"{finding.text}; {rss_text}", "backlog")
+    if finding.cause is CauseKind.DROPPED:
+        each = f", {rss.slope / finding.per_s:.0f} B a dropped Work" if rss and finding.per_s and rss.slope > 0 else ""
+        also = f"; {finding.also}" if finding.also else ""
+        # a growing backlog is as causal as a growing work list; RSS alone needs as long as boundedness
+        basis = "backlog" if finding.also else "dropped"
+        return stats.Decision(Verdict.LEAK, f"{finding.text}; {rss_text}{each}{also}", basis)
     anon = assessment.anon
     anon_text = f", anonymous memory {stats.per_hour_mb(anon.slope):+.0f} MB/h" if anon else ""
     most = max(s.depth for s in series[assessment.cut :]) if assessment.cut < len(series) else 0

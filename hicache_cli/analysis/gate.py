@@ -44,6 +44,8 @@ def evaluate(report: Report, limits: Thresholds) -> list[Assertion]:
         results.append(_bounded(r, report.traced, limits))
         if not r.measured:
             continue
+        if r.stuck is not None:  # a program stuck at the end proves nothing either way (analysis/progress.py)
+            results.append(Assertion(rank, "progress", None, f"rank {rank} {r.stuck.text}"))
         if not report.traced or limits.rss_slope_given:  # a traced program's memory: gated when asked
             results.append(_slope(rank, r.rss, limits.max_rss_slope_mb_per_h))
         if limits.max_depth is not None and r.work_list is not None:

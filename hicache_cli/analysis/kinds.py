@@ -42,6 +42,7 @@ class CauseKind(Text):
     """Why a traced process's memory grows (analysis/causes.py)."""
 
     WORKS = "works"  # live Works keep growing: the site that makes them
+    DROPPED = "dropped"  # point-to-point Works dropped unwaited, while memory grows: their rate and site
     BACKLOG = "backlog"  # messages to a peer pile up faster than it receives them
     MEMORY = "memory"  # neither: memory grows, not from Works or messages
 

@@ -2,10 +2,14 @@
 
 A rank's samples say how many messages it sent to and received from each peer, per process
 group (`Sample.peers`: rows [peer, group, sent, sent_bytes, received, received_bytes], from
-the tracer, blocking calls included). The backlog from A to B is what A sent to B less what
-B received from A: messages posted by the sender that the receiver has not asked for yet,
-queued in the transport (gloo keeps each one's state on both sides). A backlog that keeps
-growing is memory that grows with it: a sender outrunning its receiver.
+the tracer, blocking calls included), and which world the process is in (`Sample.world`: its
+default group's rendezvous). A peer is the process of that rank in the same world: processes
+of another world (workers that form their own group) have the same rank numbers.
+
+The backlog from A to B is what A sent to B less what B received from A: messages posted by
+the sender that the receiver has not asked for yet, queued in the transport (gloo keeps each
+one's state on both sides). A backlog that keeps growing is memory that grows with it: a
+sender outrunning its receiver.
 
 hicache's own ranks do not carry rows; their PP-sync counts (`sent` downstream to rank + tp,
 `received` from rank - tp) make the same rows, in a group called "pp", without bytes.
@@ -106,16 +110,19 @@ def _row(sample: Sample, peer: int, group: str, tp: int) -> PeerRow | None:
 
 
 def peer_series(samples: Mapping[int, list[Sample]], slot: int, peer: int) -> list[Sample]:
-    """The samples of `peer`'s process, as seen from the rank file `slot`: the file whose
-    rank is `peer` and whose time overlaps slot's the most (a program may start process
-    groups with the same ranks one after another)."""
+    """The samples of `peer`'s process, as seen from the rank file `slot`: the file of the same
+    world whose rank is `peer` and whose time overlaps slot's the most (a program may start
+    process groups with the same ranks one after another). A rank number names a process only
+    within its world: forkserver workers that form a group of their own have ranks 0 and 1 too
+    (issue 38), and are never another world's peers."""
     mine = samples.get(slot) or []
     if not mine:
         return []
     start, end = mine[0].wall, mine[-1].wall
+    world = mine[-1].world
     best, overlap = [], -1.0
     for other_slot, series in samples.items():
-        if other_slot == slot or not series or series[-1].rank != peer:
+        if other_slot == slot or not series or series[-1].rank != peer or series[-1].world != world:
             continue
         shared = min(end, series[-1].wall) - max(start, series[0].wall)
         if shared > overlap:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
-from hicache_cli.analysis import stats
+from hicache_cli.analysis import progress, stats
 from hicache_cli.analysis.causes import Finding, judge
 from hicache_cli.analysis.failures import Ending, find_failures, interruption
 from hicache_cli.analysis.figures import rounds_per_s
@@ -37,6 +37,7 @@ from hicache_cli.analysis.results import (
     Rss,
     Series,
     Shutdown,
+    Stuck,
     TargetSection,
     UnwaitedSend,
     WorkList,
@@ -331,19 +332,29 @@ def _traced_summary(
     """A traced process: `rank` is its torch.distributed rank, `slot` its rank file's
     number (the same, unless several process groups used the same ranks); `works` says
     what became of the Works it was handed, by creation site; `shutdown`, the sends it
-    ended with never waited, or the peer that did and that it is blocked on."""
+    ended with never waited, or the peer that did and that it is blocked on; `stuck`, how it
+    stopped making progress before its end. The verdict of a stuck process is reached on its
+    samples up to then: the flat memory of a process that does nothing is no evidence of
+    boundedness, and a leak that ran until it hung is still one."""
     last = followed.kept[-1] if followed.kept else None
-    summary = rank_summary(slot, followed, [], config, census=held.get(last.pid) if last else None, run=run)
+    run = run or {slot: followed.kept}
+    ends = [series[-1].wall for series in run.values() if series]
+    stopped = progress.stuck(followed.kept, config.stall_timeout_s, max(ends) if ends else None)
+    judged = run if stopped is None else {**run, slot: progress.until_stuck(followed.kept, stopped)}
+    summary = rank_summary(slot, followed, [], config, census=held.get(last.pid) if last else None, run=judged)
     if last is None:
         return summary
-    hazard = hazards(run or {slot: followed.kept}).get(slot)
+    hazard = hazards(run).get(slot)
+    reason = summary.verdict_reason if stopped is None else f"{summary.verdict_reason}; {stopped.text()}"
     return replace(
         summary,
         rank=last.rank,
         slot=slot,
+        verdict_reason=reason,
         world_size=int(last.counters.get("world_size", 0)) or None,
         works=works_summary(followed.totals),
         shutdown=_shutdown(hazard, last.rank),
+        stuck=None if stopped is None else _stuck(stopped),
     )
 
 
@@ -372,6 +383,17 @@ def _cause(finding: Finding | None) -> Cause | None:
         group=finding.group if backlog else None,
         backlog=finding.backlog if backlog else None,
         per_s=None if finding.per_s is None else round(finding.per_s, 1),
+        dropped=finding.dropped,
+    )
+
+
+def _stuck(found: progress.Stuck) -> Stuck:
+    return Stuck(
+        since_s=round(found.since_s, 2),
+        for_s=round(found.for_s, 1),
+        blocked_in=found.blocked_in,
+        unresponsive=found.unresponsive,
+        text=found.text(),
     )
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "ShapeError",
     "Shutdown",
     "Site",
+    "Stuck",
     "Status",
     "TargetSection",
     "TraceSection",
@@ -182,21 +183,27 @@ class Messages(Record):
 
 @dataclass(frozen=True)
 class Cause(Record):
-    """Why a traced process's memory grows (analysis/causes.py): its live Works, a message
-    backlog to a peer, or neither (memory)."""
+    """Why a traced process's memory grows (analysis/causes.py): its live Works, Works it keeps
+    dropping unwaited, a message backlog to a peer, or none of them (memory)."""
 
     kind: CauseKind | str = field_spec(required=True, default=CauseKind.WORKS)
     text: str = field_spec(required=True, default="")
-    site: str | None = None  # works: the top site; backlog: the sender's, as `file:line in f (op to rank N)`
+    # works: the top site; backlog: the sender's; dropped: the top dropping one; as `file:line in f (op to rank N)`
+    site: str | None = None
     peer: int | None = None  # backlog: the receiver, its group, its size at the end, its growth
     group: str | None = None
     backlog: int | None = None
-    per_s: float | None = None
+    per_s: float | None = None  # backlog: messages a second it grows by; dropped: Works dropped a second
+    dropped: int | None = None  # dropped: Works dropped unwaited in all
 
     def omit(self) -> frozenset[str]:
         left_out = {"site"} if self.site is None else set()
         if self.kind != CauseKind.BACKLOG:
-            left_out |= {"peer", "group", "backlog", "per_s"}
+            left_out |= {"peer", "group", "backlog"}
+        if self.kind not in (CauseKind.BACKLOG, CauseKind.DROPPED):
+            left_out.add("per_s")
+        if self.kind != CauseKind.DROPPED:
+            left_out.add("dropped")
         return frozenset(left_out)
 
 
@@ -219,6 +226,17 @@ class Shutdown(Record):
     unwaited_sends: list[UnwaitedSend] = field(default_factory=list)
     blocked_in: str | None = None  # `recv from rank 0 at x.py:17`
     lines: list[str] = field(default_factory=list)  # what the trace's view prints
+
+
+@dataclass(frozen=True)
+class Stuck(Record):
+    """A traced process that made no progress for the last part of the run (analysis/progress.py)."""
+
+    since_s: float = field_spec(required=True, default=0.0)  # its clock when it last made progress
+    for_s: float = field_spec(required=True, default=0.0)  # how long it then stood still
+    blocked_in: str | None = None  # `recv from rank 1 at x.py:31`, when the tracer knows
+    unresponsive: bool = False  # its samples stopped
+    text: str = ""  # what the trace's view prints
 
 
 @dataclass(frozen=True)
@@ -298,7 +316,7 @@ class PPConsistency(Record):
 
 MEASURED = frozenset({"rss", "work_list", "loop_latency_ms", "rounds_per_s", "messages", "backlog_at_stop"})
 UNMEASURED_KEYS = ("rank", "pp_rank", "tp_rank", "verdict", "verdict_reason", "samples", "unreadable_lines")
-TRACED_KEYS = frozenset({"slot", "world_size", "works", "shutdown"})
+TRACED_KEYS = frozenset({"slot", "world_size", "works", "shutdown", "stuck"})
 
 
 @dataclass(frozen=True)
@@ -333,6 +351,7 @@ class RankReport(Record):
     world_size: int | None = None  # trace: the process group's size
     works: Works | None = None  # trace
     shutdown: Shutdown | None = None  # trace: sends it ended with never waited, or blocked on such a peer
+    stuck: Stuck | None = None  # trace: it made no progress for the last part of the run
     series: Series | None = None
 
     @property

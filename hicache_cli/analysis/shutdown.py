@@ -5,9 +5,12 @@ or having dropped them unwaited, may have left its peers waiting for messages th
 never delivered: on gloo a send whose Work is dropped unwaited may never be delivered, and its
 receiver then waits forever in `recv` (a race: whether the message happened to arrive does not
 matter). Its final line's sites say which sends; a peer's last
-samples say whether it is indeed blocked on it ("recv from rank 0 at x.py:17"): its last
-line, or the one before a final line (the sender's exit closes the connection, and the
-blocked receive then ends in an error).
+samples say whether it is indeed blocked on it ("recv from rank 0 at x.py:17") and stayed so
+past the sender's end: its last sample before its final line is blocked on the sender, and
+either a sample taken after the sender's end still is, or its final line came after that end
+and was no normal one (the sender's exit closes the connection, and the blocked receive then
+ends in an error). A peer that ended normally is never one, even when its last sample caught
+it in `recv` - a receive loop spends most of its time there.
 """
 
 from __future__ import annotations
@@ -76,13 +79,44 @@ def ended_unwaited(series: list[Sample]) -> list[dict[str, Any]]:
 def hazards(samples: Mapping[int, list[Sample]]) -> dict[int, Hazards]:
     """Per rank file: its hazards (only those with any)."""
     ended = {slot: sends for slot, series in samples.items() if (sends := ended_unwaited(series))}
-    ended_ranks = {samples[slot][-1].rank for slot in ended}
+    # (world, rank) -> when it ended: a rank number names a process only within its world
+    ends = {(samples[slot][-1].world, samples[slot][-1].rank): samples[slot][-1].wall for slot in ended}
     out = {}
     for slot, series in samples.items():
         if not series:
             continue
-        where = next((s for s in reversed(series[-2:]) if s.blocked_on and s.blocked_peer in ended_ranks), None)
+        where = _stayed_blocked(series, ends)
         if slot in ended or where is not None:
             blocked = where.blocked_on if where is not None else None
             out[slot] = Hazards(tuple(ended.get(slot, ())), blocked, where is series[-1])
     return out
+
+
+def _stayed_blocked(series: list[Sample], ends: Mapping[tuple[str | None, int], float]) -> Sample | None:
+    """The sample that shows this process blocked on a rank that ended with sends never waited,
+    and still blocked past that rank's end; None when it was not.
+
+    Its last sample before its final line (or its last, without one) must be blocked on that
+    rank, and it must have stayed so past that rank's end: a sample taken after it, still
+    blocked, or a final line after it that is no normal end (the blocked receive failed when the
+    sender's exit closed the connection). A process that ended normally was not stuck, however
+    often its samples caught it in `recv`: a receive loop spends most of its time there."""
+    final = series[-1] if series[-1].kind == "final" else None
+    running = [s for s in series if s.kind != "final"]
+    last = running[-1] if running else None
+    if last is None or not last.blocked_on or last.blocked_peer is None:
+        return None
+    ended_at = ends.get((series[-1].world, last.blocked_peer))
+    if ended_at is None:
+        return None
+    if final is not None and final.state == "done" and not _stopped_by_hicache(final):
+        return None  # it ended normally: whatever it waited for came
+    if last.wall >= ended_at:
+        return last  # seen blocked after the peer had ended
+    if final is not None and final.wall >= ended_at and final.state == "error":
+        return last  # blocked until the peer's end closed the connection under it
+    return None
+
+
+def _stopped_by_hicache(final: Sample) -> bool:
+    return final.message == STOPPED_AT_END or (final.message or "").startswith(DETACHED_PREFIX)

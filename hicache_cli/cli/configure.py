@@ -38,6 +38,7 @@ MODEL_ONLY_FAULTS = ("raise-in-wait", "keep")
 CHECK_WARMUP = "3s"  # the cache warm-up already ran; a short trend warm-up settles sooner
 CHECK_POLICY = "drain"  # the fix: the gate's question is whether it holds
 CHECK_DURATION = "30s"
+TRACE_STALL_TIMEOUT = "60s"  # a traced program's step may be slow; still this long to its end, a process is stuck
 
 
 def measured(measure: Measurement) -> dict[str, Any]:
@@ -92,7 +93,7 @@ def ranks_config(
 def trace_config(command: list[str], loop: str | None = None, measure: Measurement | None = None) -> RunConfig:
     """A traced program's config (`trace -- COMMAND`, `check -- COMMAND`); its duration None:
     until the program ends. The command must exist."""
-    taken = measured(measure or Measurement(duration=None, stall_timeout="60s"))
+    taken = measured(measure or Measurement(duration=None, stall_timeout=TRACE_STALL_TIMEOUT))
     return traced_config(command=command, loop=loop, **taken)
 
 
@@ -211,7 +212,10 @@ def gate_plan(
     if pids:
         config = attach_config(pids, replace(measure, duration=gate.max_duration or measure.duration or CHECK_DURATION))
     elif command:
-        config = trace_config(command, loop, replace(measure, duration=gate.max_duration or measure.duration))
+        # as `trace` has it (analysis/progress.py): stuck after this long still, unless given
+        stall = measure.stall_timeout if "stall_timeout" in measure.given else TRACE_STALL_TIMEOUT
+        duration = gate.max_duration or measure.duration
+        config = trace_config(command, loop, replace(measure, duration=duration, stall_timeout=stall))
     else:
         given_target = ranks.policy is not None or "target" in ranks.given
         ranks = replace(ranks, policy=ranks.policy if given_target else CHECK_POLICY)

@@ -1,5 +1,6 @@
 """What the environment does, before trusting a verdict: torch, backends, CUDA, pinned
-memory, the loopback rendezvous, and a measured check of gloo's send-Work completion."""
+memory, the loopback rendezvous, a measured check of gloo's send-Work completion, and what a
+gloo Work costs kept, dropped unwaited or waited (rank/work_cost_probe.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,21 @@ class Finding:
     meaning: str  # what it means for hicache's verdicts, in one line
 
 
+DEFAULT_WORKS = 10_000  # per case of the Work-cost probe: ~20 s here; RSS moves in 4 KiB pages
+
+
 def measure_completion(backend: str, timeout_s: float = 120.0) -> dict[str, Any]:
     """Run the two-rank completion probe with torchrun on loopback; its JSON, or an error."""
+    return _two_ranks("hicache_cli.rank.completion_probe", [backend], f"the two-rank {backend} check", timeout_s)
+
+
+def measure_work_costs(works: int = DEFAULT_WORKS, timeout_s: float = 300.0) -> dict[str, Any]:
+    """Run the two-rank Work-cost probe on gloo with `works` Works a case; its JSON, or an error."""
+    return _two_ranks("hicache_cli.rank.work_cost_probe", [str(works)], "the two-rank Work-cost probe", timeout_s)
+
+
+def _two_ranks(module: str, args: list[str], what: str, timeout_s: float) -> dict[str, Any]:
+    """Run `module` as two ranks with torchrun on loopback; the last JSON line rank 0 printed."""
     port = pick_port(LOOPBACK, None)
     cmd = [
         sys.executable,
@@ -31,20 +45,20 @@ def measure_completion(backend: str, timeout_s: float = 120.0) -> dict[str, Any]
         f"--master-addr={LOOPBACK}",
         f"--master-port={port}",
         "-m",
-        "hicache_cli.rank.completion_probe",
-        backend,
+        module,
+        *args,
     ]
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout_s, env=rank_environment(LOOPBACK), check=False
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"the two-rank {backend} check did not finish in {timeout_s:.0f} s"}
+        return {"error": f"{what} did not finish in {timeout_s:.0f} s"}
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
     why = rank_error(proc.stderr) or proc.stderr.strip()[-300:]
-    return {"error": f"the two-rank {backend} check failed (exit {proc.returncode}): {why}"}
+    return {"error": f"{what} failed (exit {proc.returncode}): {why}"}
 
 
 # `RuntimeError: ...`, `[rank0]: torch.distributed.DistBackendError: ...`: a rank's exception
@@ -61,7 +75,8 @@ def rank_error(stderr: str) -> str | None:
     return None
 
 
-def examine() -> list[Finding]:
+def examine(works: int = DEFAULT_WORKS) -> list[Finding]:
+    """Every finding; `works` Works a case for the Work-cost probe (0: not run)."""
     import torch
     import torch.distributed as dist
 
@@ -105,6 +120,8 @@ def examine() -> list[Finding]:
         findings.append(Finding("gloo_is_completed_advances_without_wait", advances, meaning))
     if cuda and dist.is_nccl_available():
         findings.append(_nccl_completion(torch.cuda.device_count()))
+    if works > 0:
+        findings += work_cost_findings(measure_work_costs(works))
     return findings
 
 
@@ -120,3 +137,74 @@ def _nccl_completion(gpus: int) -> Finding:
 
 def as_json(findings: list[Finding]) -> dict[str, Any]:
     return {f.name: f.value for f in findings} | {"meanings": {f.name: f.meaning for f in findings}}
+
+
+def work_cost_findings(result: dict[str, Any]) -> list[Finding]:
+    """The Work-cost probe's JSON as findings: bytes per Work kept, dropped and waited, and
+    what each does to delivery (rank/work_cost_probe.py)."""
+    if "error" in result:
+        return [Finding("gloo_work_costs", None, result["error"])]
+    cases = result["cases"]
+
+    def b(case: str, key: str = "bytes_per_work") -> float:
+        return float(cases[case][key])
+
+    def got(case: str) -> str:
+        return f"{cases[case]['delivered']} of {cases[case]['of']} delivered"
+
+    behind, lock = cases["send_dropped_peer_behind"], cases["lockstep_dropped"]
+    return [
+        Finding(
+            "gloo_send_kept_bytes",
+            b("send_kept_then_waited"),
+            f"bytes a send Work holds while kept unwaited ({got('send_kept_then_waited')}); freed when it is waited "
+            f"({b('send_kept_then_waited', 'freed_per_work_by_wait'):.0f} B) or let go after delivery "
+            f"({b('send_kept_then_dropped', 'freed_per_work_by_drop'):.0f} B)",
+        ),
+        Finding(
+            "gloo_send_dropped_bytes",
+            b("send_dropped_peer_behind"),
+            f"bytes a send Work dropped unwaited before the peer posted its receive leaves behind until the group "
+            f"is destroyed; {behind['delivered']} of {behind['of']} delivered: nothing later to that peer in that "
+            f"group arrives either (dropped after the peer's receive was posted: "
+            f"{b('send_dropped_peer_waiting'):.0f} B, {got('send_dropped_peer_waiting')})",
+        ),
+        Finding(
+            "gloo_dropped_send_then_reply_hangs",
+            bool(lock["hung"]),
+            f"an exchange that drops its isend Work, then waits for the peer's reply, stopped after {lock['rounds']} "
+            f"of {lock['of']} rounds; waiting the isend ran {cases['lockstep_waited']['rounds']}",
+        ),
+        Finding(
+            "gloo_recv_kept_bytes",
+            b("recv_kept_then_waited"),
+            f"bytes an irecv Work holds while kept unwaited ({got('recv_kept_then_waited')}); freed when it is waited "
+            f"({b('recv_kept_then_waited', 'freed_per_work_by_wait'):.0f} B) or let go after delivery "
+            f"({b('recv_kept_then_dropped', 'freed_per_work_by_drop'):.0f} B)",
+        ),
+        Finding(
+            "gloo_recv_dropped_bytes",
+            b("recv_dropped"),
+            f"bytes an irecv Work dropped unwaited leaves behind until the group is destroyed; {got('recv_dropped')}: "
+            f"nothing later from that peer in that group arrives either",
+        ),
+        Finding(
+            "gloo_all_reduce_kept_bytes",
+            b("all_reduce_kept"),
+            f"bytes an all_reduce(async_op=True) Work holds while kept unwaited ({got('all_reduce_kept')}); "
+            f"wait() frees {b('all_reduce_kept', 'freed_per_work_by_wait'):.0f} B of it",
+        ),
+        Finding(
+            "gloo_all_reduce_dropped_bytes",
+            b("all_reduce_dropped"),
+            f"bytes an all_reduce(async_op=True) Work dropped unwaited leaves once it has run "
+            f"({got('all_reduce_dropped')})",
+        ),
+        Finding(
+            "gloo_waited_bytes",
+            max(b("send_waited"), b("recv_waited"), b("all_reduce_waited")),
+            f"bytes: the most a waited Work leaves (send {b('send_waited'):.0f}, irecv {b('recv_waited'):.0f}, "
+            f"all_reduce {b('all_reduce_waited'):.0f} B; measured over {result['works']} Works a case, RSS after "
+            f"malloc_trim, second half of each block)",
+        ),
+    ]

@@ -112,9 +112,13 @@ def _polls(ctx: Context, node: int) -> list[Fact]:
 class KeptNeverWaited(Rule):
     """An async Work is kept in a list or attribute that nothing in the program ever waits.
 
-    On gloo a Work is freed only once it is waited: polling `is_completed()` returns False
-    until `wait()` is called, so a list of Works that is only polled grows by every Work put
-    in it (SGLang 0.5.13 to 0.5.14, HiCache's PP sync: ~12 GB/h of host memory). The finding
+    On gloo polling `is_completed()` returns False until `wait()` is called, so a reaper that
+    drops only completed Works drops nothing, and a list of Works that is only polled grows by
+    every Work put in it, ~1 KB each (SGLang 0.5.13 to 0.5.14, HiCache's PP sync: ~12 GB/h of
+    host memory). A `deque(maxlen=N)` does not grow, but every Work it lets go of is dropped
+    unwaited: on gloo a send or receive dropped before its message moved is never delivered,
+    nor is anything after it on that connection, and ~170 B of it stays for as long as the
+    process group lives (`hicache doctor` measures both). The finding
     points at the call that creates the Work (or at the call of a function that returns Works
     it made) and names where it is kept and where it is only polled, in any module. Fix:
     `wait()` the kept Works (all of them, at the start of the next round), then clear the list.
@@ -221,8 +225,10 @@ class SentTensorMutated(Rule):
     """An isend's Work is dropped, and the tensor it sends is then changed in place.
 
     Nothing waits the send, so nothing orders it before the change: the peer may receive the
-    new contents, or a mix (gloo and NCCL both read the tensor after isend returns). Fix: send
-    a clone, or keep the Work and wait() it before changing the tensor.
+    new contents, or a mix (NCCL reads the tensor after isend returns). On gloo the dropped
+    send is worse off: unless the peer had already posted its receive, it is never delivered
+    at all, nor is anything after it to that peer in that group (`hicache doctor`). Fix: send a
+    clone and keep its Work, or keep the Work and wait() it before changing the tensor.
     """
 
     id = "HC003"
@@ -237,7 +243,8 @@ class SentTensorMutated(Rule):
                     origin.span,
                     origin.function,
                     f"the Work from isend is dropped and `{origin.tensor}` is changed in place at line "
-                    f"{origin.mutated} while the send may still be reading it",
+                    f"{origin.mutated} while the send may still be reading it (on gloo, unless the peer had "
+                    "already posted its receive, a send whose Work is dropped is never delivered at all)",
                 )
 
 
@@ -246,10 +253,13 @@ class ReceiveDropped(Rule):
     """A receiving Work (irecv, or a collective with async_op=True) is dropped unwaited.
 
     The received data lands at some unknown time after the call returns; with the Work gone
-    nothing can wait for it, so every later read of the tensor races with the receive. Fix:
-    keep the Work and wait() it before reading the tensor (or use the blocking call). When a
-    later Work on the same group is waited in the same function, the finding says so and is a
-    note: that wait orders this receive on NCCL's stream, but not on gloo.
+    nothing can wait for it, so every later read of the tensor races with the receive. On gloo
+    a dropped irecv is worse off: its data never arrives, nor does anything after it from that
+    peer in that group, and ~170 B of it stays while the group lives (`hicache doctor`); a
+    collective is held by the group's worker threads until it has run, and arrives. Fix: keep
+    the Work and wait() it before reading the tensor (or use the blocking call). When a later
+    Work on the same group is waited in the same function, the finding says so and is a note:
+    that wait orders this receive on NCCL's stream, but not on gloo.
     """
 
     id = "HC004"
@@ -268,16 +278,22 @@ class ReceiveDropped(Rule):
             if not receives or not origin.dropped or origin.element is not None or origin.inner is not None:
                 continue
             into = f" into `{origin.tensor}`" if origin.tensor is not None else ""
+            # measured (hicache doctor): on gloo a dropped irecv's data never lands; a collective's does
+            lost = (
+                "; on gloo it never arrives at all, nor does anything after it from that peer in that group"
+                if origin.api == "irecv"
+                else ""
+            )
             message = (
                 f"the Work from {origin.api}{into} is dropped: nothing can wait for the data, so reads of it race "
-                "with the receive"
+                f"with the receive{lost}"
             )
             ordered = self._ordered_by(ctx, origin, later.get((origin.mid, origin.function, origin.group or ""), []))
             if ordered is not None:
                 message = (
                     f"the Work from {origin.api}{into} is dropped; the {ordered.api} Work on the same group "
                     f"(line {ordered.span.line}) is waited, which orders this receive before it on NCCL's stream "
-                    "but not on gloo, and no error it raises is ever seen"
+                    f"but not on gloo, and no error it raises is ever seen{lost}"
                 )
                 yield ctx.finding(self.id, origin.mid, origin.span, origin.function, message, level="note")
                 continue

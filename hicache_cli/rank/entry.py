@@ -150,7 +150,7 @@ def build_model(target, topo, device):  # noqa: ANN001, ANN201
 
     from cache.hiradix_cache import CacheConfig, HiRadixCache
     from cache.policies import PolicyOptions, make_policy
-    from cache.pp_sync import PPSync, new_groups
+    from cache.pp_sync import PPSync, RequestForwarding, new_groups
     from cache.scheduler import Scheduler
     from cache.work_list import WorkList
     from cache.workload import Workload, workload_spec
@@ -172,7 +172,8 @@ def build_model(target, topo, device):  # noqa: ANN001, ANN201
         prefix_sharing=target.prefix_sharing,
         idle_fraction=target.idle_fraction,
     )
-    scheduler = Scheduler(cache, Workload(spec, target.seed))
+    forwarding = RequestForwarding(topo, groups.requests, work_list)
+    scheduler = Scheduler(cache, Workload(spec, target.seed), forwarding)
     scheduler.warm_up(target.cache_warmup_rounds)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
@@ -182,6 +183,7 @@ def build_model(target, topo, device):  # noqa: ANN001, ANN201
         counters["waits"] = work_list.waits
         counters["released"] = work_list.released
         counters["tp_all_reduces"] = sync.tp_all_reduces
+        counters["requests_forwarded"] = forwarding.forwarded
         new = []
         while cache.checkpoints:  # the loop appends on the right; only we take from the left
             new.append(cache.checkpoints.popleft())
@@ -206,7 +208,7 @@ def build_sglang(target, topo, device):  # noqa: ANN001, ANN201
     the probe's reader, the status the fault injector drives)."""
     from pathlib import Path
 
-    from cache.pp_sync import new_groups
+    from cache.pp_sync import RequestForwarding, new_groups
     from hicache_cli.rank.probe import Readings
     from hicache_cli.sglang_target.bind import CountingCollectives, SGLangHolder, Traffic, build
     from hicache_cli.sglang_target.extract import extract
@@ -218,7 +220,9 @@ def build_sglang(target, topo, device):  # noqa: ANN001, ANN201
     CountingCollectives(traffic)
     holder = SGLangHolder(topo.pp_rank, topo.pp_size, groups.pp, groups.tp, topo.tp_size)
     tags = Path(target.tags_file) if target.tags_file else None
-    loop = build(extract(Path(target.file), target.class_name), tags, target.sha256, holder)
+    # the scheduler's own request forwarding, which SGLang's PP loop does around these methods
+    forwarding = RequestForwarding(topo, groups.requests, traffic)
+    loop = build(extract(Path(target.file), target.class_name), tags, target.sha256, holder, forwarding)
 
     def read() -> Readings:
         depth = len(holder.work_list)
@@ -231,7 +235,7 @@ def build_sglang(target, topo, device):  # noqa: ANN001, ANN201
             received=traffic.received,
             blocked_on=traffic.blocked_on,
             blocked_peer=traffic.blocked_peer,
-            counters={"tp_all_reduces": traffic.all_reduces},
+            counters={"tp_all_reduces": traffic.all_reduces, "requests_forwarded": forwarding.forwarded},
         )
 
     return loop, read, traffic
@@ -245,16 +249,20 @@ def run_loop(loop, stats, deadline: float, injector=None, origin: float = 0.0) -
     stats.thread = threading.get_ident()
     clock = time.perf_counter
     run_round = loop.run_round
+    forward = loop.forward_requests  # the round's requests first: a fault strikes after them
     ring = stats.latency_ring
     rounds = stats.rounds
     while not stats.stop_requested:
         began = clock()
         if began >= deadline:
             return
-        if injector is not None:
-            injector(began - origin)
-            began = clock()
         stats.round_started = began
+        forward()
+        if injector is not None:
+            paused = clock()
+            injector(paused - origin)
+            began += clock() - paused  # the fault's own time is not the round's
+            stats.round_started = began
         run_round()
         ring[rounds & RING_MASK] = clock() - began  # LoopStats.record, inlined
         rounds += 1

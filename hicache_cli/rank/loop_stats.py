@@ -50,6 +50,7 @@ class RankIdentity:
     tp_rank: int
     node: int = 0
     host: str | None = None
+    world: str | None = None  # a traced process: the rendezvous of its default process group
 
 
 @dataclass

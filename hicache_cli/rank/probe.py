@@ -126,6 +126,7 @@ class Probe:
             peers=readings.peers,
             node=ident.node,
             host=ident.host,
+            world=ident.world,
             kind=kind,
             message=message,
             signal=signal_name,

@@ -22,7 +22,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -159,22 +159,47 @@ def bind(holder: SGLangHolder, functions: dict[str, types.FunctionType]) -> None
         setattr(holder, name, types.MethodType(fn, holder))
 
 
-class SGLangRound:
-    """One scheduler round of SGLang's event loop: `check_hicache_events` on the holder."""
+class Forwards(Protocol):
+    """The scheduler's request forwarding down the pipeline (cache/pp_sync.RequestForwarding)."""
 
-    def __init__(self, holder: SGLangHolder, extracted: ExtractedClass) -> None:
+    def forward(self, requests: int) -> None: ...
+
+
+class SGLangRound:
+    """One scheduler round of SGLang's event loop: the requests passed down the pipeline (the
+    scheduler's own, cache/pp_sync.RequestForwarding, an idle server's: none), then
+    `check_hicache_events` on the holder."""
+
+    def __init__(self, holder: SGLangHolder, extracted: ExtractedClass, forwarding: Forwards | None = None) -> None:
         self.holder = holder
         self.extracted = extracted
+        self.forwarding = forwarding
         self.round = 0
         self._entry = getattr(holder, ENTRY)
+        self._forwarded = False
+
+    def forward_requests(self) -> None:
+        """The round's first step, as in the model (cache/scheduler.py): an idle server's, none."""
+        self._forwarded = True
+        if self.forwarding is not None:
+            self.forwarding.forward(0)
 
     def run_round(self) -> None:
+        if not self._forwarded:
+            self.forward_requests()
+        self._forwarded = False
         self._entry()
         self.round += 1
 
 
-def build(extracted: ExtractedClass, tags_file: Path | None, expected_sha256: str, holder: SGLangHolder) -> SGLangRound:
+def build(
+    extracted: ExtractedClass,
+    tags_file: Path | None,
+    expected_sha256: str,
+    holder: SGLangHolder,
+    forwarding: Forwards | None = None,
+) -> SGLangRound:
     if extracted.sha256 != expected_sha256:
         raise TargetMismatch(f"{extracted.path} changed after the run was set up (its SHA-256 differs)")
     bind(holder, compile_methods(extracted, tags_file))
-    return SGLangRound(holder, extracted)
+    return SGLangRound(holder, extracted, forwarding)

@@ -86,9 +86,32 @@ def start_session(c10d: ModuleType) -> None:
     if STATE.session is not None or STATE.env is None or STATE.table is None:
         return
     try:
-        STATE.session = Session(STATE.env, STATE.table, STATE.loop, c10d.get_rank(), c10d.get_world_size())
+        STATE.session = Session(
+            STATE.env, STATE.table, STATE.loop, c10d.get_rank(), c10d.get_world_size(), world=world_of(c10d)
+        )
     except OSError as exc:  # the run directory went away: trace nothing, run on
         sys.stderr.write(f"hicache trace: not observing pid {os.getpid()}: {exc}\n")
+
+
+def world_of(c10d: ModuleType) -> str | None:
+    """Where the default process group met: its store's address (`tcp://host:port`) or file
+    (`file:///path`), the same for every member of one world and different for another world
+    on the machine (forkserver workers that form their own group). None when it cannot be told
+    (a store of another kind)."""
+    try:
+        store = c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+    for _ in range(8):  # PrefixStores wrap it, one per prefix
+        inner = getattr(store, "underlying_store", None)
+        if inner is None:
+            break
+        store = inner
+    host, port = getattr(store, "host", None), getattr(store, "port", None)
+    if isinstance(host, str) and isinstance(port, int):
+        return f"tcp://{host}:{port}"
+    path = getattr(store, "path", None)
+    return f"file://{path}" if isinstance(path, str) else None
 
 
 def wrap_loop(module: ModuleType, qualname: str, state: _State) -> None:

@@ -177,7 +177,14 @@ class Session:
     """The observed process: started once, when its first process group is."""
 
     def __init__(
-        self, env: TraceEnv, table: WorkTable, loop: LoopStats, rank: int, world_size: int, ending: Ending = TRACED
+        self,
+        env: TraceEnv,
+        table: WorkTable,
+        loop: LoopStats,
+        rank: int,
+        world_size: int,
+        ending: Ending = TRACED,
+        world: str | None = None,
     ) -> None:
         self.env = env
         self.table = table
@@ -189,7 +196,7 @@ class Session:
         self.error: str | None = None
         now = time.monotonic()
         self.probe = TracedProbe(
-            RankIdentity(rank, rank, 0, 0, socket.gethostname()),
+            RankIdentity(rank, rank, 0, 0, socket.gethostname(), world),
             loop,
             self.read,
             out,

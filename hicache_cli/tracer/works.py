@@ -126,6 +126,7 @@ class Totals:
     live_bytes: int = 0
     sent: int = 0  # point-to-point messages sent (blocking or not: every ProcessGroup.send)
     received: int = 0  # ... and receives posted
+    ops: int = 0  # every Work a ProcessGroup method returned, those torch waits itself included
 
     @property
     def live(self) -> int:
@@ -138,6 +139,7 @@ class Totals:
             "completed": self.completed,
             "dropped": self.dropped,
             "live": self.live,
+            "ops": self.ops,
         }
 
 
@@ -167,6 +169,9 @@ class WorkTable:
         self.max_sites = max_sites
         self.messages = PeerMessages()
         self.sites: dict[tuple[Any, ...], Site] = {}
+        # every Work-returning call, a blocking collective's too: whether the process still
+        # makes progress (analysis/progress.py) when none of its Works reaches the program
+        self.ops = 0
         self.waiting_on: Site | None = None  # the site of the Work the program waits on right now
         # the last send/recv torch waits itself, as the fields of a hazards.BlockingCall (a
         # plain tuple: one is made per blocking call), and the same while torch waits it
@@ -194,6 +199,7 @@ class WorkTable:
         self.messages.clear()
         for held in (self.sites, self._refs, self._gone, self._peers, self._places):
             held.clear()
+        self.ops = 0
         self.waiting_on = self.blocking = self.waiting_blocking = None
         self._new_site = threading.Lock()  # (a lock held by another thread at the fork stays held)
 
@@ -203,6 +209,7 @@ class WorkTable:
         """A ProcessGroup `method` returned a Work. It is counted when the program gets it;
         one torch waits itself is not. For send and recv `sent` is (group, tensors, group
         peer, to_global): the peer and the bytes are worked out only for a Work counted."""
+        self.ops += 1
         walked = self._walk(method, frame, work, sent)
         if walked is None:
             return
@@ -366,7 +373,7 @@ class WorkTable:
             dropped += site.dropped
             live_bytes += site.live * site.bytes_per_work
         sent, received = self.messages.totals()
-        return Totals(created, waited, completed, dropped, live_bytes, sent, received)
+        return Totals(created, waited, completed, dropped, live_bytes, sent, received, self.ops)
 
     def counts(self) -> dict[str, int]:
         return self.totals().counts()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hicache_cli.analysis.messages import backlog_points, growing_backlogs, peer_flows, peer_rows, peer_series
@@ -69,3 +71,27 @@ def test_a_peer_is_the_process_whose_time_overlaps_most() -> None:
     mine = [sender(i, 0, wall=1021.0 + i) for i in range(10)]
     assert peer_series({2: mine, 1: first, 3: second}, 2, 1) is second
     assert peer_series({2: mine}, 2, 1) == []
+
+
+def in_world(sample, world: str):  # noqa: ANN001, ANN201
+    return dataclasses.replace(sample, world=world)
+
+
+def test_a_peer_is_the_rank_of_the_same_world() -> None:
+    """Issue 38: torchrun's ranks 0 and 1 (world A, the whole run long) and two forkserver
+    workers that form their own gloo group (world B, ranks 0 and 1 too). Worker 0 sent 7,485
+    messages to worker 1, which received them all; torchrun's rank 1 received none from its
+    rank 0. Paired by rank number alone, worker 0 met torchrun's rank 1 (it overlaps longer):
+    "7485 sent, 0 received by rank 1"."""
+    a = "tcp://127.0.0.1:29500"
+    b = "tcp://127.0.0.1:41234"
+    run = {
+        0: [in_world(build_sample(0, i / 10, works={"live": 0}, peers=[]), a) for i in range(300)],
+        1: [in_world(receiver(i / 10, 0), a) for i in range(300)],
+        2: [in_world(sender(i / 10, 75 * i, wall=1_700_000_005.0 + i / 10), b) for i in range(100)],
+        3: [in_world(receiver(i / 10, 75 * i, wall=1_700_000_005.0 + i / 10), b) for i in range(100)],
+    }
+    assert peer_series(run, 2, 1) is run[3]
+    (flow,) = peer_flows(run, 2, warmup_s=1.0)
+    assert (flow.sent, flow.backlog) == (7425, 0) and not flow.backlog_grows
+    assert peer_series(run, 0, 1) is run[1]  # and torchrun's ranks still pair with each other

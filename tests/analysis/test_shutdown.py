@@ -3,6 +3,7 @@ it; on a recorded run (tests/data/traced/drain-at-round-start) and synthetic las
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from hicache_cli.analysis.report import build_report
@@ -66,3 +67,68 @@ def test_unwaited_sends_are_sends_never_seen_complete() -> None:
     assert unwaited_text("rank 0", "returned", sends[1:]) == (
         "rank 0 returned with 1 send to rank 1 never waited (test_x.py:15)"
     )
+
+
+def receiver(*lines: tuple[float, str, str]) -> list:
+    """Rank 1's lines: (t, kind, what) with what "recv" (blocked in recv from rank 0), "free",
+    or a final line's state ("done": it exited normally, "error": its receive failed)."""
+    out = []
+    for t, kind, what in lines:
+        if kind == "final":
+            message = "the process exited" if what == "done" else "RuntimeError: Connection closed by peer"
+            out.append(build_sample(1, t, kind="final", state=what, message=message, works={"live": 0}))
+        elif what == "recv":
+            out.append(build_sample(1, t, works={"live": 0}, blocked_on="recv from rank 0 at x.py:35", blocked_peer=0))
+        else:
+            out.append(build_sample(1, t, works={"live": 0}))
+    return out
+
+
+def sender_ended_at(t: float) -> list:
+    return [build_sample(0, t, kind="final", state="done", message="the process exited", works={"live": 0},
+                         sites=[ISEND])]  # fmt: skip
+
+
+def test_a_receiver_that_ended_normally_is_no_hazard_whatever_its_last_sample_caught() -> None:
+    """Issue 38: a receive loop is in recv most of the time; its last sample caught it there,
+    then it received the last message and exited normally after the sender did."""
+    found = hazards({0: sender_ended_at(5.0), 1: receiver((4.9, "sample", "recv"), (5.05, "final", "done"))})
+    assert set(found) == {0}
+    found = hazards({0: sender_ended_at(5.0), 1: receiver((5.02, "sample", "recv"), (5.05, "final", "done"))})
+    assert set(found) == {0}
+
+
+def test_a_receiver_that_stayed_blocked_past_the_sender_s_end_is_a_hazard() -> None:
+    seen_after = hazards({0: sender_ended_at(5.0), 1: receiver((5.1, "sample", "recv"), (5.2, "sample", "recv"))})
+    assert seen_after[1].lines(1) == ["rank 1 is blocked in recv from rank 0 at x.py:35"]
+    failed_after = hazards({0: sender_ended_at(5.0), 1: receiver((4.95, "sample", "recv"), (5.01, "final", "error"))})
+    assert failed_after[1].lines(1) == ["rank 1 was blocked in recv from rank 0 at x.py:35"]
+
+
+def test_a_receiver_that_was_done_with_that_peer_before_it_ended_is_no_hazard() -> None:
+    """Its receive failed before the sender ended, or it was no longer blocked when it ended."""
+    early = hazards({0: sender_ended_at(5.0), 1: receiver((3.9, "sample", "recv"), (4.0, "final", "error"))})
+    assert set(early) == {0}
+    moved_on = hazards({0: sender_ended_at(5.0), 1: receiver((4.9, "sample", "recv"), (5.1, "sample", "free"))})
+    assert set(moved_on) == {0}
+
+
+def test_a_rank_of_another_world_is_not_the_one_it_waited_for() -> None:
+    """A forkserver worker that is rank 0 of its own world ended with a send never waited; the
+    torchrun rank 1 blocked on *its* world's rank 0 is no hazard of that worker's."""
+    worker = [dataclasses.replace(s, world="tcp://127.0.0.1:41234") for s in sender_ended_at(5.0)]
+    blocked = [dataclasses.replace(s, world="tcp://127.0.0.1:29500") for s in receiver((5.1, "sample", "recv"))]
+    assert set(hazards({2: worker, 1: blocked})) == {2}
+    same = [dataclasses.replace(s, world="tcp://127.0.0.1:41234") for s in blocked]
+    assert set(hazards({2: worker, 1: same})) == {1, 2}
+
+
+def test_a_recorded_receiver_that_ended_normally_has_no_hazard() -> None:
+    """tests/data/traced/last-count (last_count.py): rank 1's last sample before its final line
+    caught it in recv from rank 0 after 400 rounds spent mostly there; then it received the last
+    count, acknowledged it and exited. Only rank 0's unwaited last send is a hazard."""
+    run = read_run(RUN.parent / "last-count")
+    assert run[1][-2].blocked_on == "recv from rank 0 at last_count.py:40"
+    found = hazards(run)
+    assert set(found) == {0}
+    assert found[0].lines(0) == ["rank 0 ended with 1 send to rank 1 never waited (last_count.py:29)"]

@@ -1,8 +1,14 @@
-"""`hicache doctor`'s two-rank check, when it fails: the rank's own exception, not torchrun's summary."""
+"""`hicache doctor`'s two-rank checks: when one fails, the rank's own exception, not torchrun's
+summary; the Work-cost probe's JSON read into findings."""
 
 from __future__ import annotations
 
-from hicache_cli.launch.doctor import _nccl_completion, rank_error
+import json
+from pathlib import Path
+
+from hicache_cli.launch.doctor import _nccl_completion, rank_error, work_cost_findings
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "work_costs"
 
 # what torchrun printed when doctor's NCCL check put two ranks on the one GPU of an H200
 NCCL_ON_ONE_GPU = """\
@@ -38,3 +44,29 @@ def test_nccl_on_one_gpu_is_not_measured_and_says_why() -> None:
     finding = _nccl_completion(1)
     assert finding.value is None
     assert finding.meaning == "not measured: its two ranks need a GPU each, and 1 is visible"
+
+
+def test_work_cost_findings_read_a_recorded_probe() -> None:
+    """The probe's JSON from a 50k-Work run on this machine (tests/data/work_costs): each
+    finding carries the measured bytes and says what happened to delivery."""
+    recorded = json.loads((DATA / "gloo-50k.json").read_text())
+    found = {f.name: f for f in work_cost_findings(recorded)}
+    cases = recorded["cases"]
+    assert found["gloo_send_dropped_bytes"].value == cases["send_dropped_peer_behind"]["bytes_per_work"]
+    assert "0 of 50500 delivered" in found["gloo_send_dropped_bytes"].meaning
+    assert found["gloo_send_kept_bytes"].value == cases["send_kept_then_waited"]["bytes_per_work"]
+    assert found["gloo_recv_dropped_bytes"].value == cases["recv_dropped"]["bytes_per_work"]
+    assert found["gloo_all_reduce_dropped_bytes"].value == cases["all_reduce_dropped"]["bytes_per_work"]
+    assert found["gloo_dropped_send_then_reply_hangs"].value is True
+    assert (
+        "stopped after 0 of 5000 rounds; waiting the isend ran 5000"
+        in found["gloo_dropped_send_then_reply_hangs"].meaning
+    )
+    waited = max(cases[c]["bytes_per_work"] for c in ("send_waited", "recv_waited", "all_reduce_waited"))
+    assert found["gloo_waited_bytes"].value == waited
+
+
+def test_a_probe_that_failed_is_one_finding_with_its_reason() -> None:
+    (finding,) = work_cost_findings({"error": "the two-rank Work-cost probe did not finish in 300 s"})
+    assert (finding.name, finding.value) == ("gloo_work_costs", None)
+    assert finding.meaning == "the two-rank Work-cost probe did not finish in 300 s"

@@ -76,6 +76,7 @@ def test_hc003_a_dropped_isend_then_a_change_in_place(change: str) -> None:
     [finding] = lint_snippet(source, "HC003")
     assert (finding.line, finding.function) == (4, "step")
     assert "`t` is changed in place at line 5" in finding.message
+    assert finding.message.endswith("a send whose Work is dropped is never delivered at all)")
 
 
 def test_hc003_on_an_attribute_and_a_work_bound_to_a_name_never_read() -> None:
@@ -119,6 +120,10 @@ def test_hc004_dropped_receives() -> None:
     assert [(f.line, f.function) for f in findings] == [(4, "step"), (5, "step")]
     assert findings[0].message.startswith("the Work from irecv into `buf` is dropped")
     assert findings[1].message.startswith("the Work from all_reduce(async_op=True) into `t` is dropped")
+    # what hicache doctor measured: a dropped irecv's data never lands on gloo; a collective's does
+    lost = "on gloo it never arrives at all, nor does anything after it from that peer in that group"
+    assert findings[0].message.endswith(f"race with the receive; {lost}")
+    assert lost not in findings[1].message
 
 
 def test_hc004_is_a_note_when_a_later_work_on_the_same_group_is_waited() -> None:

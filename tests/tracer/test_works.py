@@ -67,7 +67,7 @@ def test_an_isend_is_attributed_to_the_user_line_with_its_op_and_peer(table: Wor
     (site,) = table.top_sites()
     assert (site["file"], site["line"], site["function"]) == (__file__, line, _this_function())
     assert (site["op"], site["peer"], site["created"], site["live"]) == ("isend", 1, 1, 1)
-    assert table.counts() == {"created": 1, "waited": 0, "completed": 0, "dropped": 0, "live": 1}
+    assert table.counts() == {"created": 1, "waited": 0, "completed": 0, "dropped": 0, "live": 1, "ops": 1}
     assert table.totals().sent == 1
     del work
 
@@ -132,7 +132,7 @@ def test_waited_works_leave_the_live_count_once(table: WorkTable) -> None:
     work = c10d["isend"]([1.0], 1, FakeTracedGroup())
     work.wait()
     work.wait()  # a second wait is not a second Work
-    assert table.counts() == {"created": 1, "waited": 1, "completed": 1, "dropped": 0, "live": 0}
+    assert table.counts() == {"created": 1, "waited": 1, "completed": 1, "dropped": 0, "live": 0, "ops": 1}
 
 
 def test_a_work_dropped_without_a_wait_is_dropped_not_live(table: WorkTable) -> None:
@@ -214,3 +214,16 @@ def test_install_patches_the_classes_once_and_keeps_what_they_return(table: Work
     assert isinstance(work, FakeTracedWork)
     site = table.top_sites()[0]
     assert (site["op"], site["peer"], site["live_bytes"]) == ("send", 11, 8)  # the group rank made global
+
+
+def test_every_work_returning_call_is_an_op_those_torch_waits_itself_too(table: WorkTable) -> None:
+    """A blocking recv or all_reduce never hands its Work to the program (not created), but it
+    is the process making progress (analysis/progress.py)."""
+    group = FakeTracedGroup()
+    c10d["recv"]([0.0], 1, group)
+    c10d["all_reduce"]([0.0], group)
+    assert table.counts()["created"] == 0 and table.counts()["ops"] == 2
+    c10d["isend"]([1.0], 1, group)
+    assert (table.counts()["created"], table.counts()["ops"]) == (1, 3)
+    table.reset()
+    assert table.counts()["ops"] == 0

@@ -22,9 +22,10 @@ def trace(
     measure: Measurement = Measurement.every(
         duration=options.duration(None, "Stop the program after this long (default: let it run to its end)."),
         stall_timeout=typer.Option(
-            "60s",
+            configure.TRACE_STALL_TIMEOUT,
             "--stall-timeout",
-            help="With --loop: a call running longer is a stall: stacks dumped, program stopped.",
+            help="With --loop: a call running longer is a stall: stacks dumped, program stopped. Any process "
+            "that makes no progress for longer, to its end, is said to be stuck.",
         ),
     ),
     outputs: Outputs = Outputs.take(
