@@ -16,6 +16,7 @@ Stdlib only; the classes to patch are passed in, so the table is tested with fak
 
 from __future__ import annotations
 
+import dis
 import linecache
 import os
 import sys
@@ -61,6 +62,7 @@ POINT_TO_POINT = ("send", "recv")  # (tensors, peer, tag): the peer is known
 # when called with async_op=True; send, recv and the rest wait it themselves)
 HANDED = frozenset({"isend", "irecv", "batch_isend_irecv"})
 _FOREIGN, _TORCH = object(), object()
+CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
 WAIT_METHODS = ("wait", "synchronize")
 MAX_SITES = 256
 SITES_REPORTED = 20
@@ -150,6 +152,38 @@ class _WorkRef(weakref.ref):
     site: Site
     seen_complete: bool
     key: int
+
+
+class Forwarding(frozenset):
+    """A decorator's wrapper (typing_extensions' and warnings' `@deprecated`, a
+    functools.wraps wrapper, contextlib's ContextDecorator, a program's own): the offsets
+    of the calls at which its code hands on its own `*args` and `**kwargs`. A frame stopped
+    at one of them is only passing the call through, so the line that made the Work is its
+    caller's; stopped elsewhere (a Work the wrapper makes itself), the wrapper's own."""
+
+    __slots__ = ()
+
+
+def forwarding(code: Any) -> Forwarding | None:
+    """The forwarding calls of `code`, when it takes `*args, **kwargs` and passes both on
+    in one call (`return fn(*args, **kwargs)`, `fn(self, *args, **kwargs)`); None for any
+    other code. Read from its bytecode, once per code object: what the frame is, not what
+    its module is called."""
+    if code.co_flags & (CO_VARARGS | CO_VARKEYWORDS) != CO_VARARGS | CO_VARKEYWORDS:
+        return None
+    first = code.co_argcount + code.co_kwonlyargcount
+    passed = {code.co_varnames[first], code.co_varnames[first + 1]}
+    loaded: set[str] = set()
+    calls = []
+    for instruction in dis.get_instructions(code):
+        if instruction.opname.startswith("LOAD_FAST"):  # (3.13+: LOAD_FAST_LOAD_FAST loads a pair)
+            value = instruction.argval
+            loaded.update(value if isinstance(value, tuple) else (value,))
+        elif instruction.opname == "CALL_FUNCTION_EX":
+            if passed <= loaded:
+                calls.append(instruction.offset)
+            loaded.clear()
+    return Forwarding(calls) if calls else None
 
 
 class WorkTable:
@@ -272,8 +306,9 @@ class WorkTable:
     # -- where a Work was created -----------------------------------------------------
 
     def _walk(self, op: str, frame: Any, work: object = None, sent: tuple[Any, ...] = ()) -> tuple[str, Any] | None:
-        """(the op, the creation frame): the first frame outside torch (and outside functions
-        that hide themselves with a local `__tracebackhide__`, as pytest's helpers do); the op
+        """(the op, the creation frame): the first frame outside torch, outside functions
+        that hide themselves with a local `__tracebackhide__` (as pytest's helpers do), and
+        outside a decorator's wrapper that is forwarding its call (`Forwarding`); the op
         is the torch.distributed function the program called, when there is one. None for a
         Work that function waits itself before returning (send, recv, a collective without
         async_op, torch's own helpers): it never reaches the program, so it can never be kept;
@@ -286,10 +321,14 @@ class WorkTable:
                 kind = self._learn(frame.f_code)
             if kind is _FOREIGN:
                 break
-            if kind is not _TORCH:  # a public torch.distributed function, by name
-                if inner is None:
-                    inner = kind
-                outer, outer_frame = kind, frame
+            if kind is not _TORCH:
+                if kind.__class__ is Forwarding:  # a decorator's wrapper: walked through at its forwarding call
+                    if frame.f_lasti not in kind:
+                        break
+                else:  # a public torch.distributed function, by name
+                    if inner is None:
+                        inner = kind
+                    outer, outer_frame = kind, frame
             frame = frame.f_back
         if outer is not None:
             if outer not in HANDED and not (outer in self._async_ops and outer_frame.f_locals.get("async_op")):
@@ -333,7 +372,7 @@ class WorkTable:
         if "__tracebackhide__" in code.co_varnames:
             return _TORCH
         if not os.path.normcase(code.co_filename).startswith(self.skip_prefixes):
-            return _FOREIGN
+            return forwarding(code) or _FOREIGN
         if code.co_filename.endswith("distributed_c10d.py") and not code.co_name.startswith("_"):
             if "async_op" in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
                 self._async_ops.add(code.co_name)

@@ -7,11 +7,15 @@ torch.distributed's `isend`, which calls a ProcessGroup method.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import sys
+import warnings
 from typing import Any
 
 import pytest
+import typing_extensions
 
 from hicache_cli.tracer import works
 from hicache_cli.tracer.works import OTHER, WorkTable
@@ -126,6 +130,98 @@ def test_a_function_that_hides_itself_is_walked_through(table: WorkTable) -> Non
     (site,) = table.top_sites()
     assert site["line"] == line
     del work
+
+
+def _forwarded(fn: Any) -> Any:
+    """A program's own decorator that only passes the call on (timing, logging, retries)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class _Logged(contextlib.ContextDecorator):
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _method_wrapper(fn: Any) -> Any:
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
+@pytest.mark.parametrize(
+    "decorate",
+    [
+        pytest.param(typing_extensions.deprecated("use isend"), id="typing_extensions.deprecated"),
+        pytest.param(_forwarded, id="functools.wraps"),
+        pytest.param(_Logged(), id="contextlib.ContextDecorator"),
+        pytest.param(lambda fn: _forwarded(_forwarded(fn)), id="two-wrappers"),
+    ],
+)
+def test_a_decorators_wrapper_around_torch_is_walked_through(table: WorkTable, decorate: Any) -> None:
+    """torch 2.13 wraps all_gather_into_tensor and reduce_scatter_tensor in typing_extensions'
+    @deprecated: its wrapper frame sits between torch's frames and the program's line."""
+    isend = decorate(c10d["isend"])
+    line = _line() + 2
+    with warnings.catch_warnings(record=True):
+        work = isend([1.0], 1, FakeTracedGroup())
+    (site,) = table.top_sites()
+    assert (site["file"], site["line"], site["op"]) == (__file__, line, "isend")
+    del work
+
+
+def test_a_wrapper_that_makes_its_own_work_is_the_line(table: WorkTable) -> None:
+    """Only a frame stopped at its forwarding call is passed through; a Work the wrapper
+    makes itself is its own line's."""
+
+    def announcing(fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            wrapper.notice = c10d["isend"]([0.0], 2, FakeTracedGroup())  # the wrapper's own Work
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    line = _line() + 1
+    work = announcing(c10d["isend"])([1.0], 1, FakeTracedGroup())
+    by_peer = {s["peer"]: (s["function"], s["line"]) for s in table.top_sites()}
+    assert by_peer == {2: ("wrapper", _marked("# the wrapper's own Work")), 1: (_test_name(), line)}
+    del work
+
+
+def _marked(text: str) -> int:
+    """The line of this file that holds `text` (once, besides this call)."""
+    with open(__file__, encoding="utf-8") as source:
+        lines = [n for n, line in enumerate(source, 1) if text in line and "_marked(" not in line]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def _test_name() -> str:
+    return sys._getframe(1).f_code.co_name
+
+
+def test_forwarding_is_told_by_the_code_not_its_name() -> None:
+    def passes_on(*args: Any, **kwargs: Any) -> Any:
+        return print(*args, **kwargs)
+
+    def keeps_kwargs(*args: Any, **kwargs: Any) -> Any:
+        return print(*args)
+
+    def takes_named(a: Any, b: Any = None) -> Any:
+        return print(a, b)
+
+    assert works.forwarding(passes_on.__code__)
+    assert works.forwarding(_method_wrapper(print).__code__)  # fn(self, *args, **kwargs)
+    assert works.forwarding(keeps_kwargs.__code__) is None
+    assert works.forwarding(takes_named.__code__) is None
 
 
 def test_waited_works_leave_the_live_count_once(table: WorkTable) -> None:
