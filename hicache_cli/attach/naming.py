@@ -24,9 +24,10 @@ import sys
 import threading
 import types
 from dataclasses import dataclass
+from itertools import compress, islice
 from typing import Any
 
-from hicache_cli.attach.walk import Walker
+from hicache_cli.attach.walk import BIG, Walker
 
 MAX_LEVELS = 6
 CONTAINERS = (list, tuple, set, frozenset, collections.deque)
@@ -77,8 +78,11 @@ def is_own(obj: Any) -> bool:
 
 
 class Namer:
-    def __init__(self, walker: Walker) -> None:
+    def __init__(self, walker: Walker, kinds: frozenset[type] = frozenset()) -> None:
         self.walker = walker
+        self.kinds = kinds  # the Work types
+        # direct containers the program replaced since the snapshot -> the one holding the Works now
+        self.replaced: dict[int, Any] = {}
         # a module under two names (multiprocessing aliases __main__ as __mp_main__): its own name
         self.module_dicts = {id(vars(m)): name for name, m in list(sys.modules.items()) if m is not None}
         self.module_dicts.update({id(vars(m)): m.__name__ for m in list(sys.modules.values()) if m is not None})
@@ -100,9 +104,20 @@ class Namer:
             targets = {id(n.obj) for n in open_nodes if id(n.obj) not in parents}
             found = self.referrers(targets) if targets else {}
             next_nodes: dict[tuple[int, str, str | None], Node] = {}
+            outcomes: list[tuple[Node, Node | Named]] = []
+            lost = []
             for node in open_nodes:
                 refs = [parents[id(node.obj)]] if id(node.obj) in parents else found.get(id(node.obj), [])
-                outcome = self.step(node, refs)
+                outcome = self.step(node, [r for r in refs if _refers(r, node.obj)])
+                if outcome is not None:
+                    outcomes.append((node, outcome))
+                elif (named := self.in_frames(node)) is not None:
+                    outcomes.append((node, named))
+                else:
+                    lost.append(node)
+            again = self.refind(lost) if lost else {}
+            outcomes += [(node, again.get(id(node.obj)) or self.unreferenced(node)) for node in lost]
+            for node, outcome in outcomes:
                 if isinstance(outcome, Named):
                     for direct in node.direct:
                         names.setdefault(direct, outcome)
@@ -133,8 +148,73 @@ class Namer:
         self.walker.sweep(hits, visit)
         return found
 
-    def step(self, node: Node, refs: list[Any]) -> Node | Named:
-        """One level up from `node`: a name, or the next node to climb from."""
+    def refind(self, lost: list[Node]) -> dict[int, Node | Named]:
+        """Containers nothing refers to any more, because the program replaced them since the
+        snapshot: `self.pending = [w for w in self.pending if ...]` makes a new list every
+        step, and a module's `work_list = work_list[c:]` too. Each is found again by what it
+        holds (its Works, or the containers below it): one sweep for the objects that refer
+        to a container holding the same items, the container and the object's key for it
+        read in the same hold, so the name is right however often the program rebinds it.
+        By id(lost node's object): its outcome, as `step` gives one."""
+        wanted: dict[int, list[Node]] = {}  # id of an item a lost container held -> the lost nodes
+        for node in lost:
+            direct = set(node.direct)
+            for item in gc.get_referents(node.obj):
+                if type(item) in self.kinds or id(item) in direct:
+                    wanted.setdefault(id(item), []).append(node)
+        if not wanted:
+            return {}
+        stale = {id(n.obj) for n in lost}
+        rebound = frozenset(type(n.obj) for n in lost)  # a new container of the same kind
+        best: dict[int, tuple[int, Node | Named]] = {}
+
+        def hits(_chunk: list[Any], refs: list[Any]) -> bool:
+            inner = of_types(refs, rebound)
+            if not inner:
+                return False
+            big = list(compress(inner, map(BIG.__lt__, map(len, inner))))
+            small = list(compress(inner, map(BIG.__ge__, map(len, inner))))
+            items = gc.get_referents(*small) if small else []
+            items += [item for container in big for item in _samples(container)]
+            return not wanted.keys().isdisjoint(map(id, items))
+
+        def visit(obj: Any) -> None:
+            if is_own(obj):
+                return
+            for container in of_types(gc.get_referents(obj), rebound):
+                if id(container) in stale:
+                    continue
+                items = _samples(container) if len(container) > BIG else gc.get_referents(container)
+                for node in {id(n): n for i in items for n in wanted.get(id(i), ())}.values():
+                    self.replace(node, container, obj, best)
+
+        self.walker.sweep(hits, visit)
+        return {key: outcome for key, (_priority, outcome) in best.items()}
+
+    def replace(self, node: Node, container: Any, holder: Any, best: dict[int, tuple[int, Node | Named]]) -> None:
+        """`container` (referred to by `holder`) holds what the lost node's object held: the
+        node climbs on from it, classified now, while `holder` still refers to it."""
+        keys = None
+        if node.holds_works and type(container) is dict:
+            keys = [k for k, v in list(container.items()) if type(v) in self.kinds]
+        elif node.keys is not None and type(container) is dict:
+            keys = node.keys
+        again = Node(container, node.below, node.direct, node.fallback, keys, node.holds_works, node.seen)
+        try:
+            outcome = self.classify(again, holder)
+        except Exception:  # noqa: BLE001 - a program's odd object names nothing
+            return
+        if outcome is None:
+            return
+        previous = best.get(id(node.obj))
+        if previous is None or outcome[0] < previous[0]:
+            best[id(node.obj)] = outcome
+            if node.holds_works:
+                self.replaced[id(node.obj)] = container
+
+    def step(self, node: Node, refs: list[Any]) -> Node | Named | None:
+        """One level up from `node`: a name, or the next node to climb from; None when
+        nothing the collector tracks refers to it (any more)."""
         if node.holds_works and id(node.obj) in self.module_dicts:  # Works kept as module globals
             return Named(f"{self.module_dicts[id(node.obj)]}.{_first(node.keys)}")
         if isinstance(node.obj, types.FrameType):  # Works in a local of a frame the collector tracks
@@ -150,7 +230,7 @@ class Namer:
                 continue
             if outcome is not None and (best is None or outcome[0] < best[0]):
                 best = outcome
-        return best[1] if best is not None else self.unreferenced(node)
+        return best[1] if best is not None else None
 
     def classify(self, node: Node, ref: Any) -> tuple[int, Node | Named] | None:
         """(priority, outcome) for `ref`, which refers to node.obj; lower priority wins."""
@@ -214,19 +294,27 @@ class Namer:
             return OTHER, Named(f"{_type(ref)}(?){below}", False)
         return NAMED, Named(f"{_type(ref)}.{attr}{below}")
 
-    def unreferenced(self, node: Node) -> Named:
-        """Nothing the collector tracks refers to node.obj: a running function's local, or
-        something only C++ holds."""
-        obj, below = node.obj, node.below
-        if type(obj) is dict and node.keys is not None:
-            below = f"[{_pattern(obj)}]{below}"
+    def in_frames(self, node: Node) -> Named | None:
+        """Nothing the collector tracks refers to node.obj: a running function's local?"""
+        obj, below = node.obj, self._below(node)
         for frame in self.frames():
             var = self.local_name(frame, obj)
             if var:
                 return Named(node.fallback or f"{_code_name(frame.f_code)}.<locals>.{var}{below}")
+        return None
+
+    def unreferenced(self, node: Node) -> Named:
+        """Nothing refers to node.obj, no frame holds it and nothing holds what it held:
+        something only C++ holds."""
         if node.fallback is not None:
             return Named(node.fallback)
-        return Named(f"(a {_type(obj)} no Python object refers to){below}", False)
+        return Named(f"(a {_type(node.obj)} no Python object refers to){self._below(node)}", False)
+
+    @staticmethod
+    def _below(node: Node) -> str:
+        if type(node.obj) is dict and node.keys is not None:
+            return f"[{_pattern(node.obj)}]{node.below}"
+        return node.below
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -256,6 +344,26 @@ class Namer:
         finally:
             if not PEP_667 and type(local_vars) is dict:
                 local_vars.clear()
+
+
+def of_types(objects: list[Any], kinds: frozenset[type]) -> list[Any]:
+    return list(compress(objects, map(kinds.__contains__, map(type, objects))))
+
+
+def _samples(container: Any) -> list[Any]:
+    """A few items of a container too big to read whole in one hold (a rebuilt list keeps
+    its order: its first Works are the oldest, which the lost one held too)."""
+    if type(container) is dict:
+        return list(islice(container.values(), 3))
+    if type(container) in (set, frozenset):
+        return list(islice(container, 3))
+    return [container[0], container[len(container) // 2], container[-1]] if len(container) else []
+
+
+def _refers(holder: Any, obj: Any) -> bool:
+    """Whether `holder` still refers to `obj` (a holder found earlier in the census may have
+    been given a new container since: then it is no longer `obj`'s)."""
+    return any(r is obj for r in gc.get_referents(holder))
 
 
 def _key_of(mapping: Any, value: Any) -> str:
