@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from hicache_cli.analysis.results import AttachSection, Report, TraceSection
-from hicache_cli.analysis.trace_report import NOTHING_TRACED, nothing_traced, site_text
+from hicache_cli.analysis.trace_report import NOTHING_TRACED, nothing_traced, poll_text, site_text
 from hicache_cli.attached import AttachedPid, HolderCount
 from hicache_cli.units import format_bytes
 
@@ -62,6 +62,8 @@ def trace_lines(report: Report) -> list[str]:
         for site in (r.works.sites if r.works else [])[:SITES_SHOWN]:
             if site.live > 0:
                 lines.append(f"    {site.live:>8} live  {site.created:>8} created  {site_text(site)}  ({site.file})")
+                if (polled := poll_text(site)) is not None:
+                    lines.append(f"    {'':>8}       {'':>8}          {polled}")
         lines += [f"    shutdown hazard: {line}" for line in (r.shutdown.lines if r.shutdown else [])]
     if isinstance(report.target, AttachSection):
         lines += [line for process in report.target.processes for line in attached_lines(process, end=True)]

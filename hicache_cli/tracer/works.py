@@ -85,6 +85,8 @@ class Site:
     dropped: int = 0  # released by the program without a wait()
     live_max: int = 0  # the most live at once: a leak released at exit still shows here
     bytes_per_work: int = 0  # tensor bytes the first Work made here carried (send/recv)
+    backend: str | None = None  # the process group's backend (send/recv: `gloo`), read once
+    polled: tuple[str, int, str] | None = None  # where the program first asked is_completed() of one
     _source: str | None = None  # the line's text, read once (linecache) when first reported
 
     @property
@@ -114,6 +116,10 @@ class Site:
             "live_max": self.live_max,
             "live_bytes": self.live * self.bytes_per_work,
             "source": self.source,
+            "backend": self.backend,
+            "polled": None
+            if self.polled is None
+            else dict(zip(("file", "line", "function"), self.polled, strict=True)),
         }
 
 
@@ -254,6 +260,7 @@ class WorkTable:
             site = self._site(call, self.peer_of(sent[0], sent[2], sent[3]) if sent else None, frame, place)
         if sent and not site.created:
             site.bytes_per_work = nbytes(sent[1])
+            site.backend = _backend(sent[0])
         try:
             ref = _WorkRef(work, self._on_collect)
         except TypeError:  # a Work type without weak references: counted as created and waited
@@ -289,6 +296,27 @@ class WorkTable:
         if ref is not None and not ref.seen_complete:
             ref.seen_complete = True
             ref.site.completed += 1
+
+    def polled_at(self, site: Site, frame: Any) -> None:
+        """The program asked is_completed() of a Work made at `site`, from `frame` (noted
+        once a site): the first frame of the program's own up the stack; a comprehension's
+        or a generator's line is named by the function it runs in."""
+        while frame is not None:
+            kind = self._kinds.get(id(frame.f_code))
+            if kind is None:
+                kind = self._learn(frame.f_code)
+            if kind is _FOREIGN:
+                break
+            frame = frame.f_back
+        if frame is None:
+            site.polled = ("(torch internals)", 0, "")
+            return
+        code, line = frame.f_code, frame.f_lineno
+        function = code.co_name
+        outer = frame.f_back
+        while function.startswith("<") and outer is not None and outer.f_code.co_filename == code.co_filename:
+            function, outer = outer.f_code.co_name, outer.f_back
+        site.polled = (code.co_filename, line, function)
 
     def _collected(self, ref: _WorkRef) -> None:
         """The program let go of a Work it never waited (weakref callback: count, queue)."""
@@ -483,6 +511,15 @@ def uninstall(process_group: type) -> None:
         delattr(process_group, "__hicache_originals__")
 
 
+def _backend(group: Any) -> str | None:
+    """A process group's backend by name (`gloo`, `nccl`); None when it cannot say."""
+    try:
+        name = group.name()
+    except Exception:  # noqa: BLE001 - a group of another kind (a fake, a wrapper): unknown
+        return None
+    return name if isinstance(name, str) else None
+
+
 def _creating(table: WorkTable, name: str, original: Callable[..., Any]):  # noqa: ANN202
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         work = original(self, *args, **kwargs)
@@ -524,10 +561,17 @@ def _waiting(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
 
 
 def _polling(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
+    refs = table._refs
+
     def is_completed(self: Any) -> Any:
         done = original(self)
-        if done:
-            table.seen_complete(self)
+        ref = refs.get(id(self))
+        if ref is not None and (done or ref.site.polled is None) and ref() is self:
+            if ref.site.polled is None:
+                table.polled_at(ref.site, sys._getframe(1))
+            if done and not ref.seen_complete:
+                ref.seen_complete = True
+                ref.site.completed += 1
         return done
 
     is_completed.__doc__ = original.__doc__

@@ -310,3 +310,70 @@ def test_install_patches_the_classes_once_and_keeps_what_they_return(table: Work
     assert isinstance(work, FakeTracedWork)
     site = table.top_sites()[0]
     assert (site["op"], site["peer"], site["live_bytes"]) == ("send", 11, 8)  # the group rank made global
+
+
+TENSOR = FakeTracedWork.tensor(16)
+
+
+class _GlooWork:
+    """Mimics a gloo send Work (measured on torch 2.13: is_completed() stays False until
+    wait(), even once the peer has the message); installed on by works.install."""
+
+    def __init__(self) -> None:
+        self.waited = False
+
+    def wait(self) -> bool:
+        self.waited = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self.waited
+
+
+@pytest.fixture
+def installed(table: WorkTable) -> Any:
+    """A group class of its own (install patches the class it is given), whose sends hand
+    out _GlooWork."""
+
+    class Group:
+        def send(self, tensors: list[Any], dst: int, tag: int) -> _GlooWork:
+            return Work()
+
+        def name(self) -> str:
+            return "gloo"
+
+    class Work(_GlooWork):
+        wait = _GlooWork.wait
+        is_completed = _GlooWork.is_completed
+
+    works.install(table, Group, Work, lambda group, r: r)
+    return Group
+
+
+def test_a_polling_reaper_is_noted_with_its_line(table: WorkTable, installed: Any) -> None:
+    group = installed()
+    pending = [c10d["isend"](TENSOR, 1, group) for _ in range(3)]
+    pending = [w for w in pending if not w.is_completed()]  # <- the reaper's poll
+    (site,) = table.top_sites()
+    assert site["polled"] == {"file": __file__, "line": _marked("# <- the reaper's poll"), "function": _test_name()}
+    assert (site["backend"], site["completed"], site["live"]) == ("gloo", 0, 3)
+    pending[0].wait()
+    assert pending[0].is_completed()
+    assert table.top_sites()[0]["completed"] == 1  # true once waited: seen complete, counted once
+    del pending
+
+
+def test_a_work_never_polled_has_no_poll_line(table: WorkTable, installed: Any) -> None:
+    work = c10d["isend"](TENSOR, 1, installed())
+    work.wait()
+    (site,) = table.top_sites()
+    assert site["polled"] is None and site["completed"] == 1
+
+
+def test_a_poll_through_a_helper_in_torch_is_the_programs_line(table: WorkTable, installed: Any) -> None:
+    done = {}
+    exec(compile("def done(w):\n    return w.is_completed()\n", TORCH + "helpers.py", "exec"), done)
+    work = c10d["isend"](TENSOR, 1, installed())
+    done["done"](work)  # <- polled through torch's helper
+    assert table.top_sites()[0]["polled"]["line"] == _marked("# <- polled through torch's helper")
+    del work
