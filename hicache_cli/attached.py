@@ -57,6 +57,34 @@ class CensusCost(Record):
 
 
 @dataclass(frozen=True)
+class ProcessEnd(Record):
+    """How an attached process ended, and who could tell: the kernel's process events (the
+    exit status its parent reads), or the process itself (its last line as it went), or
+    nobody (an attached process is not hicache's child: its status is its parent's)."""
+
+    how: str = field_spec(required=True, default="")  # exited | killed | unknown
+    exit_code: int | None = None  # exited: its code, where known
+    signal: str | None = None  # killed: the signal's name
+    told_by: str = ""  # kernel | process | nobody
+    note: str | None = None  # what the process said, or why nothing could tell
+
+    def short(self) -> str:
+        """`exited with code 0`, `killed by SIGABRT`, `exited`, `ended, how unknown`."""
+        if self.how == "killed":
+            return f"killed by {self.signal}"
+        if self.how == "exited":
+            return "exited" + (f" with code {self.exit_code}" if self.exit_code is not None else "")
+        return "ended, how unknown"
+
+    def text(self) -> str:
+        """`exited with code 0 (the kernel's process events)`, `killed by SIGABRT (...)`."""
+        what = self.short()
+        source = {"kernel": "the kernel's process events", "process": "its own last words"}.get(self.told_by)
+        detail = "; ".join(x for x in (source, self.note) if x)
+        return f"{what} ({detail})" if detail else what
+
+
+@dataclass(frozen=True)
 class AttachedPid(Record):
     """One process hicache tried to attach to: how it went, and its census."""
 
@@ -74,6 +102,7 @@ class AttachedPid(Record):
     cost: CensusCost | None = None
     detach_reason: str | None = None
     leftovers: list[str] = field(default_factory=list)  # what detaching could not undo
+    ended: ProcessEnd | None = None  # how it ended while attached (None: it ran on, or was never attached)
 
     @property
     def top(self) -> HolderCount | None:

@@ -32,7 +32,7 @@ def trace_table(report: Report, width: int = 160) -> Table:
         f"  exit={'n/a' if exit_code is None else exit_code} ({ended})"
     )
     if isinstance(report.target, AttachSection):
-        ended = f"detached: {report.program_stopped}" if report.program_stopped else "every process ended by itself"
+        ended = f"detached: {report.program_stopped}" if report.program_stopped else _endings(report.target)
         title = f"{report.config.title()}  status={report.status}  verdict={report.verdict}  ({ended})"
     wide = width >= 110
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1), pad_edge=False)
@@ -99,7 +99,15 @@ def attached_lines(process: AttachedPid, end: bool = False) -> list[str]:
     if end and process.detach_reason:
         left = f"; left behind: {', '.join(process.leftovers)}" if process.leftovers else ""
         lines.append(f"    detached: {process.detach_reason}{left}")
+    if end and process.ended is not None:
+        lines.append(f"    ended: {process.ended.text()}")
     return lines
+
+
+def _endings(target: AttachSection) -> str:
+    """`every process ended by itself: pid 12 exited with code 0, pid 13 killed by SIGABRT`."""
+    ended = [f"pid {p.pid} {p.ended.short()}" for p in target.processes if p.ended is not None]
+    return "every process ended by itself" + (f": {', '.join(ended)}" if ended else "")
 
 
 def _holder_text(holder: HolderCount, end: bool) -> str:
