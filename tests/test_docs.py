@@ -218,3 +218,12 @@ def test_report_md_names_every_key_of_a_site() -> None:
     named = {key.strip() for keys in re.findall(r"`\{([^}]*)\}`", row) for key in keys.split(",")}
     assert [k for k in Site().to_dict() if k not in named] == []
     assert [k for k in Poll().to_dict() if k not in named] == []
+
+
+def test_report_md_names_every_key_of_an_attached_process() -> None:
+    from hicache_cli.attached import AttachedPid, ProcessEnd
+
+    text = (DOCS / "report.md").read_text()
+    table = text[text.index("### The census") : text.index("### Per rank")]
+    assert [k for k in AttachedPid().to_dict() if f"`{k}`" not in table] == []
+    assert [k for k in ProcessEnd().to_dict() if k not in report_md_row("ended")] == []

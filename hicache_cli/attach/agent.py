@@ -122,6 +122,8 @@ class Agent:
             leftovers += _guarded(lambda: self.session.detach(f"{DETACHED_PREFIX}{reason}"), "the probe")
         if self.table is not None:
             leftovers += _guarded(lambda: works.uninstall(self.c10d.ProcessGroup), "the Work hooks")
+            if (seen := self.table.polled_before) is not None:  # the program polls the Works the census found
+                self.status.polled_before = dict(zip(("file", "line", "function", "polls", "true"), seen, strict=True))
             self.table.forget()
         self.session = self.table = None
         if self.boot.census and reason == "hicache asked":  # hicache waits for this one

@@ -244,10 +244,15 @@ class Namer:
             node = Node(obj, f"[{_pattern(obj)}]{node.below}", node.direct, None, None, node.holds_works, node.seen)
         below = node.below
         if id(ref) in self.module_dicts:
-            return NAMED, Named(node.fallback or f"{self.module_dicts[id(ref)]}.{_key_of(ref, obj)}{below}")
+            key = _key_of(ref, obj)
+            if key == "?":
+                return None  # rebound since it was found: the module holds another one now
+            return NAMED, Named(node.fallback or f"{self.module_dicts[id(ref)]}.{key}{below}")
         kind = type(ref)
         if kind is dict:
             keys = [k for k, v in list(ref.items()) if v is obj]
+            if not keys:
+                return None  # (the same)
             return ANONYMOUS, Node(ref, below, node.direct, node.fallback, keys, False, seen)
         if kind in CONTAINERS:
             if kind is tuple and type(obj) is types.CellType:  # a closure: its function is next
@@ -291,6 +296,8 @@ class Namer:
             return None  # they refer to their namespace dict, met above
         attr = attr_of(ref, obj)
         if attr is None:
+            if not _refers(ref, obj):
+                return None  # rebound since it was found
             return OTHER, Named(f"{_type(ref)}(?){below}", False)
         return NAMED, Named(f"{_type(ref)}.{attr}{below}")
 

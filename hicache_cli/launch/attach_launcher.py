@@ -25,7 +25,7 @@ from hicache_cli.attach import protocol
 from hicache_cli.attach.exits import ExitWatch
 from hicache_cli.attach.protocol import Census
 from hicache_cli.attach.session import AttachSession, Target, check
-from hicache_cli.attached import AttachedPid, CensusCost, HolderCount, ProcessEnd
+from hicache_cli.attached import AttachedPid, CensusCost, HolderCount, PolledBefore, ProcessEnd
 from hicache_cli.config import DEFAULT_PROBE_HZ, RunConfig
 from hicache_cli.launch.supervisor import ProcessTree, Stop, Watchdog
 from hicache_cli.lifecycle import owner_token
@@ -229,6 +229,7 @@ def attached_pid(run_dir: Path, target: Target, status: protocol.AgentStatus | N
         else None,
         detach_reason=status.detach_reason if status else None,
         leftovers=list(status.leftovers) if status else [],
+        polled_before=PolledBefore.from_dict(status.polled_before) if status and status.polled_before else None,
     )
 
 

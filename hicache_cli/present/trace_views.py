@@ -89,6 +89,8 @@ def attached_lines(process: AttachedPid, end: bool = False) -> list[str]:
         lines += [f"      {_holder_text(h, end)}" for h in process.holders[:HOLDERS_SHOWN]]
         if len(process.holders) > HOLDERS_SHOWN:
             lines.append(f"      ... {len(process.holders) - HOLDERS_SHOWN} more holders in the report")
+        if end and process.polled_before is not None:
+            lines.append(f"      {process.polled_before.text()} (Works held at attach)")
     if (cost := process.cost) is not None:
         per_million = f", {cost.pause_per_million_s:.2f} s per million objects" if cost.pause_per_million_s else ""
         lines.append(

@@ -227,6 +227,9 @@ class WorkTable:
         # (id(code), instruction offset, op, id(group), group peer) -> site
         self._places: dict[tuple[Any, ...], Site] = {}
         self._on_collect = self._collected  # one bound method for every weak reference
+        # the program's polls of Works this table never counted (hicache attach: made before
+        # it came): [file, line, function, polls, polls that answered True], from the first
+        self.polled_before: list[Any] | None = None
 
     def reset(self) -> None:
         """Forget every Work and message (a forked child is a new process), emptying in
@@ -234,7 +237,7 @@ class WorkTable:
         self.messages.clear()
         for held in (self.sites, self._refs, self._gone, self._peers, self._places):
             held.clear()
-        self.waiting_on = self.blocking = self.waiting_blocking = None
+        self.waiting_on = self.blocking = self.waiting_blocking = self.polled_before = None
         self._new_site = threading.Lock()  # (a lock held by another thread at the fork stays held)
 
     # -- the program's side ------------------------------------------------------------
@@ -317,6 +320,19 @@ class WorkTable:
         while function.startswith("<") and outer is not None and outer.f_code.co_filename == code.co_filename:
             function, outer = outer.f_code.co_name, outer.f_back
         site.polled = (code.co_filename, line, function)
+
+    def polled_unknown(self, done: bool, frame: Any) -> None:
+        """The program itself (`frame` is its code, not torch's) asked is_completed() of a
+        Work this table does not know: one made before hicache attached."""
+        seen = self.polled_before
+        if seen is None:
+            kind = self._kinds.get(id(frame.f_code)) or self._learn(frame.f_code)
+            if kind is not _FOREIGN:
+                return  # torch asking about its own Works
+            code = frame.f_code
+            seen = self.polled_before = [code.co_filename, frame.f_lineno, code.co_name, 0, 0]
+        seen[3] += 1
+        seen[4] += bool(done)
 
     def _collected(self, ref: _WorkRef) -> None:
         """The program let go of a Work it never waited (weakref callback: count, queue)."""
@@ -566,7 +582,9 @@ def _polling(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
     def is_completed(self: Any) -> Any:
         done = original(self)
         ref = refs.get(id(self))
-        if ref is not None and (done or ref.site.polled is None) and ref() is self:
+        if ref is None:
+            table.polled_unknown(done, sys._getframe(1))
+        elif (done or ref.site.polled is None) and ref() is self:
             if ref.site.polled is None:
                 table.polled_at(ref.site, sys._getframe(1))
             if done and not ref.seen_complete:

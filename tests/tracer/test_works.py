@@ -377,3 +377,12 @@ def test_a_poll_through_a_helper_in_torch_is_the_programs_line(table: WorkTable,
     done["done"](work)  # <- polled through torch's helper
     assert table.top_sites()[0]["polled"]["line"] == _marked("# <- polled through torch's helper")
     del work
+
+
+def test_a_poll_of_a_work_made_before_the_tracer_is_noted_by_the_process(table: WorkTable, installed: Any) -> None:
+    """hicache attach: a prefix reaper polls only its oldest Work, made before the attach."""
+    old = installed().send([TENSOR], 1, 0)  # made by the group directly: no site counted it
+    table._refs.clear()  # ... as if before the tracer came
+    for _ in range(3):
+        old.is_completed()  # <- polling a Work from before
+    assert table.polled_before == [__file__, _marked("# <- polling a Work from before"), _test_name(), 3, 0]

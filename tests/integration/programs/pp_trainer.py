@@ -68,7 +68,7 @@ def main():
             elif rank == 0:
                 dist.recv(loss, src=world - 1)
                 print(f"step {steps} loss {loss.item():.4f}", flush=True)
-    print(f"rank {rank}: trained {steps} steps", flush=True)
+    print(f"rank {rank}: trained {steps} steps\n", end="", flush=True)  # one write: the ranks share a terminal
     if args.destroy:
         dist.destroy_process_group()
 

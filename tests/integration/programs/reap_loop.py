@@ -24,7 +24,7 @@ args = parser.parse_args()
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-print(f"rank {rank}/2: serving", flush=True)
+print(f"rank {rank}/2: serving\n", end="", flush=True)  # one write: the ranks share a terminal
 work_list = []
 rounds = 0
 stop = False
@@ -45,5 +45,5 @@ while not stop:
         stop = bool(got[1])
     rounds += 1
 dist.barrier()
-print(f"rank {rank}/2: stopped after {rounds} rounds", flush=True)
+print(f"rank {rank}/2: stopped after {rounds} rounds\n", end="", flush=True)
 os._exit(0)
