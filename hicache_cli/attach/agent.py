@@ -66,7 +66,7 @@ class Agent:
         self.table: works.WorkTable | None = None
         self.session: Session | None = None
         self.lifeline = Lifeline(boot.owner)
-        self.thread = threading.current_thread()
+        self.thread: threading.Thread | None = None  # the agent's own thread, running `run`
         self.exiting = threading.Event()  # the program is exiting: detach now, and finish
         self.walker: Walker | None = None  # the census running, cut short at exit
 
@@ -111,7 +111,7 @@ class Agent:
         self.exiting.set()
         if self.walker is not None:
             self.walker.deadline = 0.0
-        if self.thread is not threading.current_thread():
+        if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(EXIT_JOIN_S)
 
     def detach(self, reason: str) -> None:
@@ -126,6 +126,8 @@ class Agent:
                 self.status.polled_before = dict(zip(("file", "line", "function", "polls", "true"), seen, strict=True))
             self.table.forget()
         self.session = self.table = None
+        if reason != EXITED:  # at exit the hook is running: it goes with the process
+            atexit.unregister(self.at_exit)
         if self.boot.census and reason == "hicache asked":  # hicache waits for this one
             leftovers += _guarded(lambda: self.census("end"), "the census at detach")
         self.status.detach_reason = reason
@@ -150,6 +152,7 @@ def run(args: dict[str, Any], added: list[str], injected_at: float) -> None:
     reason = "the agent failed"
     try:
         agent = Agent(boot, status)
+        agent.thread = threading.current_thread()
         agent.attach()
         reason = agent.wait()
     except Refused as exc:
@@ -160,8 +163,6 @@ def run(args: dict[str, Any], added: list[str], injected_at: float) -> None:
     finally:
         if agent is not None:
             agent.detach(reason)
-            if reason != EXITED:  # a normal detach: the exit hook goes too (at exit it is running)
-                atexit.unregister(agent.at_exit)
         if status.state != protocol.REFUSED:
             status.state = protocol.FAILED if status.reason else protocol.DETACHED
             status.detached_at = time.time()
