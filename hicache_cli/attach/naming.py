@@ -30,6 +30,7 @@ from typing import Any
 from hicache_cli.attach.walk import BIG, Walker
 
 MAX_LEVELS = 6
+REREADS = 3  # a holder read again when the program rebinds it between two reads of the census
 CONTAINERS = (list, tuple, set, frozenset, collections.deque)
 CO_OPTIMIZED = 0x1  # a function's frame (its locals are fast locals, not a dict)
 PEP_667 = sys.version_info >= (3, 13)  # frame.f_locals is a live view, not a snapshot dict
@@ -181,19 +182,24 @@ class Namer:
         def visit(obj: Any) -> None:
             if is_own(obj):
                 return
-            for container in of_types(gc.get_referents(obj), rebound):
-                if id(container) in stale:
-                    continue
-                items = _samples(container) if len(container) > BIG else gc.get_referents(container)
-                for node in {id(n): n for i in items for n in wanted.get(id(i), ())}.values():
-                    self.replace(node, container, obj, best)
+            for _ in range(REREADS):  # the program rebound it again while it was read: read again
+                moved = False
+                for container in of_types(gc.get_referents(obj), rebound):
+                    if id(container) in stale:
+                        continue
+                    items = _samples(container) if len(container) > BIG else gc.get_referents(container)
+                    for node in {id(n): n for i in items for n in wanted.get(id(i), ())}.values():
+                        moved |= not self.replace(node, container, obj, best)
+                if not moved:
+                    return
 
         self.walker.sweep(hits, visit)
         return {key: outcome for key, (_priority, outcome) in best.items()}
 
-    def replace(self, node: Node, container: Any, holder: Any, best: dict[int, tuple[int, Node | Named]]) -> None:
+    def replace(self, node: Node, container: Any, holder: Any, best: dict[int, tuple[int, Node | Named]]) -> bool:
         """`container` (referred to by `holder`) holds what the lost node's object held: the
-        node climbs on from it, classified now, while `holder` still refers to it."""
+        node climbs on from it, classified now, while `holder` still refers to it; False when
+        `holder` no longer does (rebound again meanwhile: the GIL changed hands)."""
         keys = None
         if node.holds_works and type(container) is dict:
             keys = [k for k, v in list(container.items()) if type(v) in self.kinds]
@@ -203,14 +209,15 @@ class Namer:
         try:
             outcome = self.classify(again, holder)
         except Exception:  # noqa: BLE001 - a program's odd object names nothing
-            return
+            return True
         if outcome is None:
-            return
+            return _refers(holder, container)  # still its: it names nothing (a type, a module); else moved on
         previous = best.get(id(node.obj))
         if previous is None or outcome[0] < previous[0]:
             best[id(node.obj)] = outcome
             if node.holds_works:
                 self.replaced[id(node.obj)] = container
+        return True
 
     def step(self, node: Node, refs: list[Any]) -> Node | Named | None:
         """One level up from `node`: a name, or the next node to climb from; None when
@@ -302,12 +309,19 @@ class Namer:
         return NAMED, Named(f"{_type(ref)}.{attr}{below}")
 
     def in_frames(self, node: Node) -> Named | None:
-        """Nothing the collector tracks refers to node.obj: a running function's local?"""
+        """Nothing the collector tracks refers to node.obj: a running function's local? Or,
+        for a tuple holding Works, the arguments of a C call in progress (a pybind method
+        call builds one: `work.wait()` blocked in a recv), whose Work a frame holds: named by
+        that frame's local (`recv.<locals>.work`)."""
         obj, below = node.obj, self._below(node)
+        items = [i for i in obj if type(i) in self.kinds] if node.holds_works and type(obj) is tuple else []
         for frame in self.frames():
             var = self.local_name(frame, obj)
             if var:
                 return Named(node.fallback or f"{_code_name(frame.f_code)}.<locals>.{var}{below}")
+            for item in items:
+                if var := self.local_name(frame, item):
+                    return Named(f"{_code_name(frame.f_code)}.<locals>.{var}")
         return None
 
     def unreferenced(self, node: Node) -> Named:

@@ -44,6 +44,7 @@ def main():
     x = torch.randn(64, args.width, generator=data)
     y = x[:, :3].sum(dim=1, keepdim=True)
 
+    print(f"rank {rank}/{world}: training\n", end="", flush=True)
     end = time.monotonic() + args.seconds
     steps = 0
     while True:
