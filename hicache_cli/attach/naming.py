@@ -84,6 +84,7 @@ class Namer:
         self.kinds = kinds  # the Work types
         # direct containers the program replaced since the snapshot -> the one holding the Works now
         self.replaced: dict[int, Any] = {}
+        self.released: set[int] = set()  # direct containers the program let go of since the snapshot
         # a module under two names (multiprocessing aliases __main__ as __mp_main__): its own name
         self.module_dicts = {id(vars(m)): name for name, m in list(sys.modules.items()) if m is not None}
         self.module_dicts.update({id(vars(m)): m.__name__ for m in list(sys.modules.values()) if m is not None})
@@ -117,7 +118,12 @@ class Namer:
                 else:
                     lost.append(node)
             again = self.refind(lost) if lost else {}
-            outcomes += [(node, again.get(id(node.obj)) or self.unreferenced(node)) for node in lost]
+            left = [node for node in lost if id(node.obj) not in again]
+            gone = self.let_go(left) if left else set()
+            for node in left:
+                if id(node.obj) in gone:  # the program let go of it since the snapshot: not a holder
+                    self.released.update(node.direct)
+            outcomes += [(n, again.get(id(n.obj)) or self.unreferenced(n)) for n in lost if id(n.obj) not in gone]
             for node, outcome in outcomes:
                 if isinstance(outcome, Named):
                     for direct in node.direct:
@@ -195,6 +201,21 @@ class Namer:
 
         self.walker.sweep(hits, visit)
         return {key: outcome for key, (_priority, outcome) in best.items()}
+
+    def let_go(self, left: list[Node]) -> set[int]:
+        """Of containers nothing names, those only the census still holds: the program let
+        go of them while it ran (the argument tuple of a call that has returned, the list a
+        drained reaper replaced: its Works waited and gone), by id. One look at what refers
+        to them (gc.get_referrers: one hold of the GIL, as long as the snapshot's); a
+        container that C alone holds stays, unnamed."""
+        held_since = self.walker.clock()
+        ours = (self.walker.objects, targets := tuple(n.obj for n in left))  # (the call's own arguments)
+        try:
+            found = gc.get_referrers(*targets)
+            referrers = [r for r in found if not any(r is o for o in ours) and not is_own(r)]
+            return {id(n.obj) for n in left if not any(_refers(r, n.obj) for r in referrers)}
+        finally:
+            self.walker.rest(held_since)
 
     def replace(self, node: Node, container: Any, holder: Any, best: dict[int, tuple[int, Node | Named]]) -> bool:
         """`container` (referred to by `holder`) holds what the lost node's object held: the

@@ -47,9 +47,19 @@ class Trainer:  # (Work, tensor) pairs: the tuples stay, the list around them is
         self.pending_log_sends = [p for p in self.pending_log_sends if p[0] is not None]
 
 
+class Drainer:  # the twin that waits: each step a fresh list with this step's one Work
+    def __init__(self):
+        self.pending = [work()]
+
+    def reap(self):
+        for w in self.pending:
+            w.wait()
+        self.pending = [work()]
+
+
 N = int(sys.argv[1])
 work_list = [work() for _ in range(N)]
-KEEP = [Pump(N), Router(N), Trainer(N)]
+KEEP = [Pump(N), Router(N), Trainer(N), Drainer()]
 
 
 def main():

@@ -91,10 +91,19 @@ def test_a_holder_the_program_rebinds_every_round_is_named(rebinding: dict[str, 
     the census finds the one holding the same Works now, by what refers to it."""
     assert rebinding["rounds"] > 100  # the program rebound its containers all along the census
     taken = Census.from_dict(rebinding["census"])
-    assert {h.path: (h.container, h.works, h.named) for h in taken.holders} == {
+    holders = {h.path: (h.container, h.works, h.named) for h in taken.holders}
+    drained = holders.pop("Drainer.pending", None)  # a fresh list and Work each round: found, or gone by then
+    assert holders == {
         "Pump.pending": ("list", REBOUND, True),
         "Router.inflight[<int>]": ("dict", REBOUND, True),
         "Trainer.pending_log_sends[*]": ("tuple", REBOUND, True),
         "__main__.work_list": ("list", REBOUND, True),
     }
-    assert taken.works == 4 * REBOUND
+    assert drained in (None, ("list", 1, True))
+    assert taken.works == 4 * REBOUND + (drained[1] if drained else 0)
+
+
+def test_a_container_the_program_let_go_of_during_the_census_is_no_holder(rebinding: dict[str, Any]) -> None:
+    """The drainer's list of the snapshot was replaced, its Work waited and dropped: the
+    census alone held it by the time it was named, so it names no unnamed holder."""
+    assert all(h.named for h in Census.from_dict(rebinding["census"]).holders)
