@@ -314,12 +314,7 @@ class WorkTable:
         if frame is None:
             site.polled = ("(torch internals)", 0, "")
             return
-        code, line = frame.f_code, frame.f_lineno
-        function = code.co_name
-        outer = frame.f_back
-        while function.startswith("<") and outer is not None and outer.f_code.co_filename == code.co_filename:
-            function, outer = outer.f_code.co_name, outer.f_back
-        site.polled = (code.co_filename, line, function)
+        site.polled = _place(frame)
 
     def polled_unknown(self, done: bool, frame: Any) -> None:
         """The program itself (`frame` is its code, not torch's) asked is_completed() of a
@@ -329,8 +324,7 @@ class WorkTable:
             kind = self._kinds.get(id(frame.f_code)) or self._learn(frame.f_code)
             if kind is not _FOREIGN:
                 return  # torch asking about its own Works
-            code = frame.f_code
-            seen = self.polled_before = [code.co_filename, frame.f_lineno, code.co_name, 0, 0]
+            seen = self.polled_before = [*_place(frame), 0, 0]
         seen[3] += 1
         seen[4] += bool(done)
 
@@ -525,6 +519,17 @@ def uninstall(process_group: type) -> None:
         setattr(owner, name, original)
     if "__hicache_originals__" in process_group.__dict__:
         delattr(process_group, "__hicache_originals__")
+
+
+def _place(frame: Any) -> tuple[str, int, str]:
+    """(file, line, function) of a program's frame; a comprehension's or generator's line is
+    named by the function it runs in (`ship`, not `<listcomp>`)."""
+    code, line = frame.f_code, frame.f_lineno
+    function = code.co_name
+    outer = frame.f_back
+    while function.startswith("<") and outer is not None and outer.f_code.co_filename == code.co_filename:
+        function, outer = outer.f_code.co_name, outer.f_back
+    return code.co_filename, line, function
 
 
 def _backend(group: Any) -> str | None:
