@@ -62,5 +62,7 @@ def test_a_refusal_is_said_in_words_when_the_kernel_will_not_tell(monkeypatch: p
     monkeypatch.setattr("socket.socket.bind", refuse)
     watch = ExitWatch()
     assert not watch.start()
-    assert watch.refusal == "the kernel's process events are not open to hicache (Operation not permitted: they need root)"
+    assert watch.refusal == (
+        "the kernel's process events are not open to hicache (Operation not permitted: they need root)"
+    )
     assert watch.ended(1) is None
