@@ -12,6 +12,12 @@ level per sweep of the heap (all open containers at once), until a level names i
   `Backend.ongoing_reqs[*].handle`. A record that sits in no container is named by its
   own class: `Record.handle`.
 
+The program runs on while the census sweeps, so a container it rebinds every round
+(`self.pending = [w for w in self.pending if ...]`) is gone from its holder by the time it
+is named: nothing refers to it any more. Such a container is found again by what it held
+(`refind`: its holder and key read in the same hold as the new container), and one that
+only the census still holds (the program let go of it meanwhile) is no holder (`let_go`).
+
 Stdlib only: it runs inside the target.
 """
 
