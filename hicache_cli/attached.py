@@ -57,6 +57,52 @@ class CensusCost(Record):
 
 
 @dataclass(frozen=True)
+class PolledBefore(Record):
+    """Where the program asked is_completed() of Works made before hicache attached (the
+    census's), and what they answered, while it was attached."""
+
+    file: str = ""
+    line: int = 0
+    function: str = ""
+    polls: int = 0
+    true: int = 0  # polls that answered True
+
+    def text(self) -> str:
+        """`polled with is_completed() at reap.py:38 in <module>: 2,018 polls, none True`."""
+        answered = "none True" if self.true == 0 else f"{self.true:,} True"
+        where = f"{self.file.rsplit('/', 1)[-1]}:{self.line}" + (f" in {self.function}" if self.function else "")
+        return f"polled with is_completed() at {where}: {self.polls:,} polls, {answered}"
+
+
+@dataclass(frozen=True)
+class ProcessEnd(Record):
+    """How an attached process ended, and who could tell: the kernel's process events (the
+    exit status its parent reads), or the process itself (its last line as it went), or
+    nobody (an attached process is not hicache's child: its status is its parent's)."""
+
+    how: str = field_spec(required=True, default="")  # exited | killed | unknown
+    exit_code: int | None = None  # exited: its code, where known
+    signal: str | None = None  # killed: the signal's name
+    told_by: str = ""  # kernel | process | nobody
+    note: str | None = None  # what the process said, or why nothing could tell
+
+    def short(self) -> str:
+        """`exited with code 0`, `killed by SIGABRT`, `exited`, `ended, how unknown`."""
+        if self.how == "killed":
+            return f"killed by {self.signal}"
+        if self.how == "exited":
+            return "exited" + (f" with code {self.exit_code}" if self.exit_code is not None else "")
+        return "ended, how unknown"
+
+    def text(self) -> str:
+        """`exited with code 0 (the kernel's process events)`, `killed by SIGABRT (...)`."""
+        what = self.short()
+        source = {"kernel": "the kernel's process events", "process": "its own last words"}.get(self.told_by)
+        detail = "; ".join(x for x in (source, self.note) if x)
+        return f"{what} ({detail})" if detail else what
+
+
+@dataclass(frozen=True)
 class AttachedPid(Record):
     """One process hicache tried to attach to: how it went, and its census."""
 
@@ -74,6 +120,17 @@ class AttachedPid(Record):
     cost: CensusCost | None = None
     detach_reason: str | None = None
     leftovers: list[str] = field(default_factory=list)  # what detaching could not undo
+    ended: ProcessEnd | None = None  # how it ended while attached (None: it ran on, or was never attached)
+    polled_before: PolledBefore | None = None  # its polls of the Works it held at attach
+
+    def holder_line(self) -> str | None:
+        """The top holder's line, and where the program polls the Works it held at attach:
+        `` `Shipper.pending` holds 3,269 Works, 0 completed (+2,018 while attached), polled
+        with is_completed() at reap.py:38 in <module>: 2,018 polls, none True``."""
+        top = self.top
+        if top is None:
+            return None
+        return top.line() + (f", {self.polled_before.text()}" if self.polled_before is not None else "")
 
     @property
     def top(self) -> HolderCount | None:

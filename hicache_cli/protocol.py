@@ -16,6 +16,7 @@ TORCHRUN_LOG = "torchrun.log"
 PROGRAM_LOG = "program.log"  # hicache trace: the program's stdout and stderr when the dashboard owns the terminal
 STOP_FILE = "trace-stop"  # hicache trace creates it: every traced process writes its final line and stops sampling
 STOPPED_AT_END = "stopped by hicache at the end of the trace"  # a traced process's final line after STOP_FILE
+EXITED = "the process exited"  # an observed process's final line when its interpreter ended normally
 DETACHED_PREFIX = "detached: "  # how an attached process's final line begins (hicache attach detached from it)
 # Created exclusively by the one run that gets the directory: of two runs started at once
 # on one --run-dir, exactly one creates it; the other is refused.

@@ -78,6 +78,7 @@ class Sample:
     kind: str = "sample"
     message: str | None = None  # final lines: how the rank stopped
     signal: str | None = None  # final lines: the signal that stopped it (e.g. "SIGTERM"), if one did
+    exit_code: int | None = None  # final lines of an observed program: the code it said it exits with
     # final lines of a rank that raised: what kind of error (protocol.ErrorKind), and the peer it concerns
     error_kind: str | None = None
     error_peer: int | None = None
@@ -113,6 +114,7 @@ EVENT_FIELDS: dict[str, Any] = {
     "kind": "sample",
     "message": None,
     "signal": None,
+    "exit_code": None,
     "error_kind": None,
     "error_peer": None,
 }

@@ -312,3 +312,22 @@ def test_security_md_names_every_file_a_run_writes_and_its_modes() -> None:
     names = [*EARLIER_RUN, *(g.replace("*", "N") for g in EARLIER_RUN_GLOBS), REQUEST, ARGS, RELEASE]
     assert [n for n in names if f"`{n}`" not in text] == []
     assert f"`{FILE_MODE:04o}`" in text and f"`{DIR_MODE:04o}`" in text
+
+
+def test_report_md_names_every_key_of_a_site() -> None:
+    """A traced process's creation sites (`ranks[i].works.sites`, and the samples' `sites`)."""
+    from hicache_cli.analysis.results import Poll, Site
+
+    row = report_md_row("sites")
+    named = {key.strip() for keys in re.findall(r"`\{([^}]*)\}`", row) for key in keys.split(",")}
+    assert [k for k in Site().to_dict() if k not in named] == []
+    assert [k for k in Poll().to_dict() if k not in named] == []
+
+
+def test_report_md_names_every_key_of_an_attached_process() -> None:
+    from hicache_cli.attached import AttachedPid, ProcessEnd
+
+    text = (DOCS / "report.md").read_text()
+    table = text[text.index("### The census") : text.index("### Per rank")]
+    assert [k for k in AttachedPid().to_dict() if f"`{k}`" not in table] == []
+    assert [k for k in ProcessEnd().to_dict() if k not in report_md_row("ended")] == []

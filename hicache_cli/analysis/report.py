@@ -238,7 +238,7 @@ def rank_summary(
     reason = verdict.reason
     holder = census.top if census is not None else None
     if holder is not None and holder.held and verdict.verdict is not Verdict.BOUNDED:
-        reason += f"; {holder.line()}"  # attach: the container the census found holding the Works
+        reason += f"; {census.holder_line()}"  # attach: the container the census found holding the Works
     works_cause = finding is None or finding.cause is CauseKind.WORKS  # a backlog's sender site is in its reason
     if (top := top_site_line(works_summary(totals))) is not None and verdict.verdict is Verdict.LEAK and works_cause:
         reason += f"; {top}"

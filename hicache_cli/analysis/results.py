@@ -252,6 +252,15 @@ class GpuMemory(Record):
 
 
 @dataclass(frozen=True)
+class Poll(Record):
+    """Where a program asked is_completed() of a site's Works (the first such line)."""
+
+    file: str = ""
+    line: int = 0
+    function: str = ""
+
+
+@dataclass(frozen=True)
 class Site(Record):
     """Where a traced program created Works, and what became of them."""
 
@@ -268,6 +277,8 @@ class Site(Record):
     live_max: int = 0
     live_bytes: int | None = None
     source: str | None = None  # the line's text; absent in older reports
+    backend: str | None = None  # the process group's backend, for send and recv (`gloo`)
+    polled: Poll | None = None  # where the program polled its Works with is_completed()
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,23 @@ thread, the agent:
    probe's thread ended, the census taken again (when hicache is still there to read it),
    and hicache's modules removed from sys.modules. The program was never stopped or
    signalled, and keeps nothing of hicache once the collector has run.
+4. when the program exits while attached, detaches before the interpreter finalizes: the
+   program's exit hooks run this agent's last (it registers first), which ends the census if
+   one runs and waits for this thread to finish. A daemon thread still running when the
+   interpreter finalizes is cut off wherever it next needs the GIL, and cut off inside a
+   torch destructor (a Work's, a tensor's, freed by the collector its allocations started)
+   it aborts the process: "terminate called without an active exception", SIGABRT.
 
 Stdlib and the program's torch only.
 """
 
 from __future__ import annotations
 
+import atexit
 import linecache
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -30,8 +38,9 @@ from typing import Any
 from hicache_cli.attach import protocol
 from hicache_cli.attach.census import take_census
 from hicache_cli.attach.protocol import AgentStatus, BootArgs
+from hicache_cli.attach.walk import Walker
 from hicache_cli.lifecycle import Lifeline
-from hicache_cli.protocol import DETACHED_PREFIX
+from hicache_cli.protocol import DETACHED_PREFIX, EXITED
 from hicache_cli.rank.loop_stats import LoopStats
 from hicache_cli.tracer import works
 from hicache_cli.tracer.protocol import TraceEnv
@@ -39,6 +48,7 @@ from hicache_cli.tracer.session import Ending, Session
 
 C10D = "torch.distributed.distributed_c10d"
 POLL_S = 0.2  # without the tracer: how often the stop file and hicache's pid are looked at
+EXIT_JOIN_S = 5.0  # at the program's exit, the longest its exit waits for this thread
 
 
 class Refused(Exception):
@@ -55,16 +65,20 @@ class Agent:
         self.table: works.WorkTable | None = None
         self.session: Session | None = None
         self.lifeline = Lifeline(boot.owner)
+        self.thread: threading.Thread | None = None  # the agent's own thread, running `run`
+        self.exiting = threading.Event()  # the program is exiting: detach now, and finish
+        self.walker: Walker | None = None  # the census running, cut short at exit
 
     def attach(self) -> None:
         c10d = self.c10d
         if "__hicache_originals__" in c10d.ProcessGroup.__dict__:
             raise Refused("its torch.distributed is already traced by hicache (hicache trace)")
+        atexit.register(self.at_exit)  # before the session's: run after it (last in, first out)
         self.status.rank, self.status.world_size = int(c10d.get_rank()), int(c10d.get_world_size())
         self.write_status()
         if self.boot.census:
             self.census("start")
-        if self.boot.tracer:
+        if self.boot.tracer and not self.exiting.is_set():
             torch_dir = os.path.dirname(self.torch.__file__) + os.sep
             self.table = works.WorkTable(skip_prefixes=(torch_dir,))
             works.install(self.table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank)
@@ -76,18 +90,30 @@ class Agent:
             self.write_status()
 
     def wait(self) -> str:
-        """Until hicache asks to detach or is gone; why."""
+        """Until hicache asks to detach or is gone, or the program exits; why."""
         if self.session is not None:
             self.session.probe.join()
         stop = self.run_dir / protocol.STOP_FILE
         while True:
+            if self.exiting.is_set() or (self.session is not None and self.session.exiting):
+                return EXITED
             if stop.exists():
                 return "hicache asked"
             if (lost := self.lifeline.lost()) is not None:
                 return lost
             if self.session is not None:  # the probe ended on its own (its failure): detach too
                 return "the probe stopped"
-            time.sleep(POLL_S)
+            self.exiting.wait(POLL_S)
+
+    def at_exit(self) -> None:
+        """The program exits (its exit hooks, on its main thread): cut the census short, and
+        wait for this agent to detach and end, so that no thread of hicache's is left when
+        the interpreter finalizes."""
+        self.exiting.set()
+        if self.walker is not None:
+            self.walker.deadline = 0.0
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(EXIT_JOIN_S)
 
     def detach(self, reason: str) -> None:
         """Undo, in the order that leaves nothing half done: the probe's final line, the
@@ -97,14 +123,22 @@ class Agent:
             leftovers += _guarded(lambda: self.session.detach(f"{DETACHED_PREFIX}{reason}"), "the probe")
         if self.table is not None:
             leftovers += _guarded(lambda: works.uninstall(self.c10d.ProcessGroup), "the Work hooks")
+            if (seen := self.table.polled_before) is not None:  # the program polls the Works the census found
+                self.status.polled_before = dict(zip(("file", "line", "function", "polls", "true"), seen, strict=True))
             self.table.forget()
         self.session = self.table = None
+        if reason != EXITED:  # at exit the hook is running: it goes with the process
+            atexit.unregister(self.at_exit)
         if self.boot.census and reason == "hicache asked":  # hicache waits for this one
             leftovers += _guarded(lambda: self.census("end"), "the census at detach")
         self.status.detach_reason = reason
 
     def census(self, when: str) -> None:
-        taken = take_census(self.c10d.Work, self.torch.Tensor, os.getpid(), self.status.rank, when)
+        self.walker = Walker()
+        try:
+            taken = take_census(self.c10d.Work, self.torch.Tensor, os.getpid(), self.status.rank, when, self.walker)
+        finally:
+            self.walker = None
         protocol.write_json_atomic(protocol.census_file(self.run_dir, os.getpid(), when), taken.to_dict())
 
     def write_status(self) -> None:
@@ -119,6 +153,7 @@ def run(args: dict[str, Any], added: list[str], injected_at: float) -> None:
     reason = "the agent failed"
     try:
         agent = Agent(boot, status)
+        agent.thread = threading.current_thread()
         agent.attach()
         reason = agent.wait()
     except Refused as exc:

@@ -61,8 +61,12 @@ def take_census(
     try:
         found, parents = find_containers(walker, kinds)
         starts = [start_node(f, kinds) for f in found.values()]
-        namer = Namer(walker)
+        namer = Namer(walker, kinds)
         names = namer.name_all(starts, parents) if starts else {}
+        for key, now in namer.replaced.items():  # the program rebound it: what holds the Works now
+            found[key] = Found(now, of_kinds(gc.get_referents(now), kinds))
+        for key in namer.released:  # ... or let go of it: the census alone held it
+            found.pop(key, None)
         tensor_kinds = subclasses(tensor_type) if tensor_type else frozenset()
         holders, total = tally(walker, found, names, tensor_kinds, namer.records)
     finally:

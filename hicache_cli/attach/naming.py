@@ -12,6 +12,12 @@ level per sweep of the heap (all open containers at once), until a level names i
   `Backend.ongoing_reqs[*].handle`. A record that sits in no container is named by its
   own class: `Record.handle`.
 
+The program runs on while the census sweeps, so a container it rebinds every round
+(`self.pending = [w for w in self.pending if ...]`) is gone from its holder by the time it
+is named: nothing refers to it any more. Such a container is found again by what it held
+(`refind`: its holder and key read in the same hold as the new container), and one that
+only the census still holds (the program let go of it meanwhile) is no holder (`let_go`).
+
 Stdlib only: it runs inside the target.
 """
 
@@ -24,11 +30,13 @@ import sys
 import threading
 import types
 from dataclasses import dataclass
+from itertools import compress, islice
 from typing import Any
 
-from hicache_cli.attach.walk import Walker
+from hicache_cli.attach.walk import BIG, Walker
 
 MAX_LEVELS = 6
+REREADS = 3  # a holder read again when the program rebinds it between two reads of the census
 CONTAINERS = (list, tuple, set, frozenset, collections.deque)
 CO_OPTIMIZED = 0x1  # a function's frame (its locals are fast locals, not a dict)
 PEP_667 = sys.version_info >= (3, 13)  # frame.f_locals is a live view, not a snapshot dict
@@ -77,8 +85,12 @@ def is_own(obj: Any) -> bool:
 
 
 class Namer:
-    def __init__(self, walker: Walker) -> None:
+    def __init__(self, walker: Walker, kinds: frozenset[type] = frozenset()) -> None:
         self.walker = walker
+        self.kinds = kinds  # the Work types
+        # direct containers the program replaced since the snapshot -> the one holding the Works now
+        self.replaced: dict[int, Any] = {}
+        self.released: set[int] = set()  # direct containers the program let go of since the snapshot
         # a module under two names (multiprocessing aliases __main__ as __mp_main__): its own name
         self.module_dicts = {id(vars(m)): name for name, m in list(sys.modules.items()) if m is not None}
         self.module_dicts.update({id(vars(m)): m.__name__ for m in list(sys.modules.values()) if m is not None})
@@ -100,9 +112,25 @@ class Namer:
             targets = {id(n.obj) for n in open_nodes if id(n.obj) not in parents}
             found = self.referrers(targets) if targets else {}
             next_nodes: dict[tuple[int, str, str | None], Node] = {}
+            outcomes: list[tuple[Node, Node | Named]] = []
+            lost = []
             for node in open_nodes:
                 refs = [parents[id(node.obj)]] if id(node.obj) in parents else found.get(id(node.obj), [])
-                outcome = self.step(node, refs)
+                outcome = self.step(node, [r for r in refs if _refers(r, node.obj)])
+                if outcome is not None:
+                    outcomes.append((node, outcome))
+                elif (named := self.in_frames(node)) is not None:
+                    outcomes.append((node, named))
+                else:
+                    lost.append(node)
+            again = self.refind(lost) if lost else {}
+            left = [node for node in lost if id(node.obj) not in again]
+            gone = self.let_go(left) if left else set()
+            for node in left:
+                if id(node.obj) in gone:  # the program let go of it since the snapshot: not a holder
+                    self.released.update(node.direct)
+            outcomes += [(n, again.get(id(n.obj)) or self.unreferenced(n)) for n in lost if id(n.obj) not in gone]
+            for node, outcome in outcomes:
                 if isinstance(outcome, Named):
                     for direct in node.direct:
                         names.setdefault(direct, outcome)
@@ -133,8 +161,94 @@ class Namer:
         self.walker.sweep(hits, visit)
         return found
 
-    def step(self, node: Node, refs: list[Any]) -> Node | Named:
-        """One level up from `node`: a name, or the next node to climb from."""
+    def refind(self, lost: list[Node]) -> dict[int, Node | Named]:
+        """Containers nothing refers to any more, because the program replaced them since the
+        snapshot: `self.pending = [w for w in self.pending if ...]` makes a new list every
+        step, and a module's `work_list = work_list[c:]` too. Each is found again by what it
+        holds (its Works, or the containers below it): one sweep for the objects that refer
+        to a container holding the same items, the container and the object's key for it
+        read in the same hold, so the name is right however often the program rebinds it.
+        By id(lost node's object): its outcome, as `step` gives one."""
+        wanted: dict[int, list[Node]] = {}  # id of an item a lost container held -> the lost nodes
+        for node in lost:
+            direct = set(node.direct)
+            for item in gc.get_referents(node.obj):
+                if type(item) in self.kinds or id(item) in direct:
+                    wanted.setdefault(id(item), []).append(node)
+        if not wanted:
+            return {}
+        stale = {id(n.obj) for n in lost}
+        rebound = frozenset(type(n.obj) for n in lost)  # a new container of the same kind
+        best: dict[int, tuple[int, Node | Named]] = {}
+
+        def hits(_chunk: list[Any], refs: list[Any]) -> bool:
+            inner = of_types(refs, rebound)
+            if not inner:
+                return False
+            big = list(compress(inner, map(BIG.__lt__, map(len, inner))))
+            small = list(compress(inner, map(BIG.__ge__, map(len, inner))))
+            items = gc.get_referents(*small) if small else []
+            items += [item for container in big for item in _samples(container)]
+            return not wanted.keys().isdisjoint(map(id, items))
+
+        def visit(obj: Any) -> None:
+            if is_own(obj):
+                return
+            for _ in range(REREADS):  # the program rebound it again while it was read: read again
+                moved = False
+                for container in of_types(gc.get_referents(obj), rebound):
+                    if id(container) in stale:
+                        continue
+                    items = _samples(container) if len(container) > BIG else gc.get_referents(container)
+                    for node in {id(n): n for i in items for n in wanted.get(id(i), ())}.values():
+                        moved |= not self.replace(node, container, obj, best)
+                if not moved:
+                    return
+
+        self.walker.sweep(hits, visit)
+        return {key: outcome for key, (_priority, outcome) in best.items()}
+
+    def let_go(self, left: list[Node]) -> set[int]:
+        """Of containers nothing names, those only the census still holds: the program let
+        go of them while it ran (the argument tuple of a call that has returned, the list a
+        drained reaper replaced: its Works waited and gone), by id. One look at what refers
+        to them (gc.get_referrers: one hold of the GIL, as long as the snapshot's); a
+        container that C alone holds stays, unnamed."""
+        held_since = self.walker.clock()
+        ours = (self.walker.objects, targets := tuple(n.obj for n in left))  # (the call's own arguments)
+        try:
+            found = gc.get_referrers(*targets)
+            referrers = [r for r in found if not any(r is o for o in ours) and not is_own(r)]
+            return {id(n.obj) for n in left if not any(_refers(r, n.obj) for r in referrers)}
+        finally:
+            self.walker.rest(held_since)
+
+    def replace(self, node: Node, container: Any, holder: Any, best: dict[int, tuple[int, Node | Named]]) -> bool:
+        """`container` (referred to by `holder`) holds what the lost node's object held: the
+        node climbs on from it, classified now, while `holder` still refers to it; False when
+        `holder` no longer does (rebound again meanwhile: the GIL changed hands)."""
+        keys = None
+        if node.holds_works and type(container) is dict:
+            keys = [k for k, v in list(container.items()) if type(v) in self.kinds]
+        elif node.keys is not None and type(container) is dict:
+            keys = node.keys
+        again = Node(container, node.below, node.direct, node.fallback, keys, node.holds_works, node.seen)
+        try:
+            outcome = self.classify(again, holder)
+        except Exception:  # noqa: BLE001 - a program's odd object names nothing
+            return True
+        if outcome is None:
+            return _refers(holder, container)  # still its: it names nothing (a type, a module); else moved on
+        previous = best.get(id(node.obj))
+        if previous is None or outcome[0] < previous[0]:
+            best[id(node.obj)] = outcome
+            if node.holds_works:
+                self.replaced[id(node.obj)] = container
+        return True
+
+    def step(self, node: Node, refs: list[Any]) -> Node | Named | None:
+        """One level up from `node`: a name, or the next node to climb from; None when
+        nothing the collector tracks refers to it (any more)."""
         if node.holds_works and id(node.obj) in self.module_dicts:  # Works kept as module globals
             return Named(f"{self.module_dicts[id(node.obj)]}.{_first(node.keys)}")
         if isinstance(node.obj, types.FrameType):  # Works in a local of a frame the collector tracks
@@ -150,7 +264,7 @@ class Namer:
                 continue
             if outcome is not None and (best is None or outcome[0] < best[0]):
                 best = outcome
-        return best[1] if best is not None else self.unreferenced(node)
+        return best[1] if best is not None else None
 
     def classify(self, node: Node, ref: Any) -> tuple[int, Node | Named] | None:
         """(priority, outcome) for `ref`, which refers to node.obj; lower priority wins."""
@@ -164,10 +278,15 @@ class Namer:
             node = Node(obj, f"[{_pattern(obj)}]{node.below}", node.direct, None, None, node.holds_works, node.seen)
         below = node.below
         if id(ref) in self.module_dicts:
-            return NAMED, Named(node.fallback or f"{self.module_dicts[id(ref)]}.{_key_of(ref, obj)}{below}")
+            key = _key_of(ref, obj)
+            if key == "?":
+                return None  # rebound since it was found: the module holds another one now
+            return NAMED, Named(node.fallback or f"{self.module_dicts[id(ref)]}.{key}{below}")
         kind = type(ref)
         if kind is dict:
             keys = [k for k, v in list(ref.items()) if v is obj]
+            if not keys:
+                return None  # (the same)
             return ANONYMOUS, Node(ref, below, node.direct, node.fallback, keys, False, seen)
         if kind in CONTAINERS:
             if kind is tuple and type(obj) is types.CellType:  # a closure: its function is next
@@ -211,22 +330,39 @@ class Namer:
             return None  # they refer to their namespace dict, met above
         attr = attr_of(ref, obj)
         if attr is None:
+            if not _refers(ref, obj):
+                return None  # rebound since it was found
             return OTHER, Named(f"{_type(ref)}(?){below}", False)
         return NAMED, Named(f"{_type(ref)}.{attr}{below}")
 
-    def unreferenced(self, node: Node) -> Named:
-        """Nothing the collector tracks refers to node.obj: a running function's local, or
-        something only C++ holds."""
-        obj, below = node.obj, node.below
-        if type(obj) is dict and node.keys is not None:
-            below = f"[{_pattern(obj)}]{below}"
+    def in_frames(self, node: Node) -> Named | None:
+        """Nothing the collector tracks refers to node.obj: a running function's local? Or,
+        for a tuple holding Works, the arguments of a C call in progress (a pybind method
+        call builds one: `work.wait()` blocked in a recv), whose Work a frame holds: named by
+        that frame's local (`recv.<locals>.work`)."""
+        obj, below = node.obj, self._below(node)
+        items = [i for i in obj if type(i) in self.kinds] if node.holds_works and type(obj) is tuple else []
         for frame in self.frames():
             var = self.local_name(frame, obj)
             if var:
                 return Named(node.fallback or f"{_code_name(frame.f_code)}.<locals>.{var}{below}")
+            for item in items:
+                if var := self.local_name(frame, item):
+                    return Named(f"{_code_name(frame.f_code)}.<locals>.{var}")
+        return None
+
+    def unreferenced(self, node: Node) -> Named:
+        """Nothing refers to node.obj, no frame holds it and nothing holds what it held:
+        something only C++ holds."""
         if node.fallback is not None:
             return Named(node.fallback)
-        return Named(f"(a {_type(obj)} no Python object refers to){below}", False)
+        return Named(f"(a {_type(node.obj)} no Python object refers to){self._below(node)}", False)
+
+    @staticmethod
+    def _below(node: Node) -> str:
+        if type(node.obj) is dict and node.keys is not None:
+            return f"[{_pattern(node.obj)}]{node.below}"
+        return node.below
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -256,6 +392,26 @@ class Namer:
         finally:
             if not PEP_667 and type(local_vars) is dict:
                 local_vars.clear()
+
+
+def of_types(objects: list[Any], kinds: frozenset[type]) -> list[Any]:
+    return list(compress(objects, map(kinds.__contains__, map(type, objects))))
+
+
+def _samples(container: Any) -> list[Any]:
+    """A few items of a container too big to read whole in one hold (a rebuilt list keeps
+    its order: its first Works are the oldest, which the lost one held too)."""
+    if type(container) is dict:
+        return list(islice(container.values(), 3))
+    if type(container) in (set, frozenset):
+        return list(islice(container, 3))
+    return [container[0], container[len(container) // 2], container[-1]] if len(container) else []
+
+
+def _refers(holder: Any, obj: Any) -> bool:
+    """Whether `holder` still refers to `obj` (a holder found earlier in the census may have
+    been given a new container since: then it is no longer `obj`'s)."""
+    return any(r is obj for r in gc.get_referents(holder))
 
 
 def _key_of(mapping: Any, value: Any) -> str:

@@ -138,6 +138,8 @@ class AgentStatus:
     detached_at: float | None = None
     detach_reason: str | None = None
     leftovers: list[str] = field(default_factory=list)  # what detaching could not undo
+    # the program's polls of Works made before the attach: {file, line, function, polls, true}
+    polled_before: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "status") -> AgentStatus:

@@ -30,6 +30,7 @@ SIZED = frozenset({list, tuple, dict, set, frozenset, collections.deque})
 BIG = 20_000  # items: a container larger than this is swept a slice at a time
 Hits = Callable[[list[Any], list[Any]], bool]  # (chunk, its referents) -> whether any object in it matters
 NARROW_TO = 16  # a chunk that hits is halved until it is this small, then visited object by object
+FIRST_CHUNK = 256  # objects in a sweep's first chunk
 NESTING = 3  # untracked tuples inside untracked tuples: how deep they are looked into
 
 
@@ -45,7 +46,6 @@ class Walker:
         snapshot = self.clock() - started
         self.cost = CensusCost(objects=len(self.objects), snapshot_s=snapshot, max_hold_s=snapshot)
         self.deadline = started + budget_s
-        self._size = 256
 
     def release(self) -> None:
         self.objects = []
@@ -66,7 +66,9 @@ class Walker:
     def sweep(self, chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
         """For each chunk of the snapshot: `chunk_hits(chunk, its referents)` says (fast)
         whether any object in it matters; if so `visit(obj)` is called on each of them."""
-        objects, size, start = self.objects, self._size, 0
+        # each sweep starts small: sweeps differ in what an object costs (a re-find looks
+        # two levels down), so one sweep's chunk size could hold the GIL far too long in the next
+        objects, size, start = self.objects, FIRST_CHUNK, 0
         began = self.clock()
         self.cost.passes += 1
         while start < len(objects) and not self.out_of_time():
@@ -80,9 +82,9 @@ class Walker:
             self.rest(held_since)
             for container in big:
                 self._sweep_big(container, chunk_hits, visit)
-            # the next chunk sized to take about chunk_s
-            size = max(64, min(50_000, int(size * self.chunk_s / max(elapsed, 1e-5))))
-        self._size = size
+            # the next chunk sized to take about chunk_s, at most twice the last (a cheap chunk
+            # says little about the next: a run of big containers may follow)
+            size = max(64, min(50_000, 2 * size, int(size * self.chunk_s / max(elapsed, 1e-5))))
         self.cost.walk_s += self.clock() - began
 
     def _sweep_big(self, container: Any, chunk_hits: Hits, visit: Callable[[Any], None]) -> None:

@@ -7,23 +7,31 @@ stop: detach (the stop file; each agent puts everything back), then the census e
 it detached. Nothing is ever signalled: the strategy's ProcessTree holds nothing, its
 watchdog is off (the watchdog asks stuck processes for their stacks with SIGUSR1, whose
 default would kill a program that did not arm it), and `pids_of` names no process.
+
+How a process that ended while attached ended: the kernel's process events say its exit
+status where hicache may listen (attach/exits.py); else its own final line says what it
+knew (an exception, `os._exit(N)`, a normal exit); else nobody can tell, and it says so.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hicache_cli.attach import protocol
+from hicache_cli.attach.exits import ExitWatch
 from hicache_cli.attach.protocol import Census
 from hicache_cli.attach.session import AttachSession, Target, check
-from hicache_cli.attached import AttachedPid, CensusCost, HolderCount
+from hicache_cli.attached import AttachedPid, CensusCost, HolderCount, PolledBefore, ProcessEnd
 from hicache_cli.config import RunConfig
+from hicache_cli.files import open_regular
 from hicache_cli.launch.supervisor import ProcessTree, Stop, Watchdog
 from hicache_cli.lifecycle import owner_token
 from hicache_cli.outcome import RunOutcome
+from hicache_cli.protocol import EXITED
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
 from hicache_cli.targets import AttachedProcess
@@ -92,11 +100,13 @@ class AttachedProcesses:
             owner=owner_token(),
         )
         self.started: float | None = None
+        self.exits = ExitWatch()
 
     def pids_of(self, samples: dict[int, list[Sample]]) -> list[int]:
         return []  # never put into the tree: nothing of it is ever signalled
 
     def start(self) -> None:
+        self.exits.start()  # before any process can end attached
         self.session.start()
         if self.launch.target.census:
             self.session.census()
@@ -131,19 +141,47 @@ class AttachedProcesses:
             self.session.census_end(INTERRUPTED_WAIT_S if interrupted else DETACH_WAIT_S)
 
     def outcome(self, stop: Stop | None) -> RunOutcome:
+        processes = self.processes(ending=True)
+        self.exits.close()
         return RunOutcome(
             exit_code=None,  # not ours: an attached process's exit code is its parent's to read
             stopped=stop.reason if stop is not None else None,
-            attached=self.processes(),
+            attached=processes,
         )
 
-    def processes(self) -> tuple[AttachedPid, ...]:
-        """Each process tried, as the run directory and the injection say it now."""
-        session = self.session
-        return tuple(
-            attached_pid(t, session.status(t.pid), session.read_census(t, "start"), session.read_census(t, "end"))
-            for t in session.targets
-        )
+    def processes(self, ending: bool = False) -> tuple[AttachedPid, ...]:
+        """Each process tried, as the run directory and the injection say it now; with
+        `ending`, how each that is gone ended."""
+        out = []
+        for target in self.session.targets:
+            status = self.session.status(target.pid)
+            process = attached_pid(
+                target, status, self.session.read_census(target, "start"), self.session.read_census(target, "end")
+            )
+            if ending:
+                process = replace(process, ended=self.ended(target, status))
+            out.append(process)
+        return tuple(out)
+
+    def ended(self, target: Target, status: protocol.AgentStatus | None) -> ProcessEnd | None:
+        """How a process attached to ended (None: it runs on, or hicache had left it before)."""
+        if not target.attached or target.alive():
+            return None
+        if status is not None and status.state == protocol.DETACHED and status.detach_reason != EXITED:
+            return None  # detached while it ran: whatever came later is not this run's
+        if (seen := self.exits.ended(target.pid)) is not None:
+            if seen.signal is not None:
+                return ProcessEnd("killed", signal=seen.signal, told_by="kernel")
+            return ProcessEnd("exited", exit_code=seen.exit_code, told_by="kernel")
+        why_not = self.exits.refusal or "the kernel's process events did not report it"
+        last = final_line(self.launch.run_dir, target, status)
+        if last is None or last.get("kind") != "final":
+            note = f"it left no last line (a signal or a crash?), and {why_not}; it is not hicache's child"
+            return ProcessEnd("unknown", told_by="nobody", note=note)
+        said, code = last.get("message"), last.get("exit_code")
+        if code is None:
+            said = f"{said}: its exit code is its parent's to read ({why_not})"
+        return ProcessEnd("exited", exit_code=code if type(code) is int else None, told_by="process", note=said)
 
 
 def attached_pid(
@@ -180,6 +218,7 @@ def attached_pid(
         else None,
         detach_reason=status.detach_reason if status else None,
         leftovers=list(status.leftovers) if status else [],
+        polled_before=PolledBefore.from_dict(status.polled_before) if status and status.polled_before else None,
     )
 
 
@@ -210,3 +249,20 @@ def holders(start: Census | None, end: Census | None) -> list[HolderCount]:
             )
         )
     return sorted(out, key=lambda h: -h.held)
+
+
+def final_line(run_dir: Path, target: Target, status: protocol.AgentStatus | None) -> dict[str, object] | None:
+    """The last line of an attached process's rank file, as written (its event fields: kind,
+    message, exit_code are in the line itself), read as its user's file (files.open_regular:
+    no link, no FIFO, one link), its last 64 KB only."""
+    if status is None or not status.rank_file:
+        return None
+    path = protocol.agent_dir(run_dir) / Path(status.rank_file).name
+    try:
+        with open_regular(path, follow=False, owners={target.info.uid}) as lines:
+            lines.seek(max(0, lines.seek(0, 2) - 65536))
+            last = lines.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        found = json.loads(last)
+    except (OSError, ValueError, RecursionError):
+        return None
+    return found if isinstance(found, dict) else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from hicache_cli.analysis.results import AttachSection, Report, TraceSection
-from hicache_cli.analysis.trace_report import NOTHING_TRACED, nothing_traced, site_text
+from hicache_cli.analysis.trace_report import NOTHING_TRACED, nothing_traced, poll_text, site_text
 from hicache_cli.attached import AttachedPid, HolderCount
 from hicache_cli.units import format_bytes
 
@@ -32,7 +32,7 @@ def trace_table(report: Report, width: int = 160) -> Table:
         f"  exit={'n/a' if exit_code is None else exit_code} ({ended})"
     )
     if isinstance(report.target, AttachSection):
-        ended = f"detached: {report.program_stopped}" if report.program_stopped else "every process ended by itself"
+        ended = f"detached: {report.program_stopped}" if report.program_stopped else _endings(report.target)
         title = f"{report.config.title()}  status={report.status}  verdict={report.verdict}  ({ended})"
     wide = width >= 110
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1), pad_edge=False)
@@ -62,6 +62,8 @@ def trace_lines(report: Report) -> list[str]:
         for site in (r.works.sites if r.works else [])[:SITES_SHOWN]:
             if site.live > 0:
                 lines.append(f"    {site.live:>8} live  {site.created:>8} created  {site_text(site)}  ({site.file})")
+                if (polled := poll_text(site)) is not None:
+                    lines.append(f"    {'':>8}       {'':>8}          {polled}")
         lines += [f"    shutdown hazard: {line}" for line in (r.shutdown.lines if r.shutdown else [])]
     if isinstance(report.target, AttachSection):
         lines += [line for process in report.target.processes for line in attached_lines(process, end=True)]
@@ -87,6 +89,8 @@ def attached_lines(process: AttachedPid, end: bool = False) -> list[str]:
         lines += [f"      {_holder_text(h, end)}" for h in process.holders[:HOLDERS_SHOWN]]
         if len(process.holders) > HOLDERS_SHOWN:
             lines.append(f"      ... {len(process.holders) - HOLDERS_SHOWN} more holders in the report")
+        if end and process.polled_before is not None:
+            lines.append(f"      {process.polled_before.text()} (Works held at attach)")
     if (cost := process.cost) is not None:
         per_million = f", {cost.pause_per_million_s:.2f} s per million objects" if cost.pause_per_million_s else ""
         lines.append(
@@ -97,7 +101,15 @@ def attached_lines(process: AttachedPid, end: bool = False) -> list[str]:
     if end and process.detach_reason:
         left = f"; left behind: {', '.join(process.leftovers)}" if process.leftovers else ""
         lines.append(f"    detached: {process.detach_reason}{left}")
+    if end and process.ended is not None:
+        lines.append(f"    ended: {process.ended.text()}")
     return lines
+
+
+def _endings(target: AttachSection) -> str:
+    """`every process ended by itself: pid 12 exited with code 0, pid 13 killed by SIGABRT`."""
+    ended = [f"pid {p.pid} {p.ended.short()}" for p in target.processes if p.ended is not None]
+    return "every process ended by itself" + (f": {', '.join(ended)}" if ended else "")
 
 
 def _holder_text(holder: HolderCount, end: bool) -> str:

@@ -30,6 +30,7 @@ from hicache_cli.files import open_run_file, run_file
 from hicache_cli.lifecycle import Lifeline
 from hicache_cli.protocol import (
     DETACHED_PREFIX,
+    EXITED,
     LIFELINE_EVERY_S,
     ORPHANED_EXIT,
     STOPPED_AT_END,
@@ -42,6 +43,11 @@ from hicache_cli.tracer.protocol import STOP_FILE, TraceEnv
 from hicache_cli.tracer.works import SITES_REPORTED, WorkTable
 
 SITES_EVERY_S = 1.0  # sites ride on a sample at most this often (and on the final line)
+# At exit the sampling thread is joined before the interpreter finalizes: a daemon thread
+# cut off then, inside a torch destructor that released the GIL (a Work's, a tensor's, a
+# process group's: garbage its allocations made the collector free), aborts the whole
+# process ("terminate called without an active exception"). Bounded: an exit never hangs.
+JOIN_AT_EXIT_S = 5.0
 FINAL_SITES = 50
 ORPHAN_GRACE_S = 3.0  # after SIGTERM to itself, how long an orphaned program gets to end
 
@@ -89,6 +95,7 @@ class TracedProbe(Probe):
         self.ending = ending
         self._stopped = threading.Event()
         self._sites_at = 0.0
+        self.exit_code: int | None = None  # the code the program leaves with, where it says (the final line)
 
     def round_age(self) -> float:
         """Only a call of the --loop function under way has an age: between calls the
@@ -107,7 +114,7 @@ class TracedProbe(Probe):
         if kind == "final" or now - self._sites_at >= SITES_EVERY_S:
             self._sites_at = now
             sites = self.table.top_sites(FINAL_SITES if kind == "final" else SITES_REPORTED)
-            taken = replace(taken, sites=sites)
+            taken = replace(taken, sites=sites, exit_code=self.exit_code if kind == "final" else None)
         return taken
 
     def _run(self) -> None:
@@ -194,6 +201,7 @@ class Session:
         self.out = out
         self._stacks = None if ending.guest else _arm_stack_dumps(env.run_dir, self.slot)
         self.error: str | None = None
+        self.exiting = False  # the process is ending (its exit hooks, or os._exit)
         now = time.monotonic()
         self.probe = TracedProbe(
             RankIdentity(rank, rank, 0, 0, socket.gethostname(), world),
@@ -238,7 +246,8 @@ class Session:
     def detach(self, message: str, join_s: float = 5.0) -> list[str]:
         """Stop observing and put back what the session changed (a guest's end): the final
         line, the sampling thread ended, sys.excepthook, os._exit and the exit hook. What
-        the program has replaced since (and so may still call) is left and named."""
+        the program has replaced since (and so may still call) is left and named. (At the
+        program's exit the final line is already written: the first one stays.)"""
         self.probe.close("done", message)
         leftovers = [] if self.probe.join(join_s) else ["the sampling thread (still running)"]
         if sys.excepthook == self._excepthook:
@@ -259,6 +268,8 @@ class Session:
 
     def _os_exit(self, code: int) -> None:
         if os.getpid() == self.pid:  # not in a forked child, whose file this is not
+            self.exiting = True
+            self.probe.exit_code = code
             state = "done" if code == 0 else "error"
             self.probe.close(state, f"the process left with os._exit({code})")
         self._real_exit(code)
@@ -266,10 +277,13 @@ class Session:
     def _at_exit(self) -> None:
         if os.getpid() != self.pid:
             return
+        self.exiting = True
         if self.error:
+            self.probe.exit_code = 1  # Python's exit code after an uncaught exception
             self.probe.close("error", self.error)
         else:
-            self.probe.close("done", "the process exited")
+            self.probe.close("done", EXITED)
+        self.probe.join(JOIN_AT_EXIT_S)
         if self._stacks is not None:
             self._stacks.close()
 

@@ -16,6 +16,7 @@ Stdlib only; the classes to patch are passed in, so the table is tested with fak
 
 from __future__ import annotations
 
+import dis
 import linecache
 import os
 import sys
@@ -61,6 +62,7 @@ POINT_TO_POINT = ("send", "recv")  # (tensors, peer, tag): the peer is known
 # when called with async_op=True; send, recv and the rest wait it themselves)
 HANDED = frozenset({"isend", "irecv", "batch_isend_irecv"})
 _FOREIGN, _TORCH = object(), object()
+CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
 WAIT_METHODS = ("wait", "synchronize")
 MAX_SITES = 256
 SITES_REPORTED = 20
@@ -83,6 +85,8 @@ class Site:
     dropped: int = 0  # released by the program without a wait()
     live_max: int = 0  # the most live at once: a leak released at exit still shows here
     bytes_per_work: int = 0  # tensor bytes the first Work made here carried (send/recv)
+    backend: str | None = None  # the process group's backend (send/recv: `gloo`), read once
+    polled: tuple[str, int, str] | None = None  # where the program first asked is_completed() of one
     _source: str | None = None  # the line's text, read once (linecache) when first reported
 
     @property
@@ -112,6 +116,10 @@ class Site:
             "live_max": self.live_max,
             "live_bytes": self.live * self.bytes_per_work,
             "source": self.source,
+            "backend": self.backend,
+            "polled": None
+            if self.polled is None
+            else dict(zip(("file", "line", "function"), self.polled, strict=True)),
         }
 
 
@@ -154,6 +162,38 @@ class _WorkRef(weakref.ref):
     key: int
 
 
+class Forwarding(frozenset):
+    """A decorator's wrapper (typing_extensions' and warnings' `@deprecated`, a
+    functools.wraps wrapper, contextlib's ContextDecorator, a program's own): the offsets
+    of the calls at which its code hands on its own `*args` and `**kwargs`. A frame stopped
+    at one of them is only passing the call through, so the line that made the Work is its
+    caller's; stopped elsewhere (a Work the wrapper makes itself), the wrapper's own."""
+
+    __slots__ = ()
+
+
+def forwarding(code: Any) -> Forwarding | None:
+    """The forwarding calls of `code`, when it takes `*args, **kwargs` and passes both on
+    in one call (`return fn(*args, **kwargs)`, `fn(self, *args, **kwargs)`); None for any
+    other code. Read from its bytecode, once per code object: what the frame is, not what
+    its module is called."""
+    if code.co_flags & (CO_VARARGS | CO_VARKEYWORDS) != CO_VARARGS | CO_VARKEYWORDS:
+        return None
+    first = code.co_argcount + code.co_kwonlyargcount
+    passed = {code.co_varnames[first], code.co_varnames[first + 1]}
+    loaded: set[str] = set()
+    calls = []
+    for instruction in dis.get_instructions(code):
+        if instruction.opname.startswith("LOAD_FAST"):  # (3.13+: LOAD_FAST_LOAD_FAST loads a pair)
+            value = instruction.argval
+            loaded.update(value if isinstance(value, tuple) else (value,))
+        elif instruction.opname == "CALL_FUNCTION_EX":
+            if passed <= loaded:
+                calls.append(instruction.offset)
+            loaded.clear()
+    return Forwarding(calls) if calls else None
+
+
 class WorkTable:
     """Counts by site; `live` = created - waited - dropped.
 
@@ -192,6 +232,9 @@ class WorkTable:
         # (id(code), instruction offset, op, id(group), group peer) -> site
         self._places: dict[tuple[Any, ...], Site] = {}
         self._on_collect = self._collected  # one bound method for every weak reference
+        # the program's polls of Works this table never counted (hicache attach: made before
+        # it came): [file, line, function, polls, polls that answered True], from the first
+        self.polled_before: list[Any] | None = None
 
     def reset(self) -> None:
         """Forget every Work and message (a forked child is a new process), emptying in
@@ -200,7 +243,7 @@ class WorkTable:
         for held in (self.sites, self._refs, self._gone, self._peers, self._places):
             held.clear()
         self.ops = 0
-        self.waiting_on = self.blocking = self.waiting_blocking = None
+        self.waiting_on = self.blocking = self.waiting_blocking = self.polled_before = None
         self._new_site = threading.Lock()  # (a lock held by another thread at the fork stays held)
 
     # -- the program's side ------------------------------------------------------------
@@ -227,6 +270,7 @@ class WorkTable:
             site = self._site(call, self.peer_of(sent[0], sent[2], sent[3]) if sent else None, frame, place)
         if sent and not site.created:
             site.bytes_per_work = nbytes(sent[1])
+            site.backend = _backend(sent[0])
         try:
             ref = _WorkRef(work, self._on_collect)
         except TypeError:  # a Work type without weak references: counted as created and waited
@@ -263,6 +307,34 @@ class WorkTable:
             ref.seen_complete = True
             ref.site.completed += 1
 
+    def polled_at(self, site: Site, frame: Any) -> None:
+        """The program asked is_completed() of a Work made at `site`, from `frame` (noted
+        once a site): the first frame of the program's own up the stack; a comprehension's
+        or a generator's line is named by the function it runs in."""
+        while frame is not None:
+            kind = self._kinds.get(id(frame.f_code))
+            if kind is None:
+                kind = self._learn(frame.f_code)
+            if kind is _FOREIGN:
+                break
+            frame = frame.f_back
+        if frame is None:
+            site.polled = ("(torch internals)", 0, "")
+            return
+        site.polled = _place(frame)
+
+    def polled_unknown(self, done: bool, frame: Any) -> None:
+        """The program itself (`frame` is its code, not torch's) asked is_completed() of a
+        Work this table does not know: one made before hicache attached."""
+        seen = self.polled_before
+        if seen is None:
+            kind = self._kinds.get(id(frame.f_code)) or self._learn(frame.f_code)
+            if kind is not _FOREIGN:
+                return  # torch asking about its own Works
+            seen = self.polled_before = [*_place(frame), 0, 0]
+        seen[3] += 1
+        seen[4] += bool(done)
+
     def _collected(self, ref: _WorkRef) -> None:
         """The program let go of a Work it never waited (weakref callback: count, queue)."""
         if self._refs.get(ref.key) is ref:
@@ -279,8 +351,9 @@ class WorkTable:
     # -- where a Work was created -----------------------------------------------------
 
     def _walk(self, op: str, frame: Any, work: object = None, sent: tuple[Any, ...] = ()) -> tuple[str, Any] | None:
-        """(the op, the creation frame): the first frame outside torch (and outside functions
-        that hide themselves with a local `__tracebackhide__`, as pytest's helpers do); the op
+        """(the op, the creation frame): the first frame outside torch, outside functions
+        that hide themselves with a local `__tracebackhide__` (as pytest's helpers do), and
+        outside a decorator's wrapper that is forwarding its call (`Forwarding`); the op
         is the torch.distributed function the program called, when there is one. None for a
         Work that function waits itself before returning (send, recv, a collective without
         async_op, torch's own helpers): it never reaches the program, so it can never be kept;
@@ -293,10 +366,14 @@ class WorkTable:
                 kind = self._learn(frame.f_code)
             if kind is _FOREIGN:
                 break
-            if kind is not _TORCH:  # a public torch.distributed function, by name
-                if inner is None:
-                    inner = kind
-                outer, outer_frame = kind, frame
+            if kind is not _TORCH:
+                if kind.__class__ is Forwarding:  # a decorator's wrapper: walked through at its forwarding call
+                    if frame.f_lasti not in kind:
+                        break
+                else:  # a public torch.distributed function, by name
+                    if inner is None:
+                        inner = kind
+                    outer, outer_frame = kind, frame
             frame = frame.f_back
         if outer is not None:
             if outer not in HANDED and not (outer in self._async_ops and outer_frame.f_locals.get("async_op")):
@@ -340,7 +417,7 @@ class WorkTable:
         if "__tracebackhide__" in code.co_varnames:
             return _TORCH
         if not os.path.normcase(code.co_filename).startswith(self.skip_prefixes):
-            return _FOREIGN
+            return forwarding(code) or _FOREIGN
         if code.co_filename.endswith("distributed_c10d.py") and not code.co_name.startswith("_"):
             if "async_op" in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
                 self._async_ops.add(code.co_name)
@@ -451,6 +528,26 @@ def uninstall(process_group: type) -> None:
         delattr(process_group, "__hicache_originals__")
 
 
+def _place(frame: Any) -> tuple[str, int, str]:
+    """(file, line, function) of a program's frame; a comprehension's or generator's line is
+    named by the function it runs in (`ship`, not `<listcomp>`)."""
+    code, line = frame.f_code, frame.f_lineno
+    function = code.co_name
+    outer = frame.f_back
+    while function.startswith("<") and outer is not None and outer.f_code.co_filename == code.co_filename:
+        function, outer = outer.f_code.co_name, outer.f_back
+    return code.co_filename, line, function
+
+
+def _backend(group: Any) -> str | None:
+    """A process group's backend by name (`gloo`, `nccl`); None when it cannot say."""
+    try:
+        name = group.name()
+    except Exception:  # noqa: BLE001 - a group of another kind (a fake, a wrapper): unknown
+        return None
+    return name if isinstance(name, str) else None
+
+
 def _creating(table: WorkTable, name: str, original: Callable[..., Any]):  # noqa: ANN202
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         work = original(self, *args, **kwargs)
@@ -492,10 +589,19 @@ def _waiting(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
 
 
 def _polling(table: WorkTable, original: Callable[..., Any]):  # noqa: ANN202
+    refs = table._refs
+
     def is_completed(self: Any) -> Any:
         done = original(self)
-        if done:
-            table.seen_complete(self)
+        ref = refs.get(id(self))
+        if ref is None:
+            table.polled_unknown(done, sys._getframe(1))
+        elif (done or ref.site.polled is None) and ref() is self:
+            if ref.site.polled is None:
+                table.polled_at(ref.site, sys._getframe(1))
+            if done and not ref.seen_complete:
+                ref.seen_complete = True
+                ref.site.completed += 1
         return done
 
     is_completed.__doc__ = original.__doc__

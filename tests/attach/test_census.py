@@ -71,3 +71,39 @@ def test_a_census_leaves_nothing_of_its_own_and_a_second_one_sees_the_same(censu
     the Works in those dicts, and still counts each as its record.)"""
     assert census["left_by_census"] == []
     assert holders({"census": census["census_again"]}) == holders(census)
+
+
+REBOUND = 200  # Works per holder in rebinding.py
+
+
+@pytest.fixture(scope="module")
+def rebinding() -> dict[str, Any]:
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("rebinding.py")), str(REBOUND)], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_holder_the_program_rebinds_every_round_is_named(rebinding: dict[str, Any]) -> None:
+    """The reaper makes a new container every round (`self.pending = [w for w in ...]`,
+    `work_list = work_list[c:]`): the one the snapshot held is gone when it is named, so
+    the census finds the one holding the same Works now, by what refers to it."""
+    assert rebinding["rounds"] > 100  # the program rebound its containers all along the census
+    taken = Census.from_dict(rebinding["census"])
+    holders = {h.path: (h.container, h.works, h.named) for h in taken.holders}
+    drained = holders.pop("Drainer.pending", None)  # a fresh list and Work each round: found, or gone by then
+    assert holders == {
+        "Pump.pending": ("list", REBOUND, True),
+        "Router.inflight[<int>]": ("dict", REBOUND, True),
+        "Trainer.pending_log_sends[*]": ("tuple", REBOUND, True),
+        "__main__.work_list": ("list", REBOUND, True),
+    }
+    assert drained in (None, ("list", 1, True))
+    assert taken.works == 4 * REBOUND + (drained[1] if drained else 0)
+
+
+def test_a_container_the_program_let_go_of_during_the_census_is_no_holder(rebinding: dict[str, Any]) -> None:
+    """The drainer's list of the snapshot was replaced, its Work waited and dropped: the
+    census alone held it by the time it was named, so it names no unnamed holder."""
+    assert all(h.named for h in Census.from_dict(rebinding["census"]).holders)

@@ -129,13 +129,15 @@ def test_a_traced_run_shows_live_works_and_its_sites(tmp_path: Path) -> None:
     report["target"] = {"kind": "trace", "command": ["python", "leaky.py"], "cwd": "/w", "processes": 2}
     site = {"file": "/w/leaky.py", "line": 44, "function": "sync_counts", "op": "isend", "peer": 1, "created": 900,
             "waited": 0, "completed": 0, "dropped": 0, "live": 900, "live_max": 900, "live_bytes": 14400,
-            "source": "work = dist.isend(count, dst=1)"}  # fmt: skip
+            "source": "work = dist.isend(count, dst=1)", "backend": "gloo",
+            "polled": {"file": "/w/leaky.py", "line": 51, "function": "reap"}}  # fmt: skip
     report["ranks"][0]["works"] = {"created": 900, "waited": 0, "completed": 0, "dropped": 0, "live_final": 900,
                                    "live_max": 900, "sites": [site]}  # fmt: skip
     page = run_page(report)
     assert "live Works (Works)" in " ".join(page.text)
     text = " ".join(page.text)
     assert "leaky.py:44" in text and "sync_counts" in text and "work = dist.isend(count, dst=1)" in text
+    assert "polled with is_completed() at leaky.py:51 in reap, which stays False on gloo until wait()" in text
     assert [a["id"] for a in page.all("section")] == ["verdicts", "charts", "sites", "figures", "run"]
 
 

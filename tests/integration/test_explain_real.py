@@ -1,162 +1,253 @@
-"""Issue 38: the cause, the pairing and the end that `hicache trace` and `check -- COMMAND` say,
-on programs written afresh the way users write them (programs/), each beside a twin that does
-the same work carefully and stays clean. Real torchrun, real gloo ranks, the real CLI.
-
-- stats_ring.py: both ranks keep their last 64 Works in a deque(maxlen=64), never waited;
-- progress_beacon.py: a send loop that lets each isend's Work go;
-- ping_ack.py: a request/reply exchange that lets the request's Work go, then waits for the reply;
-- last_count.py: the first stage returns with its last send unwaited; the receiver ends normally;
-- loader_stall.py: one rank's data loader dies, and the other waits in a blocking all_reduce;
-- worker_world.py: forkserver helpers that form a gloo world of their own beside torchrun's.
-"""
+"""What a user reads first, on programs written the way users write them (programs/): the
+line (through a decorator's wrapper), the holder (however often the program rebinds it), the
+why (a polling reaper, and where it polls), and how an attached program ended (attaching
+never changes it). Real torchrun, real gloo ranks, the real CLI; each leaky shape has a
+draining twin that stays clean."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.integration.test_trace_real import TORCHRUN, Traced, program, trace
+from tests.integration.attach_helpers import PROGRAMS, TORCHRUN, hicache_run, start_program
+from tests.integration.test_trace_real import trace
 
 pytestmark = pytest.mark.slow
+STAYS_FALSE = "which stays False on gloo until wait()"
+
+
+def program(name: str) -> str:
+    return str(PROGRAMS / name)
 
 
 def line_of(name: str, text: str) -> int:
-    source = Path(program(name)).read_text().splitlines()
-    return 1 + next(i for i, line in enumerate(source) if text in line)
+    """The line of programs/NAME that holds `text` (once)."""
+    lines = [n for n, line in enumerate(Path(program(name)).read_text().splitlines(), 1) if text in line]
+    assert len(lines) == 1, (name, text, lines)
+    return lines[0]
 
 
-def torchrun(name: str, *args: str) -> tuple[str, ...]:
-    return (*TORCHRUN, "--nproc-per-node", "2", program(name), *args)
+def sites_by_op(report: dict[str, Any], rank: int) -> dict[str, dict[str, Any]]:
+    ranked = next(r for r in report["ranks"] if r["rank"] == rank)
+    return {s["op"]: s for s in ranked["works"]["sites"]}
 
 
-def check(tmp: Path, *command: str, duration: str, stall: str | None = None) -> Traced:
-    options = ("--duration", duration, *(("--stall-timeout", stall) if stall else ()))
-    return trace(tmp, *command, verb="check", options=options)
+# -- the line: decorators' wrappers ------------------------------------------------------------
 
 
-def test_a_deque_of_unwaited_works_fails_the_gate_by_the_works_it_drops(tmp_path: Path) -> None:
-    """Both ranks drop the Work the deque lets go of, never waited: on gloo the messages are lost
-    and each dropped Work leaves its state behind. The verdict names the drops (was: INCONCLUSIVE,
-    "memory grows, not from Works or messages"), and `check` fails it."""
-    run = check(tmp_path, *torchrun("stats_ring.py", "--seconds", "14"), duration="24s")
-    assert run.proc.returncode == 1, run.proc.stdout + run.proc.stderr
-    monitor = run.rank(1)
-    assert (monitor["verdict"], monitor["cause"]["kind"]) == ("LEAK", "dropped"), monitor["verdict_reason"]
-    site = f"stats_ring.py:{line_of('stats_ring.py', 'dist.irecv(')} in monitor (irecv from rank 0)"
-    assert monitor["cause"]["site"] == site
-    assert monitor["cause"]["per_s"] > 100 and monitor["cause"]["dropped"] > 1000
-    assert monitor["verdict_reason"].startswith("Works dropped unwaited grow by ")
-    assert " B a dropped Work" in monitor["verdict_reason"]
-    # the trainer's sends mostly find the monitor's receive already posted (it posts ahead):
-    # those cost nothing, and its RSS may straddle the gate's 200 MB/h; its drops are named
-    # either way, as the cause when its memory decides, else after its reason
-    trainer = run.rank(0)
-    sent_at = f"stats_ring.py:{line_of('stats_ring.py', 'dist.isend(')} in trainer (isend to rank 1)"
-    if trainer["verdict"] == "LEAK":
-        assert (trainer["cause"]["kind"], trainer["cause"]["site"]) == ("dropped", sent_at)
-    else:
-        assert "; Works dropped unwaited: " in trainer["verdict_reason"] and sent_at in trainer["verdict_reason"]
+@pytest.fixture(scope="module")
+def gathered(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
+    """stats_gather.py traced: its handles kept, and its twin that waits them."""
+    out = []
+    for twin in ((), ("--wait",)):
+        tmp = tmp_path_factory.mktemp("gather")
+        traced = trace(tmp, *TORCHRUN, "--nproc-per-node", "2", program("stats_gather.py"), "--stop-file",
+                       str(tmp / "stop"), *twin, options=("--duration", "8s"))  # fmt: skip
+        out.append(traced.report)
+    return out[0], out[1]
 
 
-def test_its_twin_that_waits_each_work_before_the_deque_drops_it_passes(tmp_path: Path) -> None:
-    run = check(tmp_path, *torchrun("stats_ring.py", "--seconds", "14", "--wait-oldest"), duration="60s")
-    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+def test_a_collective_torch_wraps_in_deprecated_is_the_programs_line(gathered: tuple) -> None:
+    """torch 2.13: all_gather_into_tensor and reduce_scatter_tensor pass through
+    typing_extensions' @deprecated wrapper; the isend through the team's logging decorator."""
+    kept, _ = gathered
     for rank in (0, 1):
-        r = run.rank(rank)
-        assert (r["verdict"], r["cause"]) == ("BOUNDED", None), r["verdict_reason"]
-        assert r["works"]["created"] > 1000 and r["works"]["dropped"] <= 64  # the monitor's last posts
-        assert r["stuck"] is None
+        sites = sites_by_op(kept, rank)
+        where = {op: (Path(s["file"]).name, s["line"], s["function"]) for op, s in sites.items()}
+        assert where == {
+            "all_gather_into_tensor": (
+                "stats_gather.py",
+                line_of("stats_gather.py", "append(dist.all_gather_into_tensor("),
+                "step",
+            ),
+            "reduce_scatter_tensor": (
+                "stats_gather.py",
+                line_of("stats_gather.py", "append(dist.reduce_scatter_tensor("),
+                "step",
+            ),
+            "isend": ("stats_gather.py", line_of("stats_gather.py", "comm_helpers.isend("), "step"),
+        }
+        assert all(s["live"] > 50 and s["waited"] == 0 for s in sites.values())
 
 
-def test_a_send_loop_that_drops_each_isend_work_leaks_by_them_and_then_hangs(tmp_path: Path) -> None:
-    """The first report lost wedges the connection: nothing after it arrives, the dashboard
-    waits in recv for good and the trainer's last blocking send never completes. Both are
-    said to be stuck where they are; the trainer's memory grew by its drops."""
-    run = trace(tmp_path, *torchrun("progress_beacon.py", "--seconds", "12"),
-                options=("--duration", "24s", "--stall-timeout", "3s"))  # fmt: skip
-    trainer, dashboard = run.rank(0), run.rank(1)
-    assert (trainer["verdict"], trainer["cause"]["kind"]) == ("LEAK", "dropped"), trainer["verdict_reason"]
-    line = line_of("progress_beacon.py", "work = dist.isend(")
-    assert trainer["cause"]["site"] == f"progress_beacon.py:{line} in trainer (isend to rank 1)"
-    assert trainer["stuck"]["blocked_in"].startswith("send to rank 1 at progress_beacon.py:")
-    assert dashboard["stuck"]["blocked_in"].startswith("recv from rank 0 at progress_beacon.py:")
-    assert dashboard["messages"]["by_peer"][0]["received"] < trainer["works"]["created"] / 100
-
-
-def test_its_twin_that_waits_each_send_ends_clean(tmp_path: Path) -> None:
-    run = trace(tmp_path, *torchrun("progress_beacon.py", "--seconds", "8", "--wait"),
-                options=("--duration", "60s", "--stall-timeout", "3s"))  # fmt: skip
-    assert run.proc.returncode == 0, run.proc.stderr
+def test_the_twin_that_waits_its_handles_stays_clean(gathered: tuple) -> None:
+    _, waited = gathered
     for rank in (0, 1):
-        r = run.rank(rank)
-        assert (r["verdict"], r["cause"], r["stuck"], r["shutdown"]) == ("BOUNDED", None, None, None), r
-    assert run.rank(0)["works"]["dropped"] == 0
+        ranked = next(r for r in waited["ranks"] if r["rank"] == rank)
+        assert ranked["verdict"] != "LEAK", ranked["verdict_reason"]
+        sites = sites_by_op(waited, rank)
+        assert set(sites) == {"all_gather_into_tensor", "reduce_scatter_tensor", "isend"}
+        assert all(Path(s["file"]).name == "stats_gather.py" and s["live"] <= 1 for s in sites.values())
 
 
-def test_a_request_reply_exchange_that_drops_the_request_s_work_hangs_and_is_said_stuck(tmp_path: Path) -> None:
-    """The client's isend goes out before the server has posted its next receive, is queued,
-    and is lost with its Work: the server waits for the request, the client for the reply.
-    No Work, no message for the rest of the run: `check` cannot pass it."""
-    run = check(tmp_path, *torchrun("ping_ack.py", "--rounds", "2000"), duration="20s", stall="3s")
-    assert run.proc.returncode == 3, run.proc.stdout + run.proc.stderr
-    client, server = run.rank(0), run.rank(1)
-    assert client["works"]["dropped"] < 2000  # it hung before the last round
-    assert client["stuck"]["blocked_in"] == f"recv from rank 1 at ping_ack.py:{line_of('ping_ack.py', 'dist.recv(')}"
-    assert server["stuck"]["blocked_in"].startswith("recv from rank 0 at ping_ack.py:")
-    for r in (client, server):
-        assert r["verdict_reason"].endswith(r["stuck"]["text"]) and r["stuck"]["for_s"] > 3
-    assert "no progress for the last" in run.proc.stdout + run.proc.stderr
+# -- the holder and the why: a reaper that rebuilds its list -----------------------------------
 
 
-def test_its_twin_that_waits_the_request_s_send_runs_to_the_end(tmp_path: Path) -> None:
-    run = check(tmp_path, *torchrun("ping_ack.py", "--rounds", "2000", "--wait-send"), duration="90s", stall="3s")
-    assert run.report["program_exit_code"] == 0, run.proc.stdout + run.proc.stderr
-    assert [r["stuck"] for r in run.report["ranks"]] == [None, None]
-    assert run.rank(0)["works"]["waited"] == 2000
+@dataclass
+class Attached:
+    command: Any
+    report: dict[str, Any]
+    lines: list[str]
+    exit_code: int
 
 
-@pytest.mark.parametrize("wait_last", [False, True], ids=["last send unwaited", "last send waited"])
-def test_a_receiver_that_ended_normally_is_no_shutdown_hazard(tmp_path: Path, wait_last: bool) -> None:
-    """The receiver's last sample caught it in recv (it spends its rounds there), then it got
-    the last count, acknowledged it and exited normally: no hazard of its own. The sender's
-    last send, never waited, is one; its twin waits it."""
-    run = trace(tmp_path, *torchrun("last_count.py", "--rounds", "300", *(["--wait-last"] if wait_last else [])))
-    assert run.proc.returncode == 0, run.proc.stderr
-    assert run.rank(1)["shutdown"] is None
-    assert run.rank(1)["stop"] == "the process exited"
-    line = line_of("last_count.py", "dist.isend(")
-    expected = None if wait_last else [f"rank 0 ended with 1 send to rank 1 never waited (last_count.py:{line})"]
-    assert (run.rank(0)["shutdown"] or {}).get("lines") == expected
+def attach_to(tmp: Path, name: str, args: list[str], label: str, duration: str = "4s") -> Attached:
+    server = start_program(tmp, name, args, label, timeout=300)
+    try:
+        time.sleep(2.0)  # it has been running (and rebinding its list) before anyone looks
+        run_dir = tmp / f"attach-{label}"
+        command = hicache_run("attach", "--duration", duration, "--no-live", "--run-dir", str(run_dir),
+                              str(server.pid), cwd=tmp)  # fmt: skip
+        report = json.loads((run_dir / "report.json").read_text())
+        return Attached(command, report, server.lines, server.stop())
+    finally:
+        server.kill()
 
 
-def test_a_hung_collective_is_said_stuck_on_both_ranks(tmp_path: Path) -> None:
-    """Rank 1's loader dies; rank 1 waits on its queue, rank 0 in a blocking all_reduce: no
-    Work reaches the program, no message, for the rest of the run (was: BOUNDED, no hint)."""
-    run = trace(tmp_path, *torchrun("loader_stall.py", "--steps", "3000", "--loader-dies-after", "200"),
-                options=("--duration", "20s", "--stall-timeout", "3s"))  # fmt: skip
-    for rank in (0, 1):
-        r = run.rank(rank)
-        assert r["stuck"] is not None and r["stuck"]["for_s"] > 3, r["verdict_reason"]
-        assert r["verdict_reason"].endswith(r["stuck"]["text"])
-        assert r["stop"] == "stopped by hicache at the end of the trace"
+def rank0(attached: Attached) -> tuple[dict[str, Any], dict[str, Any]]:
+    process = next(p for p in attached.report["target"]["processes"] if p["rank"] == 0)
+    ranked = next(r for r in attached.report["ranks"] if r["rank"] == 0)
+    return process, ranked
 
 
-def test_its_twin_whose_loader_lives_trains_to_the_end(tmp_path: Path) -> None:
-    run = trace(tmp_path, *torchrun("loader_stall.py", "--steps", "1500"), options=("--stall-timeout", "3s"))
-    assert run.proc.returncode == 0, run.proc.stderr
-    assert [r["stuck"] for r in run.report["ranks"]] == [None, None]
-    assert "rank 0: trained" in run.proc.stdout
+@pytest.fixture(scope="module")
+def shipper(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Attached]:
+    tmp = tmp_path_factory.mktemp("shipper")
+    return {
+        "kept": attach_to(tmp, "rebuilt_reaper.py", [], "kept"),
+        "drained": attach_to(tmp, "rebuilt_reaper.py", ["--drain"], "drained"),
+        "big heap": attach_to(tmp, "rebuilt_reaper.py", ["--ballast", "3000000"], "big", duration="3s"),
+        "module": attach_to(tmp, "reap_loop.py", [], "module"),
+        "module drained": attach_to(tmp, "reap_loop.py", ["--wait"], "module-drained"),
+    }
 
 
-def test_forkserver_helpers_in_their_own_world_are_paired_with_each_other(tmp_path: Path) -> None:
-    """Helper 0 sends 3,000 messages to helper 1, its world's rank 1; torchrun's rank 1 gets
-    none. Paired by rank number alone, "3000 sent, 0 received by rank 1"; by world, none behind."""
-    run = trace(tmp_path, *torchrun("worker_world.py", "--messages", "3000"))
-    assert run.proc.returncode == 0, run.proc.stderr
-    processes = run.report["ranks"]
-    assert len(processes) == 4 and len({r["slot"] for r in processes}) == 4
-    (helper0,) = [r for r in processes if r["rank"] == 0 and r["works"]["created"] == 3000]
-    (to_1,) = helper0["messages"]["by_peer"]
-    assert (to_1["peer"], to_1["sent"], to_1["backlog"]) == (1, 3000, 0)
-    assert all(r["cause"] is None and r["verdict"] != "LEAK" for r in processes)
+@pytest.mark.parametrize(("case", "path"), [("kept", "Shipper.pending"), ("big heap", "Shipper.pending"),
+                                            ("module", "__main__.work_list")])  # fmt: skip
+def test_the_census_names_a_list_the_program_rebinds_every_step(shipper: dict[str, Attached], case: str,
+                                                                path: str) -> None:  # fmt: skip
+    attached = shipper[case]
+    assert attached.command.proc.returncode == 0, attached.command.text("err")
+    process, ranked = rank0(attached)
+    top = process["holders"][0]
+    assert (top["path"], top["container"], top["named"], top["completed"]) == (path, "list", True, 0)
+    assert top["works"] > 100 and top["works_end"] > top["works"]
+    assert ranked["verdict"] == "LEAK" and f"`{path}` holds" in ranked["verdict_reason"]
+    if case == "big heap":
+        assert process["cost"]["objects"] > 3_000_000
+
+
+def test_attach_says_where_the_program_polls_and_why_that_frees_nothing(shipper: dict[str, Attached]) -> None:
+    """The rebuilt list polls every Work, the new ones too: the site says it, with why."""
+    where = f"rebuilt_reaper.py:{line_of('rebuilt_reaper.py', '        self.pending = [w for w')} in ship"
+    _, ranked = rank0(shipper["kept"])
+    assert f"never waited: polled with is_completed() at {where}, {STAYS_FALSE}" in ranked["verdict_reason"]
+    said = shipper["kept"].command.text("err") + shipper["kept"].command.text("out")
+    assert f"polled with is_completed() at {where}, {STAYS_FALSE}" in said
+
+
+def test_a_prefix_reaper_polling_only_works_from_before_the_attach_is_named_on_its_holder(
+    shipper: dict[str, Attached],
+) -> None:
+    """reap_loop.py polls only its oldest Work, made before hicache came: no site's Work is
+    ever polled, so the polls are told on the holder the census found, with what they said."""
+    process, ranked = rank0(shipper["module"])
+    polled = process["polled_before"]
+    line = line_of("reap_loop.py", ".is_completed():")
+    assert (Path(polled["file"]).name, polled["line"], polled["function"]) == ("reap_loop.py", line, "<module>")
+    assert polled["polls"] > 100 and polled["true"] == 0
+    where = f"reap_loop.py:{line} in <module>: {polled['polls']:,} polls, none True"
+    assert "`__main__.work_list` holds" in ranked["verdict_reason"]
+    assert f"polled with is_completed() at {where}" in ranked["verdict_reason"]
+
+
+@pytest.mark.parametrize("case", ["drained", "module drained"])
+def test_the_twins_that_wait_stay_clean(shipper: dict[str, Attached], case: str) -> None:
+    process, ranked = rank0(shipper[case])
+    assert ranked["verdict"] != "LEAK", ranked["verdict_reason"]
+    assert all(h["works"] <= 2 and (h["works_end"] or 0) <= 2 for h in process["holders"])
+    assert STAYS_FALSE not in ranked["verdict_reason"]
+
+
+def test_the_programs_ran_on_and_ended_as_they_would_have(shipper: dict[str, Attached]) -> None:
+    for case, attached in shipper.items():
+        assert attached.exit_code == 0, case
+        assert sum("stopped after" in line for line in attached.lines) == 2, (case, attached.lines)
+
+
+def test_trace_says_the_polling_line_too(tmp_path: Path) -> None:
+    traced = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("rebuilt_reaper.py"), "--stop-file",
+                   str(tmp_path / "stop"), options=("--duration", "6s"))  # fmt: skip
+    where = f"rebuilt_reaper.py:{line_of('rebuilt_reaper.py', '        self.pending = [w for w')} in ship"
+    site = sites_by_op(traced.report, 0)["isend"]
+    assert (site["backend"], site["completed"], site["waited"]) == ("gloo", 0, 0)
+    polled = site["polled"]
+    assert f"{Path(polled['file']).name}:{polled['line']} in {polled['function']}" == where
+    assert f"polled with is_completed() at {where}, {STAYS_FALSE}" in traced.proc.stderr + traced.proc.stdout
+
+
+# -- attaching never changes how a program ends -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """pp_trainer.py (torch's Schedule1F1B, 2 stages) run alone, then run again and attached
+    to (by torchrun's pid) until it ends by itself."""
+    tmp = tmp_path_factory.mktemp("trainer")
+    command = [*TORCHRUN, "--nproc-per-node", "2", program("pp_trainer.py"), "--seconds", "12"]
+    alone = subprocess.run(command, cwd=tmp, capture_output=True, text=True, timeout=300)
+    errors = (tmp / "trainer.stderr").open("w+")
+    trainer = subprocess.Popen(command, cwd=tmp, stdout=subprocess.PIPE, stderr=errors, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(trainer.stdout.readline, "")), daemon=True).start()
+    deadline = time.monotonic() + 120
+    while sum("training" in line for line in lines) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    attach = hicache_run("attach", "--duration", "120s", "--no-live", "--run-dir", str(tmp / "attach"),
+                         str(trainer.pid), cwd=tmp)  # fmt: skip
+    trainer.wait(300)
+    time.sleep(0.5)  # the last lines read
+    errors.seek(0)
+    out, err = "".join(lines), errors.read()
+    report = json.loads((tmp / "attach" / "report.json").read_text())
+    return {"alone": alone, "attached": (trainer.returncode, out, err), "attach": attach, "report": report}
+
+
+def test_a_trainer_that_ends_while_attached_ends_as_it_does_alone(trained: dict[str, Any]) -> None:
+    alone = trained["alone"]
+    code, out, err = trained["attached"]
+    assert alone.returncode == 0 and code == alone.returncode, err[-3000:]
+    assert "terminate called" not in err and "Signal" not in err
+    assert sorted(line.split(":")[0] for line in out.splitlines() if "trained" in line) == ["rank 0", "rank 1"]
+
+
+def test_each_attached_rank_detached_before_its_interpreter_finalized(trained: dict[str, Any]) -> None:
+    """Its agent finished (status written, hooks put back) on the way out, not cut off."""
+    ranks = [p for p in trained["report"]["target"]["processes"] if p["rank"] is not None]
+    assert [(p["state"], p["detach_reason"], p["leftovers"]) for p in ranks] == [
+        ("detached", "the process exited", [])
+    ] * 2
+
+
+def test_the_report_says_how_each_attached_process_ended(trained: dict[str, Any]) -> None:
+    attach = trained["attach"]
+    assert attach.proc.returncode == 0, attach.text("err")
+    ranks = [p for p in trained["report"]["target"]["processes"] if p["rank"] is not None]
+    for process in ranks:
+        ended = process["ended"]
+        if ended["told_by"] == "kernel":
+            assert (ended["how"], ended["exit_code"], ended["signal"]) == ("exited", 0, None)
+        else:  # the kernel's events are not open here: the process's own last line
+            assert (ended["how"], ended["told_by"]) == ("exited", "process")
+            assert "its exit code is its parent's to read" in ended["note"]
+    said = attach.text("err") + attach.text("out")
+    assert "every process ended by itself: " in said
+    assert said.count("    ended: exited") >= 2

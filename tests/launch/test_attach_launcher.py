@@ -4,6 +4,7 @@ signal. The real attach is tests/integration/test_attach_real.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -11,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from hicache_cli.attach import protocol
+from hicache_cli.attach.exits import Exit
 from hicache_cli.attach.inject import Injected
 from hicache_cli.attach.procs import ProcessInfo
 from hicache_cli.attach.protocol import AgentStatus, Census, CensusCost, Holder
 from hicache_cli.attach.session import AttachSession, Target, make_agent_dir
+from hicache_cli.attached import ProcessEnd
 from hicache_cli.cli.configure import attach_config
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
@@ -114,3 +117,46 @@ def test_the_duration_counts_from_the_end_of_the_attach(tmp_path: Path) -> None:
 def test_an_attach_config_refuses_no_pid_before_looking(pids: list[int]) -> None:
     with pytest.raises(UsageError):
         attach_config(pids)
+
+
+def _gone(tmp_path: Path, status: AgentStatus, final: dict | None, kernel: Exit | None) -> ProcessEnd | None:
+    """How the strategy says an attached process that is gone (its start time no longer
+    matches: `Target.alive` is False) ended, from the kernel's word and its final line."""
+    config = RunConfig(target=AttachedProcess(pids=(4242,)), duration_s=5.0)
+    strategy = AttachedProcesses(AttachLaunch(tmp_path, config))
+    strategy.exits.refusal = "the kernel's process events are not open to hicache (EPERM: they need root)"
+    if kernel is not None:
+        strategy.exits._note(kernel)
+    if final is not None:
+        protocol.agent_dir(tmp_path).mkdir(exist_ok=True)  # the agents' directory: where its rank file is
+        (protocol.agent_dir(tmp_path) / "rank-0.jsonl").write_text('{"t": 1, "wall": 2}\n' + json.dumps(final) + "\n")
+    return strategy.ended(Target(RANK0, "no such start", status, attached=True), status)
+
+
+EXITED_STATUS = AgentStatus(
+    4242, protocol.DETACHED, rank=0, rank_file="rank-0.jsonl", detach_reason="the process exited"
+)
+
+
+def test_the_kernel_s_word_on_how_it_ended_comes_first(tmp_path: Path) -> None:
+    final = {"t": 2, "wall": 3, "kind": "final", "message": "the process exited"}
+    aborted = _gone(tmp_path, EXITED_STATUS, final, Exit(4242, 6, 0.0))
+    assert (aborted.how, aborted.signal, aborted.told_by) == ("killed", "SIGABRT", "kernel")
+    assert _gone(tmp_path, EXITED_STATUS, final, Exit(4242, 0, 0.0)).short() == "exited with code 0"
+
+
+def test_without_the_kernel_the_process_s_last_line_says_what_it_knew(tmp_path: Path) -> None:
+    said = _gone(tmp_path, EXITED_STATUS, {"t": 2, "wall": 3, "kind": "final", "message": "the process exited"}, None)
+    assert (said.how, said.exit_code, said.told_by) == ("exited", None, "process")
+    assert said.note.startswith("the process exited: its exit code is its parent's to read (the kernel's")
+    left = {"t": 2, "wall": 3, "kind": "final", "message": "the process left with os._exit(3)", "exit_code": 3}
+    assert _gone(tmp_path, EXITED_STATUS, left, None).short() == "exited with code 3"
+
+
+def test_a_process_gone_without_a_word_is_said_to_be_unknown(tmp_path: Path) -> None:
+    attached = AgentStatus(4242, protocol.ATTACHED, rank=0, rank_file="rank-0.jsonl")  # cut off: no detach
+    silent = _gone(tmp_path, attached, {"t": 2, "wall": 3}, None)
+    assert (silent.how, silent.told_by) == ("unknown", "nobody")
+    assert "it is not hicache's child" in silent.note
+    detached_before = AgentStatus(4242, protocol.DETACHED, rank=0, detach_reason="hicache asked")
+    assert _gone(tmp_path, detached_before, None, Exit(4242, 6, 0.0)) is None  # ended after hicache left

@@ -6,14 +6,15 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from hicache_cli.analysis.results import Report, Site, Works
-from hicache_cli.analysis.trace_report import site_text, top_site_line, works_summary
+from hicache_cli.analysis.results import Poll, Report, Site, Works
+from hicache_cli.analysis.trace_report import poll_text, site_text, top_site_line, works_summary
 from hicache_cli.cli.commands.trace import trace_exit_code
 from hicache_cli.cli.configure import trace_config
 from hicache_cli.cli.main import main
@@ -133,6 +134,27 @@ def test_site_text_and_the_top_site_line() -> None:
     assert top_site_line(Works(sites=[Site(**{**LEAKY_SITE, "live": 0, "live_max": 1})])) is None
     assert top_site_line(None) is None
     assert works_summary(Totals()) is None
+
+
+POLL = {"file": "/srv/app/reaper.py", "line": 31, "function": "reap"}
+
+
+def test_a_polled_site_says_where_and_why_it_stays_live() -> None:
+    polled = Site(**{**LEAKY_SITE, "live": 40, "backend": "gloo"}, polled=Poll(**POLL))
+    assert top_site_line(Works(sites=[polled])) == (
+        "40 live Works created at sync.py:42 in sync_counts (isend to rank 1), never waited: "
+        "polled with is_completed() at reaper.py:31 in reap, which stays False on gloo until wait()"
+    )
+    seen_true = replace(polled, completed=3)  # the program saw some complete: no claim that they never do
+    assert poll_text(seen_true) == "polled with is_completed() at reaper.py:31 in reap"
+    nccl = replace(polled, backend="nccl")  # not measured there: the line, no claim
+    assert poll_text(nccl) == "polled with is_completed() at reaper.py:31 in reap"
+    collective = replace(polled, op="all_gather_into_tensor", peer=None)  # completes by itself on gloo
+    assert poll_text(collective) == "polled with is_completed() at reaper.py:31 in reap"
+    batched = replace(polled, op="batch_isend_irecv(irecv)")
+    assert poll_text(batched).endswith("which stays False on gloo until wait()")
+    assert site_text(batched) == "sync.py:42 in sync_counts (batch_isend_irecv(irecv) from rank 1)"
+    assert poll_text(Site(**LEAKY_SITE)) is None
 
 
 @pytest.mark.parametrize(

@@ -63,3 +63,19 @@ def test_the_html_page_of_an_attach_is_titled_by_its_pids_and_names_the_holder()
     page = render(attach_report())
     assert "hicache: attach: pid 900" in page
     assert "Scheduler.sync_works" in page  # rank 0's reason
+
+
+def test_how_each_process_ended_is_said_with_who_could_tell() -> None:
+    from dataclasses import replace
+
+    from hicache_cli.attached import ProcessEnd
+
+    aborted = replace(RANK0, detach_reason="the process exited", ended=ProcessEnd("killed", signal="SIGABRT",
+                                                                                  told_by="kernel"))  # fmt: skip
+    assert attached_lines(aborted, end=True)[-1] == "    ended: killed by SIGABRT (the kernel's process events)"
+    said = ProcessEnd("exited", told_by="process", note="the process exited: its exit code is its parent's to read")
+    assert said.text() == "exited (its own last words; the process exited: its exit code is its parent's to read)"
+    assert ProcessEnd("exited", exit_code=0, told_by="kernel").short() == "exited with code 0"
+    assert ProcessEnd("unknown", told_by="nobody", note="it left no last line").text() == (
+        "ended, how unknown (it left no last line)"
+    )

@@ -7,11 +7,15 @@ torch.distributed's `isend`, which calls a ProcessGroup method.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import sys
+import warnings
 from typing import Any
 
 import pytest
+import typing_extensions
 
 from hicache_cli.tracer import works
 from hicache_cli.tracer.works import OTHER, WorkTable
@@ -128,6 +132,98 @@ def test_a_function_that_hides_itself_is_walked_through(table: WorkTable) -> Non
     del work
 
 
+def _forwarded(fn: Any) -> Any:
+    """A program's own decorator that only passes the call on (timing, logging, retries)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class _Logged(contextlib.ContextDecorator):
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _method_wrapper(fn: Any) -> Any:
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
+@pytest.mark.parametrize(
+    "decorate",
+    [
+        pytest.param(typing_extensions.deprecated("use isend"), id="typing_extensions.deprecated"),
+        pytest.param(_forwarded, id="functools.wraps"),
+        pytest.param(_Logged(), id="contextlib.ContextDecorator"),
+        pytest.param(lambda fn: _forwarded(_forwarded(fn)), id="two-wrappers"),
+    ],
+)
+def test_a_decorators_wrapper_around_torch_is_walked_through(table: WorkTable, decorate: Any) -> None:
+    """torch 2.13 wraps all_gather_into_tensor and reduce_scatter_tensor in typing_extensions'
+    @deprecated: its wrapper frame sits between torch's frames and the program's line."""
+    isend = decorate(c10d["isend"])
+    line = _line() + 2
+    with warnings.catch_warnings(record=True):
+        work = isend([1.0], 1, FakeTracedGroup())
+    (site,) = table.top_sites()
+    assert (site["file"], site["line"], site["op"]) == (__file__, line, "isend")
+    del work
+
+
+def test_a_wrapper_that_makes_its_own_work_is_the_line(table: WorkTable) -> None:
+    """Only a frame stopped at its forwarding call is passed through; a Work the wrapper
+    makes itself is its own line's."""
+
+    def announcing(fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            wrapper.notice = c10d["isend"]([0.0], 2, FakeTracedGroup())  # the wrapper's own Work
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    line = _line() + 1
+    work = announcing(c10d["isend"])([1.0], 1, FakeTracedGroup())
+    by_peer = {s["peer"]: (s["function"], s["line"]) for s in table.top_sites()}
+    assert by_peer == {2: ("wrapper", _marked("# the wrapper's own Work")), 1: (_test_name(), line)}
+    del work
+
+
+def _marked(text: str) -> int:
+    """The line of this file that holds `text` (once, besides this call)."""
+    with open(__file__, encoding="utf-8") as source:
+        lines = [n for n, line in enumerate(source, 1) if text in line and "_marked(" not in line]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def _test_name() -> str:
+    return sys._getframe(1).f_code.co_name
+
+
+def test_forwarding_is_told_by_the_code_not_its_name() -> None:
+    def passes_on(*args: Any, **kwargs: Any) -> Any:
+        return print(*args, **kwargs)
+
+    def keeps_kwargs(*args: Any, **kwargs: Any) -> Any:
+        return print(*args)
+
+    def takes_named(a: Any, b: Any = None) -> Any:
+        return print(a, b)
+
+    assert works.forwarding(passes_on.__code__)
+    assert works.forwarding(_method_wrapper(print).__code__)  # fn(self, *args, **kwargs)
+    assert works.forwarding(keeps_kwargs.__code__) is None
+    assert works.forwarding(takes_named.__code__) is None
+
+
 def test_waited_works_leave_the_live_count_once(table: WorkTable) -> None:
     work = c10d["isend"]([1.0], 1, FakeTracedGroup())
     work.wait()
@@ -227,3 +323,79 @@ def test_every_work_returning_call_is_an_op_those_torch_waits_itself_too(table: 
     assert (table.counts()["created"], table.counts()["ops"]) == (1, 3)
     table.reset()
     assert table.counts()["ops"] == 0
+
+
+TENSOR = FakeTracedWork.tensor(16)
+
+
+class _GlooWork:
+    """Mimics a gloo send Work (measured on torch 2.13: is_completed() stays False until
+    wait(), even once the peer has the message); installed on by works.install."""
+
+    def __init__(self) -> None:
+        self.waited = False
+
+    def wait(self) -> bool:
+        self.waited = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self.waited
+
+
+@pytest.fixture
+def installed(table: WorkTable) -> Any:
+    """A group class of its own (install patches the class it is given), whose sends hand
+    out _GlooWork."""
+
+    class Group:
+        def send(self, tensors: list[Any], dst: int, tag: int) -> _GlooWork:
+            return Work()
+
+        def name(self) -> str:
+            return "gloo"
+
+    class Work(_GlooWork):
+        wait = _GlooWork.wait
+        is_completed = _GlooWork.is_completed
+
+    works.install(table, Group, Work, lambda group, r: r)
+    return Group
+
+
+def test_a_polling_reaper_is_noted_with_its_line(table: WorkTable, installed: Any) -> None:
+    group = installed()
+    pending = [c10d["isend"](TENSOR, 1, group) for _ in range(3)]
+    pending = [w for w in pending if not w.is_completed()]  # <- the reaper's poll
+    (site,) = table.top_sites()
+    assert site["polled"] == {"file": __file__, "line": _marked("# <- the reaper's poll"), "function": _test_name()}
+    assert (site["backend"], site["completed"], site["live"]) == ("gloo", 0, 3)
+    pending[0].wait()
+    assert pending[0].is_completed()
+    assert table.top_sites()[0]["completed"] == 1  # true once waited: seen complete, counted once
+    del pending
+
+
+def test_a_work_never_polled_has_no_poll_line(table: WorkTable, installed: Any) -> None:
+    work = c10d["isend"](TENSOR, 1, installed())
+    work.wait()
+    (site,) = table.top_sites()
+    assert site["polled"] is None and site["completed"] == 1
+
+
+def test_a_poll_through_a_helper_in_torch_is_the_programs_line(table: WorkTable, installed: Any) -> None:
+    done = {}
+    exec(compile("def done(w):\n    return w.is_completed()\n", TORCH + "helpers.py", "exec"), done)
+    work = c10d["isend"](TENSOR, 1, installed())
+    done["done"](work)  # <- polled through torch's helper
+    assert table.top_sites()[0]["polled"]["line"] == _marked("# <- polled through torch's helper")
+    del work
+
+
+def test_a_poll_of_a_work_made_before_the_tracer_is_noted_by_the_process(table: WorkTable, installed: Any) -> None:
+    """hicache attach: a prefix reaper polls only its oldest Work, made before the attach."""
+    old = installed().send([TENSOR], 1, 0)  # made by the group directly: no site counted it
+    table._refs.clear()  # ... as if before the tracer came
+    for _ in range(3):
+        old.is_completed()  # <- polling a Work from before
+    assert table.polled_before == [__file__, _marked("# <- polling a Work from before"), _test_name(), 3, 0]

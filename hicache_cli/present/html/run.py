@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 
 from hicache_cli.analysis.results import Failure, RankReport, Report, Site, Status, Verdict, Works
+from hicache_cli.analysis.trace_report import poll_text
 from hicache_cli.present.html import charts
 from hicache_cli.present.html.charts import value
 from hicache_cli.present.html.markup import (
@@ -159,8 +160,13 @@ def sites(report: Report) -> str:
             rows += [_site_row(rank_name(r, traced), s) for s in works.sites if isinstance(s, Site)]
     if not rows:
         return ""
-    headers = ["rank", "site", "function", "op", "peer", "created", "waited", "live", "live max", "source"]
-    note = tag("p", "Sorted by live Works: a site whose Works stay live was never waited.", class_="note")
+    headers = ["rank", "site", "function", "op", "peer", "created", "waited", "live", "live max", "source", "polled"]
+    note = tag(
+        "p",
+        "Sorted by live Works: a site whose Works stay live was never waited. Polled: where the program "
+        "asked is_completed() of them.",
+        class_="note",
+    )
     return section("sites", "Where Works were created", note + table(headers, rows, class_="sites wide"))
 
 
@@ -179,6 +185,7 @@ def _site_row(rank: str, s: Site) -> list[Cell]:
         text_cell(number(s.live, "d"), figure=True, best=bool(value(s.live))),
         text_cell(number(s.live_max, "d"), figure=True),
         Cell(tag("code", esc(s.source)) if s.source else "\u2013"),
+        text_cell(poll_text(s) or "\u2013"),
     ]
 
 
