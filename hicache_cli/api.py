@@ -27,7 +27,7 @@ from hicache_cli.launch.supervisor import EarlyStop
 from hicache_cli.launch.trace_launcher import traced_config
 from hicache_cli.rundir import create_run_dir
 from hicache_cli.sample import Sample
-from hicache_cli.targets import AttachedProcess, RankedTarget, TracedCommand
+from hicache_cli.targets import RankedTarget, Target
 
 # Called about twice a second while a run goes on: every rank's samples so far (by rank
 # file), and the seconds since launch. How the dashboard follows a run.
@@ -50,10 +50,8 @@ def run(
     `hicache_cli.analysis.settle.Settler(config)`, as `check --max-duration` does.
     Bad values raise UsageError with the CLI's one-line message.
     """
-    if isinstance(config.target, TracedCommand):
-        raise UsageError("a traced program runs with hicache_cli.trace(command)")
-    if isinstance(config.target, AttachedProcess):
-        raise UsageError("a process already running is attached to with hicache_cli.attach_to(pids)")
+    if (call := config.target.api_call) != Target.api_call:
+        raise UsageError(f"a target of kind {config.target.kind!r} runs with hicache_cli.{call}")
     config.validate()
     directory = create_run_dir(_path(run_dir), config.label)
     result = execute(config, directory, on_samples or _ignore, report_copy=_path(report_copy), early_stop=early_stop)

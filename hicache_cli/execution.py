@@ -31,7 +31,7 @@ from hicache_cli.protocol import CONFIG_FILE, STACKS_GLOB
 from hicache_cli.records import replace
 from hicache_cli.sample import Sample
 from hicache_cli.series import load_run
-from hicache_cli.targets import AttachedProcess, RankedTarget, TracedCommand
+from hicache_cli.targets import AttachedProcess, ModelTarget, SGLangTarget, TracedCommand
 from hicache_cli.version import hicache_version
 
 
@@ -57,18 +57,32 @@ class Launch:
     on_attached: OnAttached | None = None
 
 
+def _ranks(config: RunConfig, run_dir: Path, launch: Launch) -> Strategy:
+    return TorchrunRanks(
+        LaunchConfig(run_dir, config, port=launch.port, poll_interval_s=launch.refresh_s, nodes=launch.nodes)
+    )
+
+
+def _program(config: RunConfig, run_dir: Path, launch: Launch) -> Strategy:
+    return TracedProgram(TraceLaunch(run_dir, config, launch.passthrough, launch.passthrough_to_stderr))
+
+
+def _attached(config: RunConfig, run_dir: Path, launch: Launch) -> Strategy:
+    return AttachedProcesses(AttachLaunch(run_dir, config, launch.on_attached))
+
+
+# Each kind of target's strategy, by its kind (targets.KINDS): the one place a kind picks how it runs.
+STRATEGIES: dict[str, Callable[[RunConfig, Path, Launch], Strategy]] = {
+    ModelTarget.kind: _ranks,
+    SGLangTarget.kind: _ranks,
+    TracedCommand.kind: _program,
+    AttachedProcess.kind: _attached,
+}
+
+
 def strategy_for(config: RunConfig, run_dir: Path, launch: Launch) -> Strategy:
     """The supervisor's strategy for the config's kind of target."""
-    target = config.target
-    if isinstance(target, RankedTarget):
-        return TorchrunRanks(
-            LaunchConfig(run_dir, config, port=launch.port, poll_interval_s=launch.refresh_s, nodes=launch.nodes)
-        )
-    if isinstance(target, TracedCommand):
-        return TracedProgram(TraceLaunch(run_dir, config, launch.passthrough, launch.passthrough_to_stderr))
-    if isinstance(target, AttachedProcess):
-        return AttachedProcesses(AttachLaunch(run_dir, config, launch.on_attached))
-    raise TypeError(f"no launcher for a {type(target).__name__}")
+    return STRATEGIES[config.target.kind](config, run_dir, launch)
 
 
 def execute(
@@ -128,7 +142,6 @@ UNKNOWN = (
     "interruption (a signal to hicache)",
     "failures found by the watchdog (stall, hang)",
 )
-UNKNOWN_ATTACH = ("target.processes (how each process was attached, its census)",)
 
 
 def rebuild_report(run_dir: Path) -> Report:
@@ -155,7 +168,7 @@ def rebuild_report(run_dir: Path) -> Report:
         launched_wall=launched,
         worker_exits=worker_exits_in(run_dir),
     )
-    unknown = UNKNOWN + (UNKNOWN_ATTACH if isinstance(config.target, AttachedProcess) else ())
+    unknown = UNKNOWN + config.target.launcher_only
     rebuilt = Rebuilt(
         at=round(time.time(), 3), hicache_version=hicache_version(), estimated=list(ESTIMATED), unknown=list(unknown)
     )

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from hicache_cli.attached import AttachedPid
 from hicache_cli.errors import UsageError
-from hicache_cli.records import Record, ShapeError, field_spec
+from hicache_cli.records import Record, ShapeError, field_spec, spec
 
 DEFAULT_POLICY = "reap"  # the incident's: hicache's model leaks under it
 MAX_WORLD_SIZE = 64
@@ -38,6 +38,10 @@ class Target(Record):
     # its run directory may be handed in part to processes of another user (an attach's
     # agents): rundir.create_run_dir then makes it strictly (docs/security.md, "Attaching")
     private_run_dir: ClassVar[bool] = False
+    # the library call that runs it (hicache_cli.run takes a config of hicache's own ranks only)
+    api_call: ClassVar[str] = "run(config)"
+    # what only the launching hicache knew of it, lost when `report build` rebuilds the report
+    launcher_only: ClassVar[tuple[str, ...]] = ()
 
     @property
     def label(self) -> str:
@@ -127,9 +131,9 @@ class RankedTarget(Target):
             raise UsageError(f"--pp-backend: {self.pp_backend!r}; choose one of: {', '.join(PP_BACKENDS)}")
         if self.pp_backend == "nccl" and self.device == "cpu":
             raise UsageError("--pp-backend nccl sends CUDA tensors: it needs --device cuda (or auto on a GPU machine)")
-        for spec in self.faults:
+        for fault in self.faults:
             try:
-                parse_fault(spec, self.world_size)
+                parse_fault(fault, self.world_size)
             except FaultSpecError as exc:
                 raise UsageError(f"--fault: {exc}") from None
 
@@ -213,6 +217,7 @@ class TracedCommand(Target):
     starts a torch.distributed process group is observed."""
 
     kind: ClassVar[str] = "trace"
+    api_call: ClassVar[str] = "trace(command)"
     command: tuple[str, ...] = field_spec(required=True, default=())
     loop: str | None = None  # MODULE:QUALNAME of a function called once per round
     cwd: str = ""  # where it ran
@@ -221,7 +226,7 @@ class TracedCommand(Target):
         return f"trace: {' '.join(self.command)}"
 
     def section(self, facts: RunFacts) -> TargetSection:
-        return TraceSection(command=list(self.command), cwd=self.cwd, loop=self.loop, processes=facts.processes)
+        return TraceSection(argv=list(self.command), cwd=self.cwd, loop=self.loop, processes=facts.processes)
 
 
 @dataclass(frozen=True)
@@ -231,6 +236,8 @@ class AttachedProcess(Target):
 
     kind: ClassVar[str] = "attach"
     private_run_dir: ClassVar[bool] = True
+    api_call: ClassVar[str] = "attach_to(pids)"
+    launcher_only: ClassVar[tuple[str, ...]] = ("target.processes (how each process was attached, its census)",)
     pids: tuple[int, ...] = field_spec(required=True, default=())
     census: bool = True  # the Works already held, by holder, at attach and at detach
     answer_s: float = 30.0  # how long a process has to run the injected text (its main thread back in Python)
@@ -270,6 +277,20 @@ class TargetSection(Record):
     """What ran the PP sync (the report's `target`): one record per kind, read by its `kind`."""
 
     kind: str = field_spec(required=True, default="")
+    # someone else's processes, traced or attached to: the report reads them as traced ones
+    traced: ClassVar[bool] = False
+
+    def title(self, ran: Target) -> str:
+        """What ran, in a few words (the page's title, a table's)."""
+        return ran.title(None)
+
+    def line(self) -> str | None:
+        """One line more on what ran, said under the verdicts (None: nothing to add)."""
+        return None
+
+    def command(self) -> list[str]:
+        """The program that ran, as its argv ([] for hicache's own ranks and attached ones)."""
+        return []
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "") -> TargetSection:
@@ -285,6 +306,9 @@ class TargetSection(Record):
 class ModelSection(TargetSection):
     kind: str = "model"
     policy: str | None = None
+
+    def title(self, ran: Target) -> str:
+        return f"{ran.label}, {_shape(ran)}"
 
 
 @dataclass(frozen=True)
@@ -307,16 +331,36 @@ class SGLangSection(TargetSection):
         """What the config's entry did not have (older reports) stays out."""
         return frozenset(k for k in ("file", "tags_file", "drain_method", "unresolved") if getattr(self, k) is None)
 
+    def title(self, ran: Target) -> str:
+        where = ".".join(str(x) for x in (self.class_name, self.drain_method) if x)
+        return f"SGLang {self.version or '?'}" + (f" ({where})" if where else "") + f", {_shape(ran)}"
+
+    def line(self) -> str:
+        method = self.drain_method or "no known drain method"
+        per_round = self.sends_per_round
+        sends = f"; {per_round:g} PP-sync sends per round" if per_round is not None else ""
+        return (
+            f"SGLang {self.version} {self.class_name} ({self.origin}: {self.location}): "
+            f"{method} {how_it_frees(self.drain_method)}{sends}; sha256 {self.sha256[:12]}"
+        )
+
 
 @dataclass(frozen=True)
 class TraceSection(TargetSection):
     """A traced program: the command, its --loop function, the processes observed."""
 
     kind: str = "trace"
-    command: list[str] = field(default_factory=list)
+    traced: ClassVar[bool] = True
+    argv: list[str] = field(default_factory=list, metadata=spec("command"))  # a method is named command
     cwd: str | None = None
     loop: str | None = None
     processes: int | None = None
+
+    def title(self, ran: Target) -> str:
+        return "trace of " + (" ".join(map(str, self.argv)) if self.argv else "a program")
+
+    def command(self) -> list[str]:
+        return list(self.argv or [])
 
 
 @dataclass(frozen=True)
@@ -325,6 +369,7 @@ class AttachSection(TargetSection):
     and detached and its census by holder (attached.py)."""
 
     kind: str = "attach"
+    traced: ClassVar[bool] = True
     pids: list[int] = field(default_factory=list)
     processes: list[AttachedPid] = field(default_factory=list)
 
@@ -339,6 +384,10 @@ _SECTIONS: dict[str, type[TargetSection]] = {
 
 KINDS: dict[str, type[Target]] = {t.kind: t for t in (ModelTarget, SGLangTarget, TracedCommand, AttachedProcess)}
 AnyTarget = ModelTarget | SGLangTarget | TracedCommand | AttachedProcess
+
+
+def _shape(ran: Target) -> str:
+    return f"pp={ran.pp} tp={ran.tp}" if isinstance(ran, RankedTarget) else ran.label
 
 
 def how_it_frees(drain_method: str | None) -> str:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hicache_cli.analysis.kinds import CauseKind, Status, Verdict
-from hicache_cli.analysis.results import RankReport, Report, Rss, TraceSection
+from hicache_cli.analysis.results import RankReport, Report, Rss
 from hicache_cli.analysis.trace_report import nothing_traced
 from hicache_cli.errors import EXIT_FINDING, EXIT_OK, EXIT_RUN_FAILED
 
@@ -85,8 +85,8 @@ def _bounded(r: RankReport, traced: bool, limits: Thresholds) -> Assertion:
 def _program(report: Report) -> list[Assertion]:
     """A traced program must have been watched, and must have ended well, for a pass to mean anything."""
     if not report.measured_ranks:
-        command = report.target.command if isinstance(report.target, TraceSection) else None
-        return [Assertion(None, "traced", None, nothing_traced(command or []))]
+        command = report.target.command() if report.target is not None else []
+        return [Assertion(None, "traced", None, nothing_traced(command))]
     code = report.program_exit_code
     if code not in (0, None) and not report.program_stopped:  # its own end, not hicache's stop
         return [Assertion(None, "program", None, f"the program exited with code {code}")]

@@ -463,7 +463,7 @@ class Report(Record):
     @property
     def traced(self) -> bool:
         """Someone else's program, traced or attached to: its processes are read as traced ones."""
-        return isinstance(self.target, (TraceSection, AttachSection))
+        return self.target is not None and self.target.traced
 
     @property
     def interrupted(self) -> bool:

@@ -18,11 +18,10 @@ from rich.live import Live
 from rich.segment import Segment
 from rich.table import Table
 
-from hicache_cli.analysis.results import Report, SGLangSection
+from hicache_cli.analysis.results import Report
 from hicache_cli.present.dashboard import Dashboard, render
 from hicache_cli.present.trace_views import trace_lines, trace_table
 from hicache_cli.sample import Sample
-from hicache_cli.targets import how_it_frees
 from hicache_cli.units import format_bytes, format_duration
 
 # What a program's own names may carry that a terminal would act on: C0 and C1 controls (an
@@ -209,18 +208,9 @@ def summary_table(report: Report, width: int = 160) -> Table:
 
 
 def target_line(report: Report) -> str | None:
-    """For a run of SGLang's own code: which code it was and what its round sends."""
-    target = report.target
-    if not isinstance(target, SGLangSection):
-        return None
-    method = target.drain_method or "no known drain method"
-    how = how_it_frees(target.drain_method)
-    per_round = target.sends_per_round
-    sends = f"; {per_round:g} PP-sync sends per round" if per_round is not None else ""
-    return (
-        f"SGLang {target.version} {target.class_name} ({target.origin}: {target.location}): "
-        f"{method} {how}{sends}; sha256 {target.sha256[:12]}"
-    )
+    """One line more on what ran, where its kind has one (SGLang's code: which, and what its
+    round sends)."""
+    return report.target.line() if report.target is not None else None
 
 
 def verdict_lines(report: Report) -> list[str]:

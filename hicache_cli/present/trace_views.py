@@ -16,24 +16,41 @@ HOLDERS_SHOWN = 5  # per process, the census's largest holders
 
 
 def traced_command(report: Report) -> list[str]:
-    target = report.target
-    return list(target.command or []) if isinstance(target, TraceSection) else []
+    return report.target.command() if report.target is not None else []
 
 
 def command_text(report: Report) -> str:
     return " ".join(traced_command(report)) or "?"
 
 
-def trace_table(report: Report, width: int = 160) -> Table:
+def _program_title(report: Report) -> str:
     exit_code = report.program_exit_code
     ended = f"stopped by hicache: {report.program_stopped}" if report.program_stopped else "ended by itself"
-    title = (
+    return (
         f"trace: {command_text(report)}  status={report.status}  verdict={report.verdict}"
         f"  exit={'n/a' if exit_code is None else exit_code} ({ended})"
     )
-    if isinstance(report.target, AttachSection):
-        ended = f"detached: {report.program_stopped}" if report.program_stopped else _endings(report.target)
-        title = f"{report.config.title()}  status={report.status}  verdict={report.verdict}  ({ended})"
+
+
+def _attached_title(report: Report) -> str:
+    assert isinstance(report.target, AttachSection)
+    ended = f"detached: {report.program_stopped}" if report.program_stopped else _endings(report.target)
+    return f"{report.config.title()}  status={report.status}  verdict={report.verdict}  ({ended})"
+
+
+def _attached_lines(report: Report) -> list[str]:
+    assert isinstance(report.target, AttachSection)
+    return [line for process in report.target.processes for line in attached_lines(process, end=True)]
+
+
+# What each kind of traced target adds to the views, by its section's kind (the one place a kind picks them)
+TITLES = {TraceSection.kind: _program_title, AttachSection.kind: _attached_title}
+MORE_LINES = {AttachSection.kind: _attached_lines}
+
+
+def trace_table(report: Report, width: int = 160) -> Table:
+    kind = report.target.kind if report.target is not None else TraceSection.kind
+    title = TITLES.get(kind, _program_title)(report)
     wide = width >= 110
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1), pad_edge=False)
     names = ["rank", "pid", "verdict", "RSS end", "slope MB/h [95%]", "live max/final", "created", "waited"]
@@ -65,8 +82,8 @@ def trace_lines(report: Report) -> list[str]:
                 if (polled := poll_text(site)) is not None:
                     lines.append(f"    {'':>8}       {'':>8}          {polled}")
         lines += [f"    shutdown hazard: {line}" for line in (r.shutdown.lines if r.shutdown else [])]
-    if isinstance(report.target, AttachSection):
-        lines += [line for process in report.target.processes for line in attached_lines(process, end=True)]
+    if report.target is not None and (more := MORE_LINES.get(report.target.kind)) is not None:
+        lines += more(report)
     elif not report.measured_ranks:
         why = nothing_traced(traced_command(report))
         lines.append(why if why != NOTHING_TRACED else f"{why}: nothing to trace")

@@ -23,21 +23,13 @@ from hicache_cli.present.html.markup import (
     text_cell,
 )
 from hicache_cli.present.html.run_charts import depth_title, rank_name, run_charts
-from hicache_cli.targets import RankedTarget, SGLangSection, TraceSection
 
 
 def title(report: Report) -> str:
-    """What ran: the policy and shape, the SGLang release, or the traced command."""
-    target, ran = report.target, report.config.target
-    if isinstance(target, TraceSection):
-        return "trace of " + (" ".join(map(str, target.command)) if target.command else "a program")
-    if not isinstance(ran, RankedTarget):  # processes attached to: `attach: pid 4242`
-        return ran.title(None)
-    shape = f"pp={ran.pp} tp={ran.tp}"
-    if isinstance(target, SGLangSection):
-        where = ".".join(str(x) for x in (target.class_name, target.drain_method) if x)
-        return f"SGLang {target.version or '?'}" + (f" ({where})" if where else "") + f", {shape}"
-    return f"{ran.label}, {shape}"
+    """What ran: the policy and shape, the SGLang release, the traced command, the pids (its
+    target section says)."""
+    ran = report.config.target
+    return report.target.title(ran) if report.target is not None else ran.title(None)
 
 
 def verdict_badge(verdict: object) -> str:
