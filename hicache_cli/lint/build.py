@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 
+from hicache_cli.lint.allocations import Allocations, key_tag
 from hicache_cli.lint.calls import Calls, PendingCall
 from hicache_cli.lint.drains import Drains
 from hicache_cli.lint.exprs import Expressions
@@ -19,6 +20,7 @@ from hicache_cli.lint.graph import (
     UNKNOWN,
     Fact,
     Graph,
+    KeyTag,
     Nodes,
 )
 from hicache_cli.lint.modules import FunctionInfo, ModuleInfo, class_info
@@ -30,7 +32,7 @@ from hicache_cli.lint.scopes import Loop, Scope, annotation_class
 MODULE = "<module>"
 
 
-class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
+class ModuleWalker(Naming, Expressions, Allocations, Calls, Drains, Mutations):
     """One walk over a module: scopes as it enters them, facts and edges as it meets them."""
 
     def __init__(self, program: Program, graph: Graph, mid: int, info: ModuleInfo, pending: list[PendingCall]) -> None:
@@ -94,10 +96,13 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         )
         body = [fn.body] if is_lambda else fn.body  # type: ignore[list-item]
         scope.collect(body, params, self._api_value, self.class_key, self.info.name, self.info.is_package)  # type: ignore[arg-type]
+        self.g.parameters.update(self.n((LOCAL, self.mid, qualname, p)) for p in params)
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             annotated = annotation_class(arg.annotation)
             if annotated is not None and arg.arg not in scope.types:
                 scope.types[arg.arg] = self.class_key(annotated)
+            if annotated is not None:
+                self.annotated(annotated, self.n((LOCAL, self.mid, qualname, arg.arg)))
         if cls is not None and self_name is not None and not _is_classmethod(fn):
             # `self` is an instance of its class (and of subclasses, through dispatched calls).
             self.g.link([self.n((INSTANCE, cls))], self.n((LOCAL, self.mid, qualname, self_name)))
@@ -167,16 +172,29 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
 
     # --- recording ----------------------------------------------------------------------------
 
-    def store(self, values: Nodes, targets: Nodes, where: ast.AST, text: str, grows: bool) -> None:
-        """`values` may now be kept in `targets`; `grows`: appended to rather than replaced."""
+    def store(
+        self,
+        values: Nodes,
+        targets: Nodes,
+        where: ast.AST,
+        text: str,
+        grows: bool,
+        key: KeyTag = None,
+        refill: bool = False,
+    ) -> None:
+        """`values` may now be kept in `targets`: bound to them, or (`grows`) put into the
+        containers they hold (`x.append(v)`, `x[key] = v`)."""
         if not values:
             return
+        if grows:
+            self.g.put(values, targets, self.fact(where, text), key, refill)
         for target in targets:
             if values <= {target} or self.g.keys[target][0] == UNKNOWN:  # `self.works = self.works[n:]`
                 continue
-            self.g.link(values, target)
-            self.g.note_store(target, self.fact(where, text))
-            if grows and self.g.keys[target][0] == LOCAL and target not in self.g.kept:
+            if not grows:
+                self.g.link(values, target)
+                self.g.note_store(target, self.fact(where, text))
+            elif self.g.keys[target][0] == LOCAL and target not in self.g.kept:
                 self._grows_in_loop(target, where, text)
 
     def _grows_in_loop(self, target: int, where: ast.AST, text: str) -> None:
@@ -212,9 +230,13 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         elif isinstance(node, ast.AnnAssign):
             if node.value is not None:
                 self.assign([node.target], node.value)
+            annotated = annotation_class(node.annotation)
+            if annotated is not None and isinstance(node.target, ast.Name | ast.Attribute):
+                self.annotated(annotated, next(iter(self.ev(node.target)), -1))
         elif isinstance(node, ast.AugAssign):
-            values = self.ev(node.value)
-            self.store(values, self.ev(node.target), node, ast.unparse(node.target), grows=True)
+            values = self.ev(node.value)  # `works += more`: more's elements go into works
+            added = frozenset({self.take(values)}) if values else values
+            self.store(added, self.ev(node.target), node, ast.unparse(node.target), grows=True)
             self._changed(node.target, node.lineno)
         elif isinstance(node, ast.For | ast.AsyncFor):
             self.for_loop(node)
@@ -245,14 +267,15 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         elif isinstance(node, ast.Return):
             if node.value is not None and self.scope.kind == "function":
                 ret = self.n((RETURN, self.mid, self.scope.qualname))
+                held = self.ev(node.value)
+                self.g.link(held, ret)
                 if isinstance(node.value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in node.value.elts):
-                    # `return out, work`: each element its own place, so `out, work = f()` keeps them apart
-                    for i, elt in enumerate(node.value.elts):
+                    # `return out, work`: each element its own place, so `out, work = f()` keeps
+                    # them apart at each call (the call's own elements: link.py)
+                    (token,) = held
+                    for i in range(len(node.value.elts)):
                         element = self.n((RETURN, self.mid, self.scope.qualname, i))
-                        self.g.link(self.ev(elt), element)
-                        self.g.link([element], ret)
-                else:
-                    self.g.link(self.ev(node.value), ret)
+                        self.g.link([self.g.content(token, i)[0]], element)
             elif node.value is not None:
                 self.ev(node.value)
         elif isinstance(node, ast.Expr):
@@ -317,7 +340,8 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         if len(targets) == 1 and isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Call):
             elements = self._elements(values, target)
             if elements is not None:
-                for t, element in zip(target.elts, elements, strict=True):
+                for i, (t, element) in enumerate(zip(target.elts, elements, strict=True)):
+                    self.g.take(values, element, index=i, opened=False)
                     self.bind(t, frozenset({element}), value)
                 return
         for t in targets:
@@ -362,17 +386,18 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
             self.store(values, frozenset({holder}), where, ast.unparse(target), grows=False)
         elif isinstance(target, ast.Subscript):
             self.ev(target.slice)
-            self.store(values, self.ev(target.value), where, ast.unparse(target.value), grows=True)
+            refill = isinstance(target.slice, ast.Slice)
+            key = key_tag(target.slice) if not refill else None
+            self.store(values, self.ev(target.value), where, ast.unparse(target.value), True, key, refill)
             self._changed(target, getattr(where, "lineno", 0))
         elif isinstance(target, ast.Tuple | ast.List):
-            for elt in target.elts:
-                self.bind(elt, values, where)
+            self.unpack(target, values, where)
         elif isinstance(target, ast.Starred):
             self.bind(target.value, values, where)
 
     def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
         items = self.ev(node.iter)
-        self.bind(node.target, items, node)
+        self.bind(node.target, frozenset({self.take(items)}) if items else items, node)
         self.for_drains(node, items)
         self.loops.append(Loop(node.lineno, False, node))
         self.body(node.body)

@@ -250,6 +250,15 @@ def _unquote(annotation: ast.expr) -> ast.expr:
             return annotation
     if isinstance(annotation, ast.Subscript) and dotted(annotation.value) in ("Optional", "typing.Optional"):
         return _unquote(annotation.slice)
+    if isinstance(annotation, ast.Subscript) and dotted(annotation.value) in ("Union", "typing.Union"):
+        parts = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        named = [p for p in parts if not (isinstance(p, ast.Constant) and p.value is None)]
+        return _unquote(named[0]) if len(named) == 1 else annotation
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):  # `ProcessGroup | None`
+        named = [
+            p for p in (annotation.left, annotation.right) if not (isinstance(p, ast.Constant) and p.value is None)
+        ]
+        return _unquote(named[0]) if len(named) == 1 else annotation
     return annotation
 
 
@@ -283,10 +292,22 @@ def fresh_bindings(loop: ast.While | ast.For | ast.AsyncFor) -> set[str]:
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             used = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            fresh |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and n.id not in used}
+            fresh |= {name for t in targets for name in _bound_names(t) if name not in used}
         elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
             fresh |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
     return fresh
+
+
+def _bound_names(target: ast.expr) -> list[str]:
+    """The names an assignment target binds: `a`, `a, (b, *c)`; not those it only reads
+    (`pending[step] = ...` binds nothing: it changes what `pending` holds)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Tuple | ast.List):
+        return [name for elt in target.elts for name in _bound_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
 
 
 def deque_bound(call: ast.Call) -> str | None:
