@@ -27,6 +27,8 @@ COLLECTIVES = frozenset(
         "gather",
         "scatter",
         "barrier",
+        # deepspeed.comm's own, under its names (a wrapper module counts as torch.distributed)
+        *("all_gather_base", "reduce_scatter_base", "allgather_fn", "reduce_scatter_fn"),
     }
 )
 

@@ -80,6 +80,7 @@ class Calls:
         condition: tuple[int, ...] | None = None,
     ) -> Nodes:
         if self.coalescing and api.endswith("(async_op=True)"):
+            self.g.no_work.append((self.mid, Span.of(call), api))
             return NOTHING  # queued by the coalescing manager around it: no Work (build.py)
         tensor = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "tensor"), None)
         index = len(self.g.origins)

@@ -142,13 +142,16 @@ class Dispatcher:
         return True
 
     def typed(self, c: Condensed, labels: dict[int, list[object]]) -> bool:
-        """Places annotated with a class of the program that is a ProcessGroup hold one."""
+        """A place annotated with a class of the program holds its instances (`manager: Manager`:
+        `self._manager.allreduce(...)` is Manager.allreduce); with a ProcessGroup, any ProcessGroup."""
         changed = False
         for node, key in self.g.typed:
             cls = key if isinstance(key, ClassRef) else self.containers.symbol(key[1])
-            if self.program.is_process_group(cls) and PG_TOKEN not in labels.get(c.canon[node], ()):
-                self.g.link([self.g.node((INSTANCE, PG_TOKEN))], node)
-                changed = True
+            if not isinstance(cls, ClassRef):
+                continue
+            token = PG_TOKEN if self.program.is_process_group(cls) else cls
+            self.g.link([self.g.node((INSTANCE, token))], node)
+            changed = True
         self.g.typed.clear()
         return changed
 
@@ -163,6 +166,7 @@ class Dispatcher:
         for n in call.args.receiver:
             if table.get(n) is call.fact:
                 del table[n]
+                self.g.unsure.append((n, call.fact, call.name))  # solve.py decides
         call.fact = None
 
     def _link(self, call: MethodCall, method: FunctionRef) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from hicache_cli.lint.apis import COLLECTIVES, P2P_METHODS, PG_CLASSES, PG_FACTORIES, PROCESS_GROUP
 from hicache_cli.lint.config import DIST
-from hicache_cli.lint.graph import ATTR, FIELD, FUNCTION, GLOBAL, INSTANCE, FieldAccess, Nodes
+from hicache_cli.lint.graph import ATTR, CALL, FIELD, FUNCTION, GLOBAL, INSTANCE, LOCAL, RETURN, FieldAccess, Nodes
 from hicache_cli.lint.modules import dotted
 from hicache_cli.lint.program import ClassRef, External, FunctionRef
 
@@ -97,6 +97,8 @@ class Naming:
             place = self.n(self.name_key(expr.id))
         elif (owner := self._bound_method(expr)) is not None:
             return frozenset({self.attr_node(expr), owner})
+        elif (value := self._property(expr)) is not None:
+            return frozenset({self.attr_node(expr), value})
         else:
             symbol = self.symbol(expr) if not self._is_value(expr) else None
             place = -1  # the attribute's place, made once a token is
@@ -127,15 +129,34 @@ class Naming:
             place = self.attr_node(expr)
         return frozenset({token, place})
 
-    def _bound_method(self: ModuleWalker, expr: ast.expr) -> int | None:
-        """`self._send` where `_send` is a method of self's class: a bound method's token."""
+    def _own_method(self: ModuleWalker, expr: ast.expr) -> FunctionRef | None:
         if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)):
             return None
         owner = self.scope.self_scope(expr.value.id)
         if owner is None or not isinstance(owner.cls, ClassRef):
             return None
-        method = self.program.method(owner.cls, expr.attr)
-        if method is None:
+        return self.program.method(owner.cls, expr.attr)
+
+    def _property(self: ModuleWalker, expr: ast.Attribute) -> int | None:
+        """`self.parent` where `parent` is a @property of self's class: what it returns (read as
+        a call of it, so its return goes to this read, not to code outside the program)."""
+        method = self._own_method(expr)
+        if method is None or not method.info.getter:
+            return None
+        read = self.n((CALL, "property", self.mid, expr.lineno, expr.col_offset))
+        self.g.link([self.n((RETURN, method.mid, method.info.qualname))], read, self.g.returns)
+        if method.info.positional:
+            self.g.link(
+                self.ev(expr.value),
+                self.n((LOCAL, method.mid, method.info.qualname, method.info.positional[0])),
+                self.g.params,
+            )
+        return read
+
+    def _bound_method(self: ModuleWalker, expr: ast.expr) -> int | None:
+        """`self._send` where `_send` is a method of self's class: a bound method's token."""
+        method = self._own_method(expr)
+        if method is None or method.info.getter:
             return None
         token = self.n((FUNCTION, "bound", method.mid, method.info.qualname))
         self.g.functions.setdefault(token, ("bound", method))

@@ -277,6 +277,12 @@ def solve(g: Graph, pollable: frozenset[int] = frozenset()) -> Solution:
     solution = Solution(g, c, origins)
     back_all = c.reverse(c.all)
     back_local = c.reverse(c.kept)
+    solution.carriers = c.forward([o.node for o in origins], c.all)
+    for node, fact, table in g.unsure:
+        # `x.wait()` taken for a method of x's class (a task's): still a Work's wait where x may
+        # also hold a Work (a wrapper's `self._work`, which may be a Work or another wrapper)
+        if solution.carriers[c.canon[node]]:
+            (g.waits if table == "wait" else g.polls).setdefault(node, fact)
     solution.waited = c.backward(list(g.waits), back_all)
     escapes = list(g.escapes)
     escapes += _returns_to_outside(g)
@@ -298,7 +304,6 @@ def solve(g: Graph, pollable: frozenset[int] = frozenset()) -> Solution:
         solution.kept.setdefault(c.canon[raw], fact)
     polls = {n: fact for n, fact in g.polls.items()}
     solution.polls = c.labels(polls, back_all, POLL_LABELS)
-    solution.carriers = c.forward([o.node for o in origins], c.all)
     solution.not_works = c.forward(pollable, c.all)
     return solution
 

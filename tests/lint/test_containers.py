@@ -191,3 +191,41 @@ def test_a_process_group_recv_dropped_is_hc004() -> None:
             return buf
         """
     assert rule_lines(source, "HC004") == [("HC004", line_of(source, "pg.recv("))]
+
+
+WRAPPED = """
+    from torch.distributed import ProcessGroup
+    class Quantized:
+        def __init__(self, work):
+            self.work = work
+        def wait(self):
+            self.work.wait()
+    class Managed:
+        def __init__(self, work):
+            self._work = work
+        def wait(self):
+            self._work.wait()
+    def allreduce(pg: ProcessGroup, t, quantize):
+        work = Quantized(pg.allgather([t], [t])) if quantize else pg.allreduce([t])
+        return Managed(work)
+    class Trainer:
+        def __init__(self):
+            self.works = []
+        def step(self, pg, t):
+            self.works.append(allreduce(pg, t, False))
+        def sync(self):
+            for w in self.works:
+                w.wait()
+            self.works = []
+    """
+
+
+def test_a_wrapper_s_wait_waits_a_work_or_another_wrapper() -> None:
+    """`self._work.wait()` where _work is a ProcessGroup's Work or a wrapper with its own wait()
+    (torchft's _ManagedWork): both are waited. A wrapper that only polls its Work keeps it."""
+    assert lint_snippet(WRAPPED, "HC001") == []
+    polled = WRAPPED.replace(
+        "        def wait(self):\n            self._work.wait()",
+        "        def done(self):\n            return self._work.is_completed()",
+    )
+    assert rule_lines(polled, "HC001") == [("HC001", line_of(polled, "else pg.allreduce("))]
