@@ -29,7 +29,7 @@ followed into. The rest are printed, to be judged (a Work the analysis cannot fo
 
 With --delete-wait PROJECT:FILE:LINE (repeatable), the project is copied below the system's
 temporary directory, the `.wait(...)` on that line is deleted (a statement of its own becomes
-`pass`), and the copy is linted: the regression is caught when an HC001 or HC005 finding appears
+`pass`), and the copy is linted: the regression is caught when an HC001, HC004 or HC005 finding appears
 that the unchanged project does not have.
 """
 
@@ -270,7 +270,8 @@ def regression(corpus: Path, spec: str, select: list[str] | None, timeout: float
         edited = delete_wait(source.read_text(encoding="utf-8", errors="replace"), number)
         (copy / file).write_text(edited, encoding="utf-8")
         after = run_project(copy, select, timeout)
-    new = [f for f in after.findings if (f.file, f.line, f.rule) not in before and f.rule in ("HC001", "HC005")]
+    rules = ("HC001", "HC004", "HC005")
+    new = [f for f in after.findings if (f.file, f.line, f.rule) not in before and f.rule in rules]
     verdict = "CAUGHT" if new else "missed"
     out = [f"{verdict}  {spec}"] + [f"    {f.file}:{f.line}: {f.rule} {f.message}" for f in new]
     return "\n".join(out)

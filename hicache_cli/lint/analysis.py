@@ -206,6 +206,9 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, bytearray, Nam
         hot = c.forward(seeds + tokens, c.all)
     raw = bytearray(len(graph.keys))
     names = Names()
+    names_returning = {  # methods that return Works they made
+        key[2].rsplit(".", 1)[-1] for n, key in enumerate(graph.keys) if key[0] == RETURN and reached[c.canon[n]]
+    }
     # the receivers of method calls given something hot, or given `async_op=` (the method may
     # pass it on to a collective: `self.manager.reduce(t, async_op=overlap)`)
     receivers = [
@@ -214,6 +217,7 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, bytearray, Nam
         if _any(hot, c, call.args)
         or any(k == "async_op" for k, _ in call.args.keywords)
         or hot[c.canon[call.result]]  # a getter whose result things are put into
+        or call.name in names_returning  # a method that returns Works: its receiver decides which
         for n in call.args.receiver
     ]
     feeding = c.backward([n for n in range(len(graph.keys)) if hot[c.canon[n]]] + receivers, back)

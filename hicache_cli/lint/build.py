@@ -5,6 +5,8 @@ calls into other modules, left for the program to resolve (linking)."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from hicache_cli.lint.allocations import Allocations, key_tag
 from hicache_cli.lint.calls import Calls, PendingCall
@@ -41,6 +43,7 @@ class ModuleWalker(Naming, Expressions, Allocations, Calls, Drains, Mutations):
         self.loops: list[Loop] = []
         self.finally_depth = 0
         self.coalescing = 0  # inside `with _coalescing_manager(...)`: its collectives hand out no Work
+        self.guards: list[Nodes] = []  # `if async_op:` on a parameter whose default is False: what True must reach
         self.methods: dict[str, list[FunctionInfo]] = {}
         for cls in info.classes.values():
             for method in cls.methods.values():
@@ -103,27 +106,51 @@ class ModuleWalker(Naming, Expressions, Allocations, Calls, Drains, Mutations):
                 scope.types[arg.arg] = self.class_key(annotated)
             if annotated is not None:
                 self.annotated(annotated, self.n((LOCAL, self.mid, qualname, arg.arg)))
+        returns = None if is_lambda else annotation_class(fn.returns)  # type: ignore[union-attr]
+        if returns is not None:  # `def get_pp_group() -> GroupCoordinator`: what it returns is one
+            self.annotated(returns, self.n((RETURN, self.mid, qualname)))
         if cls is not None and self_name is not None and not _is_classmethod(fn):
             # `self` is an instance of its class (and of subclasses, through dispatched calls).
             self.g.link([self.n((INSTANCE, cls))], self.n((LOCAL, self.mid, qualname, self_name)))
         saved = self.scope, self.loops, self.finally_depth, self.sent, self.changed, self.rebound, self.coalescing
+        saved_guards, self.guards = self.guards, []
         self.scope, self.loops, self.finally_depth, self.coalescing = scope, [], 0, 0
         self.sent, self.changed, self.rebound = [], {}, {}
         # Defaults flow into their parameters (`async_op=True` reaches what the parameter feeds).
         positional = [*args.posonlyargs, *args.args]
         for arg, default in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
             self.g.link(self._outer(default, enclosing), self.n((LOCAL, self.mid, qualname, arg.arg)))
+            if _is_false(default):
+                scope.switches.add(arg.arg)
         for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
             if kw_default is not None:
                 self.g.link(self._outer(kw_default, enclosing), self.n((LOCAL, self.mid, qualname, arg.arg)))
+                if _is_false(kw_default):
+                    scope.switches.add(arg.arg)
         if is_lambda:
             self.g.link(self.ev(fn.body), self.n((RETURN, self.mid, qualname)))  # type: ignore[arg-type]
         else:
             self.body(fn.body)  # type: ignore[arg-type]
         self._mutations_done()
         self.scope, self.loops, self.finally_depth, self.sent, self.changed, self.rebound, self.coalescing = saved
+        self.guards = saved_guards
         self._closure_kept(scope, name, enclosing, fn.lineno)
         return scope
+
+    @contextmanager
+    def guarded(self, test: ast.expr) -> Iterator[None]:
+        """`if overlap:` / `x if overlap else y` where `overlap` is a parameter defaulting to
+        False (Oobleck's `_recv(t, src, async_op=False)`): the Works made there exist only when
+        True reaches it, as with `async_op=overlap` itself."""
+        guard = None
+        if isinstance(test, ast.Name) and test.id in self.scope.switches and self.scope.kind == "function":
+            guard = frozenset({self.n((LOCAL, self.mid, self.scope.qualname, test.id))})
+            self.guards.append(guard)
+        try:
+            yield
+        finally:
+            if guard is not None:
+                self.guards.pop()
 
     def _outer(self, expr: ast.expr, scope: Scope) -> Nodes:
         saved, self.scope = self.scope, scope
@@ -249,7 +276,8 @@ class ModuleWalker(Naming, Expressions, Allocations, Calls, Drains, Mutations):
             self.body(node.orelse)
         elif isinstance(node, ast.If):
             self.ev(node.test)
-            self.body(node.body)
+            with self.guarded(node.test):
+                self.body(node.body)
             self.body(node.orelse)
         elif isinstance(node, ast.With | ast.AsyncWith):
             for item in node.items:
@@ -397,12 +425,32 @@ class ModuleWalker(Naming, Expressions, Allocations, Calls, Drains, Mutations):
 
     def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
         items = self.ev(node.iter)
+        renamed = self.own_loop_names(node.target, node)
         self.bind(node.target, frozenset({self.take(items)}) if items else items, node)
         self.for_drains(node, items)
         self.loops.append(Loop(node.lineno, False, node))
         self.body(node.body)
         self.loops.pop()
         self.body(node.orelse)
+        self.end_loop_names(renamed)
+
+    def own_loop_names(self, target: ast.expr, loop: ast.AST) -> list[tuple[str, str | None]]:
+        """Give the loop's variables places of their own while it is walked (Scope.loop_names)."""
+        scope = self.scope
+        if scope.kind != "function":
+            return []
+        names = [n.id for n in ast.walk(target) if isinstance(n, ast.Name) and n.id in scope.loop_names()]
+        saved = [(name, scope.renamed.get(name)) for name in names]
+        for name in names:
+            scope.renamed[name] = f"{name}@{loop.lineno}:{loop.col_offset}"
+        return saved
+
+    def end_loop_names(self, saved: list[tuple[str, str | None]]) -> None:
+        for name, before in reversed(saved):
+            if before is None:
+                self.scope.renamed.pop(name, None)
+            else:
+                self.scope.renamed[name] = before
 
     # --- drains (HC002): every Work of a container waited in turn ------------------------------
 
@@ -418,6 +466,10 @@ def _mentions(value: ast.expr, target: ast.Name | ast.Attribute) -> bool:
             if ast.unparse(n) == text:
                 return True
     return False
+
+
+def _is_false(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value in (False, None)
 
 
 def _is_classmethod(fn: ast.AST) -> bool:

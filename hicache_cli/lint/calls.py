@@ -79,6 +79,8 @@ class Calls:
         element: str | None = None,
         condition: tuple[int, ...] | None = None,
     ) -> Nodes:
+        if condition is None and self.guards and api in ("isend", "irecv", "batch_isend_irecv"):
+            condition = tuple(n for guard in self.guards for n in guard)
         if self.coalescing and api.endswith("(async_op=True)"):
             self.g.no_work.append((self.mid, Span.of(call), api))
             return NOTHING  # queued by the coalescing manager around it: no Work (build.py)

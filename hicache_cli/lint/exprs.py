@@ -43,7 +43,9 @@ class Expressions:
             return self.call(node)
         if isinstance(node, ast.IfExp):
             self.ev(node.test)
-            return self.ev(node.body) | self.ev(node.orelse)
+            with self.guarded(node.test):
+                body = self.ev(node.body)
+            return body | self.ev(node.orelse)
         if isinstance(node, ast.BinOp):  # `works_a + works_b`; long chains are flattened, not recursed
             parts, todo = [], [node]
             while todo:
@@ -89,6 +91,13 @@ class Expressions:
 
     def comprehension(self: ModuleWalker, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> Nodes:
         """A new container (its allocation site is the comprehension) holding what `elt` holds."""
+        renamed = [pair for gen in node.generators for pair in self.own_loop_names(gen.target, node)]
+        try:
+            return self._comprehension(node)
+        finally:
+            self.end_loop_names(renamed)
+
+    def _comprehension(self: ModuleWalker, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> Nodes:
         for gen in node.generators:
             items = self.ev(gen.iter)
             self.bind(gen.target, frozenset({self.take(items)}), node)

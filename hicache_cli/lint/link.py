@@ -198,8 +198,10 @@ class Linker:
             if call.done:
                 continue
             matters = _touches(call, relevant) or _last_name(call.symbol) in factories
-            if not matters and feeds is not None and _last_name(call.symbol)[:1].isupper():
-                matters = call.result < len(feeds) and bool(feeds[call.result])  # a constructor that matters
+            if not matters and feeds is not None:
+                # a constructor or a getter whose value decides where Works go (`get_pp_group()`
+                # in `get_pp_group().isend_tensor_dict(...)`)
+                matters = call.result < len(feeds) and bool(feeds[call.result])
             lends = not matters and lent is not None and call.args.touches(lent)
             if not matters and not lends:
                 call.done = call.done or final  # nothing that matters goes in or comes out: no edge to add

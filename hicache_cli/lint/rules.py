@@ -271,7 +271,9 @@ class ReceiveDropped(Rule):
     """A receiving Work (irecv, or a collective with async_op=True) is dropped unwaited.
 
     The received data lands at some unknown time after the call returns; with the Work gone
-    nothing can wait for it, so every later read of the tensor races with the receive. Fix:
+    nothing can wait for it, so every later read of the tensor races with the receive. Dropped
+    is a statement of its own, a name never read, or a Work the program never waits, keeps or
+    hands on (a local list of them that no loop waits any more). Fix:
     keep the Work and wait() it before reading the tensor (or use the blocking call). When a
     later Work on the same group is waited in the same function, the finding says so and is a
     note: that wait orders this receive on NCCL's stream, but not on gloo.
@@ -287,13 +289,21 @@ class ReceiveDropped(Rule):
             if origin.group is not None:
                 later.setdefault((origin.mid, origin.function, origin.group), []).append(origin)
         for origin in sol.active:
-            if not receives(origin.api) or not origin.dropped or origin.element is not None or origin.inner is not None:
+            if not receives(origin.api) or origin.element is not None or origin.inner is not None:
                 continue
             into = f" into `{origin.tensor}`" if origin.tensor is not None else ""
-            message = (
-                f"the Work from {origin.api}{into} is dropped: nothing can wait for the data, so reads of it race "
-                "with the receive"
-            )
+            if origin.dropped:
+                message = (
+                    f"the Work from {origin.api}{into} is dropped: nothing can wait for the data, so reads of it "
+                    "race with the receive"
+                )
+            elif self._never_waited(ctx, origin):
+                message = (
+                    f"the Work from {origin.api} is never waited, kept or handed on: once {origin.function} "
+                    "returns nothing can wait for the data, so reads of it race with the receive"
+                )
+            else:
+                continue
             ordered = self._ordered_by(ctx, origin, later.get((origin.mid, origin.function, origin.group or ""), []))
             if ordered is not None:
                 message = (
@@ -304,6 +314,14 @@ class ReceiveDropped(Rule):
                 yield ctx.finding(self.id, origin.mid, origin.span, origin.function, message, level="note")
                 continue
             yield ctx.finding(self.id, origin.mid, origin.span, origin.function, message)
+
+    @staticmethod
+    def _never_waited(ctx: Context, origin: Origin) -> bool:
+        """Bound and used, but waited nowhere, kept nowhere (HC001's), handed to nothing and
+        returned by no public function (whose callers outside the program may wait it)."""
+        sol = ctx.solution
+        n = sol.of(origin.node)
+        return not (sol.waited[n] or sol.escaped[n] or sol.public[n] or sol.keeps.get(n))
 
     @staticmethod
     def _ordered_by(ctx: Context, origin: Origin, same_group: list[Origin]) -> Origin | None:

@@ -69,6 +69,10 @@ class Scope:
     functions: dict[str, FunctionInfo] = field(default_factory=dict)  # functions defined here
     captured: set[Key] = field(default_factory=set)  # enclosing functions' locals this one reads
     bounded: dict[str, str] = field(default_factory=dict)  # `d = deque(maxlen=8)`: name -> its maxlen, as written
+    renamed: dict[str, str] = field(default_factory=dict)  # a loop's own variable, while its loop is walked
+    switches: set[str] = field(default_factory=set)  # parameters whose default is False or None
+    body: list[ast.stmt] = field(default_factory=list)
+    _loop_names: set[str] | None = None
 
     def collect(
         self,
@@ -81,6 +85,7 @@ class Scope:
     ) -> None:
         """The names this scope binds, its reads, `global` declarations, imports, names assigned
         a Work API (`send = dist.isend if a else dist.send`) and locals made by a constructor."""
+        self.body = body
         self.locals.update(params)
         calls: set[int] = set()
         nonlocal_names: set[str] = set()
@@ -148,6 +153,36 @@ class Scope:
         else:
             self.types[name] = key
 
+    def loop_names(self) -> set[str]:
+        """Names bound only by loops (`for req in ...`, comprehensions) and read only inside a loop
+        that binds them: each loop's variable is a place of its own, so `for req in self._reqs:
+        req.wait()` does not wait what another loop's `req` goes through. Worked out on first use."""
+        if self._loop_names is None:
+            spans: dict[str, list[tuple[int, int]]] = {}
+            targets: set[int] = set()
+            for node in own_nodes(self.body):
+                pairs: list[tuple[ast.expr, ast.AST]] = []
+                if isinstance(node, ast.For | ast.AsyncFor):
+                    pairs = [(node.target, node)]
+                elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+                    pairs = [(gen.target, node) for gen in node.generators]
+                for target, owner in pairs:
+                    for leaf in ast.walk(target):
+                        if isinstance(leaf, ast.Name):
+                            targets.add(id(leaf))
+                            span = (owner.lineno, getattr(owner, "end_lineno", None) or owner.lineno)
+                            spans.setdefault(leaf.id, []).append(span)
+            ok = set(spans) - self.declared_global
+            for node in own_nodes(self.body):
+                if isinstance(node, ast.Name) and node.id in ok:
+                    if isinstance(node.ctx, ast.Store):
+                        if id(node) not in targets:
+                            ok.discard(node.id)
+                    elif not any(a <= node.lineno <= b for a, b in spans[node.id]):
+                        ok.discard(node.id)
+            self._loop_names = ok
+        return self._loop_names
+
     def type_of(self, name: str) -> ClassKey | None:
         scope: Scope | None = self
         while scope is not None:
@@ -166,7 +201,7 @@ class Scope:
             if name in scope.declared_global and scope.kind == "function":
                 return (GLOBAL, self.mid, name)
             if scope.kind == "function" and name in scope.locals:
-                key = (LOCAL, self.mid, scope.qualname, name)
+                key = (LOCAL, self.mid, scope.qualname, scope.renamed.get(name, name))
                 if scope is not self:
                     self._capture(key, scope)
                 return key

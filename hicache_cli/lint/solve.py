@@ -162,6 +162,7 @@ class Solution:
     active: list[Origin] = field(default_factory=list)  # origins whose Work is asynchronous
     waited: bytearray = field(default_factory=bytearray)  # can reach a wait
     escaped: bytearray = field(default_factory=bytearray)  # can reach code the program cannot see
+    public: bytearray = field(default_factory=bytearray)  # can reach what a public function returns
     carriers: bytearray = field(default_factory=bytearray)  # reached by some Work
     not_works: bytearray = field(default_factory=bytearray)  # holds instances with their own is_completed()
     keeps: dict[int, list[object]] = field(default_factory=dict)  # node -> kept places (node ids) it reaches
@@ -287,6 +288,7 @@ def solve(g: Graph, pollable: frozenset[int] = frozenset()) -> Solution:
     escapes = list(g.escapes)
     escapes += _returns_to_outside(g)
     solution.escaped = c.backward(escapes, back_all)
+    solution.public = c.backward(_public_returns(g), back_all)
     for raw, per in g.stores.items():
         into = solution.stored.setdefault(c.canon[raw], {})
         for where, fact in per.items():
@@ -306,6 +308,16 @@ def solve(g: Graph, pollable: frozenset[int] = frozenset()) -> Solution:
     solution.polls = c.labels(polls, back_all, POLL_LABELS)
     solution.not_works = c.forward(pollable, c.all)
     return solution
+
+
+def _public_returns(g: Graph) -> list[int]:
+    """What public functions return: a library's callers outside the program may wait it, even
+    when a call inside the program drops it."""
+    return [
+        node
+        for node, key in enumerate(g.keys)
+        if key[0] == RETURN and len(key) == 3 and not is_private(key[2].rsplit(".", 1)[-1])
+    ]
 
 
 def _returns_to_outside(g: Graph) -> list[int]:

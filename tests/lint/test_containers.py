@@ -229,3 +229,49 @@ def test_a_wrapper_s_wait_waits_a_work_or_another_wrapper() -> None:
         "        def done(self):\n            return self._work.is_completed()",
     )
     assert rule_lines(polled, "HC001") == [("HC001", line_of(polled, "else pg.allreduce("))]
+
+
+RECV_HELPER = """
+    import torch.distributed as dist
+    class Comm:
+        def _recv(self, t, src, async_op=False):
+            return dist.irecv(t, src) if async_op else dist.recv(t, src)
+        def pull(self, t):
+            self._recv(t, 0)
+            return t
+    """
+
+
+def test_a_receive_nothing_waits_is_dropped_unless_its_switch_is_never_on() -> None:
+    """HC004 also finds a receive that is bound and used but never waited, kept or handed on;
+    behind `if async_op` (a parameter defaulting to False) it exists only if True reaches it."""
+    assert lint_snippet(RECV_HELPER, "HC004") == []
+    on = RECV_HELPER.replace("self._recv(t, 0)", "self._recv(t, 0, async_op=True)")
+    assert rule_lines(on, "HC004") == [("HC004", line_of(on, "dist.irecv("))]
+    [finding] = lint_snippet(on, "HC004")
+    assert "never waited, kept or handed on" in finding.message
+
+
+def test_each_loop_s_variable_is_its_own() -> None:
+    """`for req in self._reqs: req.wait()` does not wait what another loop's `req` goes through
+    (Hetu-Galvatron's RingComm.wait, with one of its two waits deleted)."""
+    source = """
+        import torch.distributed as dist
+        class Ring:
+            def __init__(self):
+                self._reqs = []
+                self._recv_reqs = []
+            def post(self, t, peer, batch):
+                if batch:
+                    self._reqs = dist.batch_isend_irecv([dist.P2POp(dist.irecv, t, peer)])
+                else:
+                    self._recv_reqs.append(dist.irecv(t, peer))
+            def wait(self, batch):
+                if batch:
+                    for req in self._reqs:
+                        req.wait()
+                else:
+                    for req in self._recv_reqs:
+                        req.is_completed()
+        """
+    assert rule_lines(source, "HC001") == [("HC001", line_of(source, "self._recv_reqs.append(dist.irecv("))]
