@@ -39,8 +39,13 @@ MAX_MODULES_PER_NAME = 40
 
 
 def has_trigger(data: bytes) -> bool:
-    """A plain substring search per word: several times faster than one regular expression."""
-    return any(word in data for word in TRIGGERS)
+    """A plain substring search per word: several times faster than one regular expression; the
+    ProcessGroup calls only where a cheaper common part of them is there."""
+    if any(word in data for word in TRIGGERS[:4]):
+        return True
+    if b".all" in data and any(word in data for word in TRIGGERS[4:7]):
+        return True
+    return b"([" in data and any(word in data for word in TRIGGERS[7:])
 
 
 @dataclass

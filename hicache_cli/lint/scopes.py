@@ -18,6 +18,7 @@ ClassKey = tuple
 
 
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_LOOPS = frozenset({ast.For, ast.AsyncFor, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp})
 _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops"})  # Load/Store and operators: no names below them
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _BINDING = frozenset(
@@ -71,7 +72,9 @@ class Scope:
     bounded: dict[str, str] = field(default_factory=dict)  # `d = deque(maxlen=8)`: name -> its maxlen, as written
     renamed: dict[str, str] = field(default_factory=dict)  # a loop's own variable, while its loop is walked
     switches: set[str] = field(default_factory=set)  # parameters whose default is False or None
-    body: list[ast.stmt] = field(default_factory=list)
+    _spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # loop target -> its loops' lines
+    _not_loop: set[str] = field(default_factory=set)  # names also bound other than by a loop
+    _load_lines: dict[str, list[int]] = field(default_factory=dict)
     _loop_names: set[str] | None = None
 
     def collect(
@@ -85,24 +88,35 @@ class Scope:
     ) -> None:
         """The names this scope binds, its reads, `global` declarations, imports, names assigned
         a Work API (`send = dist.isend if a else dist.send`) and locals made by a constructor."""
-        self.body = body
         self.locals.update(params)
         calls: set[int] = set()
         nonlocal_names: set[str] = set()
         locals_, loads, value_loads = self.locals, self.loads, self.value_loads
         name_type, call_type, store = ast.Name, ast.Call, ast.Store
+        targets: set[int] = set()  # loop targets' names, met before them (a parent before its children)
+        spans, not_loop, load_lines = self._spans, self._not_loop, self._load_lines
         for node in own_nodes(body):
             kind = type(node)
             if kind is name_type:  # most nodes: checked first, by type, not isinstance
                 if type(node.ctx) is store:  # type: ignore[attr-defined]
                     locals_.add(node.id)  # type: ignore[attr-defined]
+                    if id(node) not in targets:
+                        not_loop.add(node.id)  # type: ignore[attr-defined]
                 else:
                     loads[node.id] += 1  # type: ignore[attr-defined]
+                    load_lines.setdefault(node.id, []).append(node.lineno)  # type: ignore[attr-defined]
                     if id(node) not in calls:
                         value_loads[node.id] += 1  # type: ignore[attr-defined]
             elif kind is call_type:
                 if type(node.func) is name_type:  # type: ignore[attr-defined]
                     calls.add(id(node.func))  # type: ignore[attr-defined]
+            elif kind in _LOOPS:
+                gens = [node] if kind in (ast.For, ast.AsyncFor) else node.generators  # type: ignore[attr-defined]
+                span = (node.lineno, node.end_lineno or node.lineno)  # type: ignore[attr-defined]
+                for leaf in (n for gen in gens for n in ast.walk(gen.target)):  # type: ignore[attr-defined]
+                    if type(leaf) is name_type:
+                        targets.add(id(leaf))
+                        spans.setdefault(leaf.id, []).append(span)  # type: ignore[attr-defined]
             elif kind in _BINDING:
                 self._binding(node, nonlocal_names, api_of, class_of, module, is_package)
         self.locals -= self.declared_global | nonlocal_names
@@ -156,31 +170,16 @@ class Scope:
     def loop_names(self) -> set[str]:
         """Names bound only by loops (`for req in ...`, comprehensions) and read only inside a loop
         that binds them: each loop's variable is a place of its own, so `for req in self._reqs:
-        req.wait()` does not wait what another loop's `req` goes through. Worked out on first use."""
+        req.wait()` does not wait what another loop's `req` goes through. Worked out on first use
+        from what `collect` saw."""
         if self._loop_names is None:
-            spans: dict[str, list[tuple[int, int]]] = {}
-            targets: set[int] = set()
-            for node in own_nodes(self.body):
-                pairs: list[tuple[ast.expr, ast.AST]] = []
-                if isinstance(node, ast.For | ast.AsyncFor):
-                    pairs = [(node.target, node)]
-                elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
-                    pairs = [(gen.target, node) for gen in node.generators]
-                for target, owner in pairs:
-                    for leaf in ast.walk(target):
-                        if isinstance(leaf, ast.Name):
-                            targets.add(id(leaf))
-                            span = (owner.lineno, getattr(owner, "end_lineno", None) or owner.lineno)
-                            spans.setdefault(leaf.id, []).append(span)
-            ok = set(spans) - self.declared_global
-            for node in own_nodes(self.body):
-                if isinstance(node, ast.Name) and node.id in ok:
-                    if isinstance(node.ctx, ast.Store):
-                        if id(node) not in targets:
-                            ok.discard(node.id)
-                    elif not any(a <= node.lineno <= b for a, b in spans[node.id]):
-                        ok.discard(node.id)
-            self._loop_names = ok
+            self._loop_names = {
+                name
+                for name, spans in self._spans.items()
+                if name not in self._not_loop
+                and name not in self.declared_global
+                and all(any(a <= line <= b for a, b in spans) for line in self._load_lines.get(name, ()))
+            }
         return self._loop_names
 
     def type_of(self, name: str) -> ClassKey | None:
