@@ -24,7 +24,7 @@ from hicache_cli.lint.allocations import tags_agree
 from hicache_cli.lint.apis import COLLECTIVES, P2P_METHODS
 from hicache_cli.lint.calls import link_call
 from hicache_cli.lint.config import DIST
-from hicache_cli.lint.graph import Graph, Put, Take, ValueCall
+from hicache_cli.lint.graph import TRUE, Graph, Put, Take, ValueCall
 from hicache_cli.lint.program import External, FunctionRef, Program, Symbol
 from hicache_cli.lint.solve import Condensed
 
@@ -40,9 +40,20 @@ class Containers:
         self.holds: bytearray = bytearray()  # raw node -> holds some container or function (for linking)
 
     def objects(self, c: Condensed) -> dict[int, list[object]]:
-        """Each node (condensed) -> the containers and functions it may hold (MANY: too many)."""
+        """Each node (condensed) -> the containers and functions it may hold (MANY: too many).
+        Only containers that can reach what a Work, a True or a wait or poll reaches are followed:
+        the others decide nothing (what is put into them stays in the collapsed view), and a large
+        program has hundreds of thousands of them (torch's own package)."""
         g = self.g
-        sources: dict[int, object] = {n: n for n in g.containers}
+        seeds = [o.node for o in g.origins] + list(g.polls)
+        if (TRUE,) in g.ids:
+            seeds.append(g.ids[(TRUE,)])
+        hot = c.forward(seeds, c.all)  # what a Work, a True or a polled thing reaches
+        settles = c.backward([*g.waits, *g.polls], c.reverse(c.all))  # what reaches a wait or a poll
+        ends = [n for n in range(c.size) if hot[n]]
+        ends += [r for take in g.take_ops if settles[c.canon[take.target]] for r in take.receiver]
+        wanted = c.backward(ends, c.reverse(c.objects))
+        sources: dict[int, object] = {n: n for n in g.containers if wanted[c.canon[n]]}
         sources.update({n: n for n in g.functions})
         labels = c.forward_labels(sources, c.objects, OBJECTS_PER_VALUE, MANY)
         self.holds = bytearray(1 if labels.get(c.canon[n]) else 0 for n in range(c.size))
