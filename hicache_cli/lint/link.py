@@ -359,7 +359,10 @@ class Linker:
 def _touches(call: PendingCall, relevant: bytearray) -> bool:
     # what it is given may hold a Work; `async_op=` or a Work API's name (behind a re-export)
     # may make it one
-    return call.args.touches(relevant) or call.async_op is not None or _last_name(call.symbol) in P2P_METHODS
+    name = _last_name(call.symbol)
+    if call.symbol[0] == "method" and name in PG_WORK_METHODS:
+        return True  # a ProcessGroup's method on a typed value: a Work if the class is one
+    return call.args.touches(relevant) or call.async_op is not None or name in P2P_METHODS
 
 
 def _fact(call: PendingCall, text: str) -> Fact:
