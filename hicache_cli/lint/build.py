@@ -296,8 +296,18 @@ class ModuleWalker(Naming, Expressions, Allocations, Calls, Drains, Mutations):
             if node.value is not None and self.scope.kind == "function":
                 ret = self.n((RETURN, self.mid, self.scope.qualname))
                 held = self.ev(node.value)
-                self.g.link(held, ret)
-                if isinstance(node.value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in node.value.elts):
+                if self.guards:  # `if overlap: return out, handles`: the Works come back on a switch
+                    switched = self.n((RETURN, self.mid, self.scope.qualname, "if", node.lineno))
+                    self.g.switched.add(switched)
+                    self.g.link(held, switched)
+                    self.g.link([switched], ret)
+                else:
+                    self.g.link(held, ret)
+                if (
+                    not self.guards
+                    and isinstance(node.value, ast.Tuple)
+                    and not any(isinstance(e, ast.Starred) for e in node.value.elts)
+                ):
                     # `return out, work`: each element its own place, so `out, work = f()` keeps
                     # them apart at each call (the call's own elements: link.py)
                     (token,) = held

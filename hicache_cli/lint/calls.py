@@ -333,8 +333,9 @@ class Calls:
                 args = Args(tuple(positional), tuple(keywords.items()), me)
                 return link_call(self.g, self.mid, method_ref.info, args, self.site(node, f"self.{method}"), True)
             if method not in STORE_METHODS | READ_METHODS | INERT_CALLS or method_ref is not None:
+                key = ("super", cls) if is_super else cls  # super().m(): m of the bases, not of cls
                 return self.defer(
-                    ("method", cls, method), node, False, positional, keywords, me, _async_op(node, keywords)
+                    ("method", key, method), node, False, positional, keywords, me, _async_op(node, keywords)
                 )
         if typed is not None:
             return self.defer(

@@ -38,12 +38,25 @@ class Containers:
     ) -> None:
         self.program, self.g, self.analysed, self.symbol = program, graph, analysed, symbol
         self.holds: bytearray = bytearray()  # raw node -> holds some container or function (for linking)
+        self._wanted: dict[int, bool] = {}
 
-    def objects(self, c: Condensed) -> dict[int, list[object]]:
+    def objects(self, c: Condensed, refresh: bool = True) -> dict[int, list[object]]:
         """Each node (condensed) -> the containers and functions it may hold (MANY: too many).
         Only containers that can reach what a Work, a True or a wait or poll reaches are followed:
         the others decide nothing (what is put into them stays in the collapsed view), and a large
         program has hundreds of thousands of them (torch's own package)."""
+        g = self.g
+        if refresh or len(self._wanted) < len(g.containers):
+            self._wanted = self._followed(c)
+        sources: dict[int, object] = {n: n for n, wanted in self._wanted.items() if wanted}
+        sources.update({n: n for n in g.functions})
+        labels = c.forward_labels(sources, c.objects, OBJECTS_PER_VALUE, MANY)
+        self.holds = bytearray(1 if labels.get(c.canon[n]) else 0 for n in range(c.size))
+        return labels
+
+    def _followed(self, c: Condensed) -> dict[int, bool]:
+        """Container -> whether it can reach what a Work, a True, a wait or a poll reaches (worked
+        out once per dispatcher run, not per pass: two reversals of the whole graph)."""
         g = self.g
         seeds = [o.node for o in g.origins] + list(g.polls)
         if (TRUE,) in g.ids:
@@ -53,11 +66,7 @@ class Containers:
         ends = [n for n in range(c.size) if hot[n]]
         ends += [r for take in g.take_ops if settles[c.canon[take.target]] for r in take.receiver]
         wanted = c.backward(ends, c.reverse(c.objects))
-        sources: dict[int, object] = {n: n for n in g.containers if wanted[c.canon[n]]}
-        sources.update({n: n for n in g.functions})
-        labels = c.forward_labels(sources, c.objects, OBJECTS_PER_VALUE, MANY)
-        self.holds = bytearray(1 if labels.get(c.canon[n]) else 0 for n in range(c.size))
-        return labels
+        return {n: bool(wanted[c.canon[n]]) for n in g.containers}
 
     def step(self, c: Condensed, labels: dict[int, list[object]], needed: set[int]) -> bool:
         """One pass over every Put, Take and call of a value; whether it added an edge."""

@@ -59,12 +59,12 @@ class Dispatcher:
         return needed
 
     def _passes(self, needed: set[int], relevant: bytearray | None, returning: set[str] | frozenset[str]) -> None:
-        for _ in range(MAX_PASSES):
+        for number in range(MAX_PASSES):
             state = (len(self.g.keys), self.g.changes, len(self.g.method_calls), len(self.analysed), len(self.g.puts))
             if state == self._settled:
                 break  # nothing was added since a pass that learnt nothing
             c, labels = self.classes()
-            objects = self.containers.objects(c)
+            objects = self.containers.objects(c, refresh=number == 0)
             changed = self.typed(c, labels) | self._fields(c, labels)
             changed |= self._methods(c, labels, needed, relevant, returning)
             changed |= self.containers.step(c, objects, needed)
@@ -182,7 +182,10 @@ class Dispatcher:
                 # through it may be in any of them (two hubs, so reads and writes do not join them all).
                 g.link([g.node((ANY_READ, access.attr))], access.node)
                 if access.node in g.stores or access.node in g.assigned:
-                    g.link([access.node], g.node((ANY_ATTR, access.attr)))
+                    by_name = g.node((ANY_ATTR, access.attr))
+                    g.link([access.node], by_name)
+                    for fact in g.stores.get(access.node, {}).values():
+                        g.note_store(by_name, fact)  # stored through: kept where its class keeps it
             access.done = True
         for call in g.method_calls:
             if call.done:

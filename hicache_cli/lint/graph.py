@@ -261,6 +261,7 @@ class Graph:
     value_calls: list[ValueCall] = field(default_factory=list)
     typed: list[tuple[int, object]] = field(default_factory=list)  # (node, class key): an annotated place
     parameters: set[int] = field(default_factory=set)  # the nodes of walked functions' parameters
+    switched: set[int] = field(default_factory=set)  # returns under `if switch:` (a parameter defaulting to False)
     unsure: list[tuple[int, Fact, str]] = field(default_factory=list)  # waits/polls on a class's own method
     no_work: list[tuple[int, Span, str]] = field(default_factory=list)  # calls decided to make none (coalesced)
     parent: list[int] = field(default_factory=list)  # union-find: places that are one place

@@ -230,11 +230,16 @@ class Linker:
     def _target(self, call: PendingCall) -> Symbol | Forward | None:
         kind = call.symbol[0]
         if kind == "method":
-            owner = self.class_of(call.symbol[1])
+            key = call.symbol[1]
+            above = isinstance(key, tuple) and len(key) == 2 and key[0] == "super"
+            owner = self.class_of(key[1] if above else key)
             if isinstance(owner, ClassRef):
                 name = call.symbol[2]
                 if name in PG_WORK_METHODS and self.program.is_process_group(owner):
                     return External(f"ProcessGroup.{name}")
+                if above:  # `super().__init__(work, ...)`: the first base that has it
+                    found = (self.program.method(base, name) for base in self.program.parents(owner))
+                    return next((m for m in found if m is not None), None)
                 return self.program.method(owner, name) or self._forward(owner, name)
             return None
         found = self.symbol(call.symbol)

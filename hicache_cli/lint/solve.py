@@ -217,8 +217,13 @@ def persistent(c: Condensed) -> bytearray:
 def factory_reach(c: Condensed, origins: list[Origin]) -> tuple[bytearray, dict[int, Origin]]:
     """Which return values and call results Works made inside reach, not through a kept place
     (a getter of a list of Works is not a function that makes them): forward over plain and
-    return edges. The label kept is one origin behind each, for messages."""
+    return edges. The label kept is one origin behind each, for messages. A return under `if
+    switch:` (a parameter defaulting to False: Megatron's `if overlap_p2p_comm: return tensor,
+    wait_handles`) makes no function a factory: each call would be taken to return Works, the
+    calls that leave the switch off too."""
     stop = persistent(c)
+    for node in c.g.switched:
+        stop[c.canon[node]] = 1
     seen = bytearray(c.size)
     behind: dict[int, Origin] = {}
     todo: deque[int] = deque()

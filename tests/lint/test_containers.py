@@ -275,3 +275,26 @@ def test_each_loop_s_variable_is_its_own() -> None:
                         req.is_completed()
         """
     assert rule_lines(source, "HC001") == [("HC001", line_of(source, "self._recv_reqs.append(dist.irecv("))]
+
+
+def test_works_returned_only_behind_a_switch_are_not_every_call_s() -> None:
+    """Megatron's `if overlap_p2p_comm: return tensor, wait_handles` / `return tensor`: a call
+    that leaves the switch off gets a tensor, and keeping it keeps no Work."""
+    source = """
+        import torch.distributed as dist
+        class Comm:
+            def exchange(self, t, peer, overlap=False):
+                handles = [dist.isend(t, peer)]
+                if overlap:
+                    return t, handles
+                for h in handles:
+                    h.wait()
+                return t
+        class Schedule:
+            def __init__(self, comm: Comm):
+                self.comm = comm
+                self.grads = []
+            def step(self, t):
+                self.grads.append(self.comm.exchange(t, 1))
+        """
+    assert lint_snippet(source, "HC001") == []
