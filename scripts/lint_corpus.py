@@ -3,6 +3,8 @@
     .venv/bin/python scripts/lint_corpus.py CORPUS [--select all] [--project NAME]... [--truth GROUND_TRUTH.tsv]
     .venv/bin/python scripts/lint_corpus.py CORPUS --json > run.json
     .venv/bin/python scripts/lint_corpus.py CORPUS --markdown        # the table for docs/lint.md
+    .venv/bin/python scripts/lint_corpus.py CORPUS --sites           # which Work sites the analysis follows
+    .venv/bin/python scripts/lint_corpus.py CORPUS --delete-wait PROJECT:FILE:LINE ...   # regressions caught
 
 CORPUS holds one directory per project: a checkout, an unpacked wheel, any tree of .py files
 (hidden directories are skipped). A project's commit comes from CORPUS/MANIFEST.tsv (a header
@@ -17,15 +19,31 @@ finding is matched to the known site whose line its statement spans: LEAK-SHAPE 
 missed, findings on WAITED / NOT-A-WORK sites (false positives: the Work is waited, or is no
 Work), HC001 on a DROPPED site (not kept: a false positive too), other findings on DROPPED sites
 (HC003/HC004 ground: judge by reading), and findings on no known site (to be judged).
+
+With --sites, an AST pass of its own (not the engine's) lists every call that can create a Work -
+a name or method `isend`/`irecv`/`batch_isend_irecv`, any call given `async_op=` other than the
+literal False, a ProcessGroup-only method (`x.allreduce(...)`, `x.alltoall_base(...)`) or a
+ProcessGroup-style call with a list of tensors (`x.send([t], dst, tag)`) - and counts those the
+analysis followed: as a Work (asynchronous or not), or as a call of the program's own function it
+followed into. The rest are printed, to be judged (a Work the analysis cannot follow, or no Work).
+
+With --delete-wait PROJECT:FILE:LINE (repeatable), the project is copied below the system's
+temporary directory, the `.wait(...)` on that line is deleted (a statement of its own becomes
+`pass`), and the copy is linted: the regression is caught when an HC001, HC004 or HC005 finding appears
+that the unchanged project does not have.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import json
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +66,17 @@ class Found:
     message: str
 
 
+@dataclass(frozen=True, order=True)
+class WorkSite:
+    """A call that can make a Work (or that the analysis followed as one)."""
+
+    file: str
+    line: int
+    end_line: int
+    kind: str  # the engine's: work | sync | call; the AST pass's: candidate
+    api: str
+
+
 @dataclass
 class ProjectRun:
     project: str
@@ -59,6 +88,8 @@ class ProjectRun:
     problems: int = 0
     findings: list[Found] = field(default_factory=list)
     error: str = ""  # the engine failed on this project: the last line it wrote
+    followed: list[WorkSite] = field(default_factory=list)  # what the analysis followed (--sites)
+    candidates: list[WorkSite] = field(default_factory=list)  # what the AST pass found (--sites)
 
 
 @dataclass(frozen=True)
@@ -92,6 +123,9 @@ def lint_tree(root: Path, select: list[str] | None) -> ProjectRun:
         Found(_relative(f.file, root), f.line, max(f.line, getattr(f, "end_line", 0) or 0), f.rule, f.message)
         for f in result.findings
     ]
+    followed = [
+        WorkSite(_relative(s.file, root), s.line, s.end_line, s.kind, s.api) for s in getattr(result, "followed", [])
+    ]
     return ProjectRun(
         root.name,
         files=result.files,
@@ -99,6 +133,7 @@ def lint_tree(root: Path, select: list[str] | None) -> ProjectRun:
         seconds=round(result.seconds, 2),
         problems=len(result.problems),
         findings=sorted(findings),
+        followed=sorted(set(followed)),
     )
 
 
@@ -112,19 +147,155 @@ def _relative(file: str, root: Path) -> str:
         return file
 
 
+# ---------------------------------------------------------------- Work sites, found apart from the engine
+P2P_NAMES = frozenset({"isend", "irecv", "batch_isend_irecv"})
+PG_ONLY = frozenset(
+    {
+        *("allreduce", "allreduce_coalesced", "allgather", "allgather_coalesced", "allgather_into_tensor_coalesced"),
+        *("_allgather_base", "alltoall", "alltoall_base", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"),
+        "recv_anysource",
+    }
+)
+PG_LISTED = frozenset({"send", "recv", "broadcast", "reduce", "reduce_scatter", "gather", "scatter"})
+
+
+def work_sites(root: Path) -> list[WorkSite]:
+    """Every call below `root` that can make a Work, by its shape alone (the module docstring)."""
+    found: list[WorkSite] = []
+    for path in sorted(root.rglob("*.py")):
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue
+        try:
+            tree = ast.parse(path.read_bytes(), str(path))
+        except (SyntaxError, ValueError, OSError, RecursionError):
+            continue
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and (api := _work_api(node)) is not None:
+                found.append(WorkSite(rel, node.lineno, node.end_lineno or node.lineno, "candidate", api))
+    return found
+
+
+def _work_api(call: ast.Call) -> str | None:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name in P2P_NAMES:
+        return name
+    given = next((k.value for k in call.keywords if k.arg == "async_op"), None)
+    if given is not None and not (isinstance(given, ast.Constant) and given.value is False):
+        return f"{name or '<value>'}(async_op=...)"
+    if (
+        isinstance(func, ast.Attribute)
+        and not _is_dist(func.value)
+        and (name in PG_ONLY or (name in PG_LISTED and call.args and isinstance(call.args[0], ast.List)))
+    ):
+        return f".{name}(...)"
+    return None
+
+
+def _is_dist(expr: ast.expr) -> bool:
+    """`torch.distributed`, `dist`, `c10d`: a module's function (`dist._reduce_scatter_base(...)`,
+    blocking unless given async_op), not a ProcessGroup's method."""
+    text = ast.unparse(expr)
+    return text in ("dist", "c10d", "distributed_c10d") or text.endswith(".distributed")
+
+
+def site_counts(run: ProjectRun) -> tuple[Counter[str], list[WorkSite]]:
+    """How the candidates were followed (work, sync, call, not followed), and those not followed."""
+    by_line: dict[tuple[str, int], list[str]] = {}
+    for site in run.followed:
+        by_line.setdefault((site.file, site.line), []).append(site.kind)
+    counts: Counter[str] = Counter()
+    missed = []
+    for site in run.candidates:
+        kinds = by_line.get((site.file, site.line), [])
+        kind = next((k for k in ("work", "sync", "none", "call") if k in kinds), "not followed")
+        counts[kind] += 1
+        if kind == "not followed":
+            missed.append(site)
+    return counts, missed
+
+
+def render_sites(runs: list[ProjectRun]) -> str:
+    kinds = ("work", "sync", "none", "call", "not followed")
+    rows = [["project", "sites", *kinds]]
+    total: Counter[str] = Counter()
+    missed_all = []
+    for run in runs:
+        counts, missed = site_counts(run)
+        total.update(counts)
+        missed_all += [(run.project, m) for m in missed]
+        rows.append([run.project, str(len(run.candidates)), *(str(counts[k]) for k in kinds)])
+    sites = sum(total.values())
+    share = f" ({100 * total['not followed'] / sites:.1f}%)" if sites else ""
+    rows.append(["all", str(sites), *(str(total[k]) for k in kinds)])
+    rows[-1][-1] += share
+    lines = [render_text(rows), "", "not followed:"]
+    lines += [f"  {project}/{m.file}:{m.line}: {m.api}" for project, m in missed_all]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- regressions: one wait deleted
+def delete_wait(source: str, line: int) -> str:
+    """The source with the `.wait(...)` on `line` gone: `x.wait()` alone becomes `pass`, and
+    `f(...).wait(t)` becomes `f(...)`. Raises CorpusError when the line has no wait."""
+    lines = source.splitlines(keepends=True)
+    if not 0 < line <= len(lines) or ".wait(" not in lines[line - 1]:
+        raise CorpusError(f"line {line} has no .wait(")
+    text = lines[line - 1]
+    body = text.strip()
+    if re.fullmatch(r"[\w.\[\]]+\.wait\([^()]*\)", body):
+        lines[line - 1] = text[: len(text) - len(text.lstrip())] + "pass\n"
+    else:
+        lines[line - 1] = re.sub(r"\.wait\([^()]*\)", "", text, count=1)
+    return "".join(lines)
+
+
+def regression(corpus: Path, spec: str, select: list[str] | None, timeout: float, base: dict[str, ProjectRun]) -> str:
+    """Lint a copy of the project with one wait deleted; what it finds that the project does not."""
+    try:
+        project, file, line = spec.split(":")
+        number = int(line)
+    except ValueError:
+        raise CorpusError(f"--delete-wait {spec!r}: not PROJECT:FILE:LINE") from None
+    source = corpus / project / file
+    if not source.is_file():
+        raise CorpusError(f"--delete-wait {spec!r}: {source} is not a file")
+    if project not in base:
+        base[project] = run_project(corpus / project, select, timeout)
+    before = {(f.file, f.line, f.rule) for f in base[project].findings}
+    with tempfile.TemporaryDirectory(prefix="lint-regression-") as scratch:
+        copy = Path(scratch) / project
+        shutil.copytree(corpus / project, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        edited = delete_wait(source.read_text(encoding="utf-8", errors="replace"), number)
+        (copy / file).write_text(edited, encoding="utf-8")
+        after = run_project(copy, select, timeout)
+    rules = ("HC001", "HC004", "HC005")
+    new = [f for f in after.findings if (f.file, f.line, f.rule) not in before and f.rule in rules]
+    verdict = "CAUGHT" if new else "missed"
+    out = [f"{verdict}  {spec}"] + [f"    {f.file}:{f.line}: {f.rule} {f.message}" for f in new]
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- one project in a process of its own
-def _child(root: Path, select: list[str] | None) -> None:
+def _child(root: Path, select: list[str] | None, sites: bool) -> None:
     import resource
 
     run = lint_tree(root, select)
     run.peak_rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
+    if sites:
+        run.candidates = work_sites(root)
+    else:
+        run.followed = []
     json.dump(asdict(run), sys.stdout)
 
 
-def run_project(root: Path, select: list[str] | None, timeout: float) -> ProjectRun:
+def run_project(root: Path, select: list[str] | None, timeout: float, sites: bool = False) -> ProjectRun:
     command = [sys.executable, str(Path(__file__).resolve()), "--one", str(root)]
     if select:
         command += ["--select", ",".join(select)]
+    if sites:
+        command += ["--sites"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -134,6 +305,8 @@ def run_project(root: Path, select: list[str] | None, timeout: float) -> Project
         return ProjectRun(root.name, error=last)
     data = json.loads(done.stdout)
     data["findings"] = [Found(**f) for f in data["findings"]]
+    data["followed"] = [WorkSite(**f) for f in data["followed"]]
+    data["candidates"] = [WorkSite(**f) for f in data["candidates"]]
     return ProjectRun(**data)
 
 
@@ -322,6 +495,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--project", action="append", default=[], help="only this project (repeatable)")
     parser.add_argument("--truth", type=Path, help="a ground-truth TSV: project, file, line, shape, judgement")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per project (default 1800)")
+    parser.add_argument("--sites", action="store_true", help="count the Work sites the analysis follows")
+    parser.add_argument(
+        "--delete-wait", action="append", default=[], metavar="PROJECT:FILE:LINE", help="lint with that wait deleted"
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON instead of the table")
     output.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -336,7 +513,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     select = [part for item in args.select for part in item.split(",") if part] if args.select else None
     if args.one is not None:
-        _child(args.one, select)
+        _child(args.one, select, args.sites)
+        return 0
+    if args.delete_wait:
+        base: dict[str, ProjectRun] = {}
+        try:
+            reports = [regression(args.corpus, spec, select, args.timeout, base) for spec in args.delete_wait]
+        except CorpusError as exc:
+            print(f"lint_corpus: error: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(reports))
+        caught = sum(r.startswith("CAUGHT") for r in reports)
+        print(f"\nregressions caught: {caught}/{len(reports)}")
         return 0
     try:
         known = read_truth(args.truth) if args.truth else None
@@ -348,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for project in projects:
         print(f"lint_corpus: {project.name}", file=sys.stderr, flush=True)
-        run = run_project(project, select, args.timeout)
+        run = run_project(project, select, args.timeout, args.sites)
         run.commit = commit_of(project, manifest)
         runs.append(run)
     truth = match_truth(runs, known) if known is not None else None
@@ -361,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{len(runs)} projects, {sum(r.files for r in runs)} files, {total} findings")
         if truth is not None:
             print("\n" + render_truth(truth))
+        if args.sites:
+            print("\n" + render_sites(runs))
     return 1 if any(r.error for r in runs) else 0
 
 

@@ -10,7 +10,7 @@ What to read, and what is returned:
   config.py     what the lint is told: wrapper modules (--wrapper, [tool.hicache.lint])
   gitdiff.py    --diff REF: the lines changed since a git ref
   engine.py     lint files and targets: the public entry points, returning a LintResult
-  findings.py   Finding, InputProblem, LintResult
+  findings.py   Finding, InputProblem, Followed, LintResult
 
 One program, as one flow graph:
   modules.py    what one module defines, from its top level (the index names resolve through)
@@ -24,6 +24,7 @@ One walk per module (build.py), and what it asks:
   scopes.py     which names a scope binds, what `self` is, how a name resolves to a place
   naming.py     what a name or a dotted path stands for; which place `x.attr` is
   exprs.py      what a value may hold: the nodes it reads from, or the origin it creates
+  allocations.py  containers made, put into, read out of (objects by where they are made)
   calls.py      where a call's arguments and result go: this module, another, or unseen code
   drains.py     loops that wait every Work of a container (HC002)
   mutations.py  tensors changed after a dropped isend of them (HC003)
@@ -31,6 +32,7 @@ One walk per module (build.py), and what it asks:
 Linking, solving, judging:
   link.py       what the walks left to the program: attributes of one hierarchy, calls across modules
   dispatch.py   which classes a value may be an instance of, and the fields and methods that decides
+  containers.py what the containers and functions a value may hold decide (points-to)
   solve.py      every question in one breadth-first pass over the graph (linear in its size)
   rules.py      the rules (HC001 ...) as small classes in one registry
   suppress.py   `# hicache: ignore[HC001]` comments

@@ -28,17 +28,24 @@ from hicache_cli.lint.modules import ModuleInfo
 from hicache_cli.lint.program import ClassRef, Program
 from hicache_cli.lint.solve import Condensed, Solution, active_origins, factory_reach, persistent, solve
 
-# A file without one of these words creates no Work and polls none, so it is walked only when
+# A file without one of these creates no Work and polls none, so it is walked only when
 # a round finds it leads somewhere a Work goes.
 TRIGGERS = (b"isend", b"irecv", b"async_op", b"is_completed")
+# ... and a ProcessGroup's own methods, as they are called (`pg.allreduce([t], opts)`, `pg.send([t], dst, tag)`)
+TRIGGERS += (b".allreduce", b".allgather", b".alltoall", b".send([", b".recv([", b".broadcast([")
 MAX_ROUNDS = 8
 MAX_LINKS = 6
 MAX_MODULES_PER_NAME = 40
 
 
 def has_trigger(data: bytes) -> bool:
-    """A plain substring search per word: several times faster than one regular expression."""
-    return any(word in data for word in TRIGGERS)
+    """A plain substring search per word: several times faster than one regular expression; the
+    ProcessGroup calls only where a cheaper common part of them is there."""
+    if any(word in data for word in TRIGGERS[:4]):
+        return True
+    if b".all" in data and any(word in data for word in TRIGGERS[4:7]):
+        return True
+    return b"([" in data and any(word in data for word in TRIGGERS[7:])
 
 
 @dataclass
@@ -85,7 +92,7 @@ def analyse(
     pending: list[PendingCall] = []
     analysis = Analysis(program, graph)
     linker = Linker(program, graph, pending, analysis.walked)
-    dispatcher = Dispatcher(program, graph, analysis.walked)
+    dispatcher = Dispatcher(program, graph, analysis.walked, linker.symbol)
     todo = {mid for mid, data in enumerate(datas) if named[mid] or has_trigger(data)}
     first = set(todo)
     searched = Names()
@@ -102,7 +109,8 @@ def analyse(
             needed |= dispatcher.run(final=False, relevant=relevant, returning=names.returning)
             linker.unify()
             linked_before = linker.linked
-            needed |= linker.resolve_calls(relevant, names.returning, final=False, feeds=feeds)
+            lent = dispatcher.containers.holds
+            needed |= linker.resolve_calls(relevant, names.returning, final=False, feeds=feeds, lent=lent)
             if linker.linked == linked_before:
                 break
         new_names = names - searched
@@ -113,7 +121,7 @@ def analyse(
             break
     linker.unify()
     relevant, feeds, names = _relevant(graph, program)
-    linker.resolve_calls(relevant, names.returning, final=True, feeds=feeds)
+    linker.resolve_calls(relevant, names.returning, final=True, feeds=feeds, lent=dispatcher.containers.holds)
     linker.unify()
     dispatcher.run(final=True, relevant=relevant, returning=names.returning)
     linker.unify()
@@ -122,7 +130,9 @@ def analyse(
     pollable = frozenset(
         n
         for n, key in enumerate(graph.keys)
-        if key[0] == INSTANCE and any(program.method(key[1], name) is not None for name in ("is_completed", "wait"))
+        if key[0] == INSTANCE
+        and isinstance(key[1], ClassRef)
+        and any(program.method(key[1], name) is not None for name in ("is_completed", "wait"))
     )
     analysis.solution = solve(graph, pollable)
     return analysis
@@ -189,34 +199,42 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, bytearray, Nam
     origins = active_origins(c)
     reached, _ = factory_reach(c, origins)
     seeds = [o.node for o in graph.origins]
-    back = c.reverse((c.plain, c.params, c.returns))
+    back = c.reverse(c.all)
     polled = c.backward(list(graph.polls), back)
     places = persistent(c)
     seeds += [n for n in range(len(graph.keys)) if places[c.canon[n]] and polled[c.canon[n]]]
-    hot = c.forward(seeds, (c.plain, c.params, c.returns))
+    hot = c.forward(seeds, c.all)
     # An instance of a class one of whose attributes holds a Work carries it too (a record).
     holders = {key[1] for n, key in enumerate(graph.keys) if key[0] == ATTR and hot[c.canon[n]]}
     tokens = [n for n, key in enumerate(graph.keys) if key[0] == INSTANCE and key[1] in holders]
     if tokens:
-        hot = c.forward(seeds + tokens, (c.plain, c.params, c.returns))
+        hot = c.forward(seeds + tokens, c.all)
     raw = bytearray(len(graph.keys))
     names = Names()
+    names_returning = {  # methods that return Works they made
+        key[2].rsplit(".", 1)[-1] for n, key in enumerate(graph.keys) if key[0] == RETURN and reached[c.canon[n]]
+    }
     # the receivers of method calls given something hot, or given `async_op=` (the method may
     # pass it on to a collective: `self.manager.reduce(t, async_op=overlap)`)
     receivers = [
         n
         for call in graph.method_calls
-        if _any(hot, c, call.args) or any(k == "async_op" for k, _ in call.args.keywords)
+        if _any(hot, c, call.args)
+        or any(k == "async_op" for k, _ in call.args.keywords)
+        or hot[c.canon[call.result]]  # a getter whose result things are put into
+        or call.name in names_returning  # a method that returns Works: its receiver decides which
         for n in call.args.receiver
     ]
     feeding = c.backward([n for n in range(len(graph.keys)) if hot[c.canon[n]]] + receivers, back)
     feeds = bytearray(feeding[c.canon[n]] for n in range(len(graph.keys)))
+    _lenders(graph, c, hot, names)
     for n, key in enumerate(graph.keys):
         if not hot[c.canon[n]]:
             continue
         raw[n] = 1
         kind = key[0]
-        if kind == RETURN and reached[c.canon[n]]:
+        if kind == RETURN and reached[c.canon[n]] and not program.is_api(f"{program.names[key[1]]}.{key[2]}"):
+            # (torch.distributed's own API, when the program is torch: its calls are never linked)
             head, _, rest = key[2].partition(".")
             info = program.infos.get(key[1])
             names.returning.add(key[2].rsplit(".", 1)[-1])
@@ -231,6 +249,23 @@ def _relevant(graph: Graph, program: Program) -> tuple[bytearray, bytearray, Nam
         elif kind == GLOBAL and key[1] != -1:
             names.globals.add(key[2])
     return raw, feeds, names
+
+
+def _lenders(graph: Graph, c: Condensed, hot: bytearray, names: Names) -> None:
+    """Functions whose parameters a Work is put into (`pending.append(w)` in a helper given the
+    caller's list), or that pass their parameter on to one: their callers lend the container, so
+    the modules that call them are read (a method's class too: `Fn.apply(...)`, `Cls.method(`)."""
+    receivers = [r for put in graph.puts if any(hot[c.canon[v]] for v in put.values) for r in put.receiver]
+    if not receivers:
+        return
+    lent = c.backward(receivers, c.reverse((c.plain, c.params)))
+    for node in graph.parameters:
+        if lent[c.canon[node]]:
+            qualname = graph.keys[node][2]
+            head, _, method = qualname.rpartition(".")
+            names.factories.add(method)
+            if head and "<" not in head:
+                names.classes.add(head.rsplit(".", 1)[-1])
 
 
 def _any(hot: bytearray, c: Condensed, args: Args) -> bool:

@@ -27,6 +27,8 @@ COLLECTIVES = frozenset(
         "gather",
         "scatter",
         "barrier",
+        # deepspeed.comm's own, under its names (a wrapper module counts as torch.distributed)
+        *("all_gather_base", "reduce_scatter_base", "allgather_fn", "reduce_scatter_fn"),
     }
 )
 
@@ -39,6 +41,38 @@ def method_api(name: str, async_op_given: bool) -> str | None:
     if name in COLLECTIVES and async_op_given:
         return f"{name}(async_op=True)"
     return None
+
+
+# A ProcessGroup's own methods: each returns a Work, always asynchronous (torch 2.13's
+# `dir(torch.distributed.ProcessGroup)`; `monitored_barrier` blocks and returns none).
+PROCESS_GROUP = f"{DIST}.ProcessGroup"
+PG_WORK_METHODS = frozenset(
+    {
+        *("allreduce", "allreduce_coalesced", "allgather", "allgather_coalesced", "allgather_into_tensor_coalesced"),
+        *("_allgather_base", "all_gather_single", "all_gather_single_coalesced", "broadcast", "reduce"),
+        *("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single", "reduce_scatter_single_coalesced"),
+        *("reduce_scatter_tensor_coalesced", "alltoall", "alltoall_base", "all_to_all_single", "gather", "scatter"),
+        *("barrier", "send", "recv", "recv_anysource"),
+    }
+)
+# torch.distributed's calls and names whose value is a ProcessGroup.
+PG_FACTORIES = frozenset(
+    {
+        *(f"{DIST}.{name}" for name in ("new_group", "_get_default_group", "_new_group_with_tag", "ProcessGroup")),
+        *(f"{DIST}.{name}" for name in ("ProcessGroupGloo", "ProcessGroupNCCL", "ProcessGroupMPI", "ProcessGroupUCC")),
+        *(f"{DIST}.{name}" for name in ("group.WORLD", "GroupMember.WORLD", "_get_process_group_by_name")),
+    }
+)
+PG_CLASSES = frozenset({PROCESS_GROUP, "torch._C._distributed_c10d.ProcessGroup"})
+
+
+def receives(api: str) -> bool:
+    """Whether a Work API's Work receives data (HC004): irecv, a collective (barrier aside), a
+    ProcessGroup's recv or collective."""
+    name = api.removeprefix("ProcessGroup.").split("(", 1)[0]
+    if api.startswith("ProcessGroup."):
+        return name not in ("send", "barrier")
+    return name == "irecv" or (api.endswith("(async_op=True)") and name != "barrier")
 
 
 # Methods that put their arguments into the container they are called on.

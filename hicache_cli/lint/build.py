@@ -5,7 +5,10 @@ calls into other modules, left for the program to resolve (linking)."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from hicache_cli.lint.allocations import Allocations, key_tag
 from hicache_cli.lint.calls import Calls, PendingCall
 from hicache_cli.lint.drains import Drains
 from hicache_cli.lint.exprs import Expressions
@@ -19,6 +22,7 @@ from hicache_cli.lint.graph import (
     UNKNOWN,
     Fact,
     Graph,
+    KeyTag,
     Nodes,
 )
 from hicache_cli.lint.modules import FunctionInfo, ModuleInfo, class_info
@@ -30,7 +34,7 @@ from hicache_cli.lint.scopes import Loop, Scope, annotation_class
 MODULE = "<module>"
 
 
-class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
+class ModuleWalker(Naming, Expressions, Allocations, Calls, Drains, Mutations):
     """One walk over a module: scopes as it enters them, facts and edges as it meets them."""
 
     def __init__(self, program: Program, graph: Graph, mid: int, info: ModuleInfo, pending: list[PendingCall]) -> None:
@@ -39,6 +43,7 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         self.loops: list[Loop] = []
         self.finally_depth = 0
         self.coalescing = 0  # inside `with _coalescing_manager(...)`: its collectives hand out no Work
+        self.guards: list[Nodes] = []  # `if async_op:` on a parameter whose default is False: what True must reach
         self.methods: dict[str, list[FunctionInfo]] = {}
         for cls in info.classes.values():
             for method in cls.methods.values():
@@ -94,31 +99,58 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         )
         body = [fn.body] if is_lambda else fn.body  # type: ignore[list-item]
         scope.collect(body, params, self._api_value, self.class_key, self.info.name, self.info.is_package)  # type: ignore[arg-type]
+        self.g.parameters.update(self.n((LOCAL, self.mid, qualname, p)) for p in params)
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             annotated = annotation_class(arg.annotation)
             if annotated is not None and arg.arg not in scope.types:
                 scope.types[arg.arg] = self.class_key(annotated)
+            if annotated is not None:
+                self.annotated(annotated, self.n((LOCAL, self.mid, qualname, arg.arg)))
+        returns = None if is_lambda else annotation_class(fn.returns)  # type: ignore[union-attr]
+        if returns is not None:  # `def get_pp_group() -> GroupCoordinator`: what it returns is one
+            self.annotated(returns, self.n((RETURN, self.mid, qualname)))
         if cls is not None and self_name is not None and not _is_classmethod(fn):
             # `self` is an instance of its class (and of subclasses, through dispatched calls).
             self.g.link([self.n((INSTANCE, cls))], self.n((LOCAL, self.mid, qualname, self_name)))
         saved = self.scope, self.loops, self.finally_depth, self.sent, self.changed, self.rebound, self.coalescing
+        saved_guards, self.guards = self.guards, []
         self.scope, self.loops, self.finally_depth, self.coalescing = scope, [], 0, 0
         self.sent, self.changed, self.rebound = [], {}, {}
         # Defaults flow into their parameters (`async_op=True` reaches what the parameter feeds).
         positional = [*args.posonlyargs, *args.args]
         for arg, default in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
             self.g.link(self._outer(default, enclosing), self.n((LOCAL, self.mid, qualname, arg.arg)))
+            if _is_false(default):
+                scope.switches.add(arg.arg)
         for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
             if kw_default is not None:
                 self.g.link(self._outer(kw_default, enclosing), self.n((LOCAL, self.mid, qualname, arg.arg)))
+                if _is_false(kw_default):
+                    scope.switches.add(arg.arg)
         if is_lambda:
             self.g.link(self.ev(fn.body), self.n((RETURN, self.mid, qualname)))  # type: ignore[arg-type]
         else:
             self.body(fn.body)  # type: ignore[arg-type]
         self._mutations_done()
         self.scope, self.loops, self.finally_depth, self.sent, self.changed, self.rebound, self.coalescing = saved
+        self.guards = saved_guards
         self._closure_kept(scope, name, enclosing, fn.lineno)
         return scope
+
+    @contextmanager
+    def guarded(self, test: ast.expr) -> Iterator[None]:
+        """`if overlap:` / `x if overlap else y` where `overlap` is a parameter defaulting to
+        False (Oobleck's `_recv(t, src, async_op=False)`): the Works made there exist only when
+        True reaches it, as with `async_op=overlap` itself."""
+        guard = None
+        if isinstance(test, ast.Name) and test.id in self.scope.switches and self.scope.kind == "function":
+            guard = frozenset({self.n((LOCAL, self.mid, self.scope.qualname, test.id))})
+            self.guards.append(guard)
+        try:
+            yield
+        finally:
+            if guard is not None:
+                self.guards.pop()
 
     def _outer(self, expr: ast.expr, scope: Scope) -> Nodes:
         saved, self.scope = self.scope, scope
@@ -167,16 +199,29 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
 
     # --- recording ----------------------------------------------------------------------------
 
-    def store(self, values: Nodes, targets: Nodes, where: ast.AST, text: str, grows: bool) -> None:
-        """`values` may now be kept in `targets`; `grows`: appended to rather than replaced."""
+    def store(
+        self,
+        values: Nodes,
+        targets: Nodes,
+        where: ast.AST,
+        text: str,
+        grows: bool,
+        key: KeyTag = None,
+        refill: bool = False,
+    ) -> None:
+        """`values` may now be kept in `targets`: bound to them, or (`grows`) put into the
+        containers they hold (`x.append(v)`, `x[key] = v`)."""
         if not values:
             return
+        if grows:
+            self.g.put(values, targets, self.fact(where, text), key, refill)
         for target in targets:
             if values <= {target} or self.g.keys[target][0] == UNKNOWN:  # `self.works = self.works[n:]`
                 continue
-            self.g.link(values, target)
-            self.g.note_store(target, self.fact(where, text))
-            if grows and self.g.keys[target][0] == LOCAL and target not in self.g.kept:
+            if not grows:
+                self.g.link(values, target)
+                self.g.note_store(target, self.fact(where, text))
+            elif self.g.keys[target][0] == LOCAL and target not in self.g.kept:
                 self._grows_in_loop(target, where, text)
 
     def _grows_in_loop(self, target: int, where: ast.AST, text: str) -> None:
@@ -212,9 +257,13 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         elif isinstance(node, ast.AnnAssign):
             if node.value is not None:
                 self.assign([node.target], node.value)
+            annotated = annotation_class(node.annotation)
+            if annotated is not None and isinstance(node.target, ast.Name | ast.Attribute):
+                self.annotated(annotated, next(iter(self.ev(node.target)), -1))
         elif isinstance(node, ast.AugAssign):
-            values = self.ev(node.value)
-            self.store(values, self.ev(node.target), node, ast.unparse(node.target), grows=True)
+            values = self.ev(node.value)  # `works += more`: more's elements go into works
+            added = frozenset({self.take(values)}) if values else values
+            self.store(added, self.ev(node.target), node, ast.unparse(node.target), grows=True)
             self._changed(node.target, node.lineno)
         elif isinstance(node, ast.For | ast.AsyncFor):
             self.for_loop(node)
@@ -227,7 +276,8 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
             self.body(node.orelse)
         elif isinstance(node, ast.If):
             self.ev(node.test)
-            self.body(node.body)
+            with self.guarded(node.test):
+                self.body(node.body)
             self.body(node.orelse)
         elif isinstance(node, ast.With | ast.AsyncWith):
             for item in node.items:
@@ -245,14 +295,25 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         elif isinstance(node, ast.Return):
             if node.value is not None and self.scope.kind == "function":
                 ret = self.n((RETURN, self.mid, self.scope.qualname))
-                if isinstance(node.value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in node.value.elts):
-                    # `return out, work`: each element its own place, so `out, work = f()` keeps them apart
-                    for i, elt in enumerate(node.value.elts):
-                        element = self.n((RETURN, self.mid, self.scope.qualname, i))
-                        self.g.link(self.ev(elt), element)
-                        self.g.link([element], ret)
+                held = self.ev(node.value)
+                if self.guards:  # `if overlap: return out, handles`: the Works come back on a switch
+                    switched = self.n((RETURN, self.mid, self.scope.qualname, "if", node.lineno))
+                    self.g.switched.add(switched)
+                    self.g.link(held, switched)
+                    self.g.link([switched], ret)
                 else:
-                    self.g.link(self.ev(node.value), ret)
+                    self.g.link(held, ret)
+                if (
+                    not self.guards
+                    and isinstance(node.value, ast.Tuple)
+                    and not any(isinstance(e, ast.Starred) for e in node.value.elts)
+                ):
+                    # `return out, work`: each element its own place, so `out, work = f()` keeps
+                    # them apart at each call (the call's own elements: link.py)
+                    (token,) = held
+                    for i in range(len(node.value.elts)):
+                        element = self.n((RETURN, self.mid, self.scope.qualname, i))
+                        self.g.link([self.g.content(token, i)[0]], element)
             elif node.value is not None:
                 self.ev(node.value)
         elif isinstance(node, ast.Expr):
@@ -317,7 +378,8 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
         if len(targets) == 1 and isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Call):
             elements = self._elements(values, target)
             if elements is not None:
-                for t, element in zip(target.elts, elements, strict=True):
+                for i, (t, element) in enumerate(zip(target.elts, elements, strict=True)):
+                    self.g.take(values, element, index=i, opened=False)
                     self.bind(t, frozenset({element}), value)
                 return
         for t in targets:
@@ -362,22 +424,43 @@ class ModuleWalker(Naming, Expressions, Calls, Drains, Mutations):
             self.store(values, frozenset({holder}), where, ast.unparse(target), grows=False)
         elif isinstance(target, ast.Subscript):
             self.ev(target.slice)
-            self.store(values, self.ev(target.value), where, ast.unparse(target.value), grows=True)
+            refill = isinstance(target.slice, ast.Slice)
+            key = key_tag(target.slice) if not refill else None
+            self.store(values, self.ev(target.value), where, ast.unparse(target.value), True, key, refill)
             self._changed(target, getattr(where, "lineno", 0))
         elif isinstance(target, ast.Tuple | ast.List):
-            for elt in target.elts:
-                self.bind(elt, values, where)
+            self.unpack(target, values, where)
         elif isinstance(target, ast.Starred):
             self.bind(target.value, values, where)
 
     def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
         items = self.ev(node.iter)
-        self.bind(node.target, items, node)
+        renamed = self.own_loop_names(node.target, node)
+        self.bind(node.target, frozenset({self.take(items)}) if items else items, node)
         self.for_drains(node, items)
         self.loops.append(Loop(node.lineno, False, node))
         self.body(node.body)
         self.loops.pop()
         self.body(node.orelse)
+        self.end_loop_names(renamed)
+
+    def own_loop_names(self, target: ast.expr, loop: ast.AST) -> list[tuple[str, str | None]]:
+        """Give the loop's variables places of their own while it is walked (Scope.loop_names)."""
+        scope = self.scope
+        if scope.kind != "function":
+            return []
+        names = [n.id for n in ast.walk(target) if isinstance(n, ast.Name) and n.id in scope.loop_names()]
+        saved = [(name, scope.renamed.get(name)) for name in names]
+        for name in names:
+            scope.renamed[name] = f"{name}@{loop.lineno}:{loop.col_offset}"
+        return saved
+
+    def end_loop_names(self, saved: list[tuple[str, str | None]]) -> None:
+        for name, before in reversed(saved):
+            if before is None:
+                self.scope.renamed.pop(name, None)
+            else:
+                self.scope.renamed[name] = before
 
     # --- drains (HC002): every Work of a container waited in turn ------------------------------
 
@@ -393,6 +476,10 @@ def _mentions(value: ast.expr, target: ast.Name | ast.Attribute) -> bool:
             if ast.unparse(n) == text:
                 return True
     return False
+
+
+def _is_false(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value in (False, None)
 
 
 def _is_classmethod(fn: ast.AST) -> bool:

@@ -8,12 +8,15 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hicache_cli.lint.allocations import COPIES, COPIES_QUALIFIED, DICT_MAKERS, EMPTY_QUALIFIED
 from hicache_cli.lint.apis import (
     COLLECTIVES,
     INERT_CALLS,
     P2P_METHODS,
     PASS_THROUGH,
     PASS_THROUGH_QUALIFIED,
+    PG_FACTORIES,
+    PG_WORK_METHODS,
     READ_METHODS,
     STORE_METHODS,
     WAIT_FUNCTIONS,
@@ -37,6 +40,7 @@ from hicache_cli.lint.graph import (
     Origin,
     Site,
     Span,
+    ValueCall,
 )
 from hicache_cli.lint.modules import FunctionInfo
 from hicache_cli.lint.program import ClassRef
@@ -75,7 +79,10 @@ class Calls:
         element: str | None = None,
         condition: tuple[int, ...] | None = None,
     ) -> Nodes:
+        if condition is None and self.guards and api in ("isend", "irecv", "batch_isend_irecv"):
+            condition = tuple(n for guard in self.guards for n in guard)
         if self.coalescing and api.endswith("(async_op=True)"):
+            self.g.no_work.append((self.mid, Span.of(call), api))
             return NOTHING  # queued by the coalescing manager around it: no Work (build.py)
         tensor = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "tensor"), None)
         index = len(self.g.origins)
@@ -117,12 +124,25 @@ class Calls:
                 if (api := self._method_api(func, name, async_op)) is not None:
                     return self.new_origin(api, node, statement, condition=_condition(async_op))
                 self._in_place(func, node)
-                return self.call_method(node, func.value, name, positional, keywords)
-            self.ev(func)
+                return self.call_method(node, func.value, name, positional, keywords, statement)
+            callee = self.ev(func)
             if name in COLLECTIVES and async_op is not None:
                 return self.new_origin(f"{name}(async_op=True)", node, statement, condition=_condition(async_op))
-            self.g.escape(given, f"passed to {ast.unparse(func)}()")
-            return self.g.unknown()  # a callback's result: code the program cannot see
+            # a call of a value: of each function it may hold (containers.py), or, when it holds
+            # none the analysis knows, of code it cannot see (a callback)
+            result = self.n((CALL, "v", len(self.g.value_calls)))
+            tensor = node.args[0] if node.args else None
+            self.g.value_calls.append(
+                ValueCall(
+                    tuple(callee),
+                    Args(tuple(positional), tuple(keywords.items())),
+                    result,
+                    self.site(node, ast.unparse(func), statement),
+                    async_op,
+                    ast.unparse(tensor) if statement and isinstance(tensor, ast.Name | ast.Attribute) else None,
+                )
+            )
+            return frozenset({result})
         kind = symbol[0]
         if kind in ("dotted", "in") and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
             if name in STORE_METHODS | READ_METHODS | INERT_CALLS:  # `Backend.ongoing_reqs.append(r)`
@@ -140,7 +160,7 @@ class Calls:
         if kind == "own_class":
             return self.construct(symbol[1], positional, keywords, node, statement)
         if kind == "builtin":
-            return self.call_builtin(name, node, positional, given)
+            return self.call_builtin(name, node, positional, given, keywords)
         # Another module's function, class or method: resolved by the program. Its receiver, if
         # the path turns out to end in a value's method (`Backend.ongoing_reqs.append(...)`).
         receiver = self.ev(func.value) if isinstance(func, ast.Attribute) and kind != "method" else NOTHING
@@ -224,6 +244,14 @@ class Calls:
         if last in WAIT_FUNCTIONS:
             self.wait_on(given, node, qualified)
             return NOTHING
+        if qualified in PG_FACTORIES:
+            return self.process_group()
+        if qualified in DICT_MAKERS:
+            return self.dict_made(node, positional, {})
+        if qualified in COPIES_QUALIFIED:
+            return self.copy_of(node, positional[:1] if qualified != "itertools.chain" else positional)
+        if qualified in EMPTY_QUALIFIED:
+            return self.copy_of(node, [])
         if qualified in PASS_THROUGH_QUALIFIED:
             return given
         if qualified.startswith(("torch.", "logging.")) or last in INERT_CALLS:
@@ -231,10 +259,21 @@ class Calls:
         self.g.escape(given, f"passed to {qualified}()")
         return self.g.unknown()
 
-    def call_builtin(self: ModuleWalker, name: str, node: ast.Call, positional: list[Nodes], given: Nodes) -> Nodes:
+    def call_builtin(
+        self: ModuleWalker, name: str, node: ast.Call, positional: list[Nodes], given: Nodes, keywords: Keywords
+    ) -> Nodes:
         if name in WAIT_FUNCTIONS:
             self.wait_on(given, node, name)
             return NOTHING
+        if name == "dict":
+            return self.dict_made(node, positional, keywords)
+        if name in ("enumerate", "zip"):
+            columns: list[Nodes | None] = [None, *positional[:1]] if name == "enumerate" else list(positional)
+            return self.rows_of(node, columns)
+        if name == "next" and positional:
+            return frozenset({self.take(positional[0])})
+        if name in COPIES and name != "filter":
+            return self.copy_of(node, positional[:1], "set" if name in ("set", "frozenset") else "list")
         if name in ("map", "filter") and node.args:
             # `filter(lambda w: w.wait(), works)`: the function sees each element.
             fn, items = node.args[0], frozenset().union(*positional[1:])
@@ -248,7 +287,7 @@ class Calls:
                     self.g.link(items, self.n((LOCAL, self.mid, info.qualname, info.positional[0])), self.g.params)
                 elif found[0] not in ("builtin", "ext"):
                     self.g.escape(items, f"passed to {fn.id}()")
-            return items if name == "filter" else NOTHING
+            return self.copy_of(node, positional[1:2]) if name == "filter" else NOTHING
         if name in INERT_CALLS:
             return NOTHING
         if name in PASS_THROUGH:
@@ -263,7 +302,13 @@ class Calls:
         return fact
 
     def call_method(
-        self: ModuleWalker, node: ast.Call, receiver: ast.expr, method: str, positional: list[Nodes], keywords: Keywords
+        self: ModuleWalker,
+        node: ast.Call,
+        receiver: ast.expr,
+        method: str,
+        positional: list[Nodes],
+        keywords: Keywords,
+        statement: bool = False,
     ) -> Nodes:
         """`receiver.method(...)`: a method of self's class or of a local of a known class, or
         what the method's name means on any value."""
@@ -277,6 +322,9 @@ class Calls:
             owner = scope
         if owner is not None and owner.cls is not None:
             cls = owner.cls
+            if method in PG_WORK_METHODS and self.program.is_process_group(cls):
+                self.ev(receiver)
+                return self.new_origin(f"ProcessGroup.{method}", node, statement)
             method_ref = self.program.method(cls, method) if isinstance(cls, ClassRef) and not is_super else None
             me = NOTHING if is_super else self.ev(receiver)
             if is_super:  # super().m(): the method of this class's bases, on this instance
@@ -285,8 +333,9 @@ class Calls:
                 args = Args(tuple(positional), tuple(keywords.items()), me)
                 return link_call(self.g, self.mid, method_ref.info, args, self.site(node, f"self.{method}"), True)
             if method not in STORE_METHODS | READ_METHODS | INERT_CALLS or method_ref is not None:
+                key = ("super", cls) if is_super else cls  # super().m(): m of the bases, not of cls
                 return self.defer(
-                    ("method", cls, method), node, False, positional, keywords, me, _async_op(node, keywords)
+                    ("method", key, method), node, False, positional, keywords, me, _async_op(node, keywords)
                 )
         if typed is not None:
             return self.defer(
@@ -304,7 +353,7 @@ class Calls:
         special = method in ("wait", "is_completed") or method in STORE_METHODS | READ_METHODS | INERT_CALLS
         result = self.n((CALL, "m", len(self.g.method_calls)))
         args = Args(tuple(positional), tuple(keywords.items()), held)
-        self.g.method_calls.append(MethodCall(self.site(node, text), method, args, result, special))
+        self.g.method_calls.append(MethodCall(self.site(node, text, statement), method, args, result, special))
         if method == "wait":
             self.g.method_calls[-1].fact = self.wait_on(held, node, text)
             return frozenset({result})
@@ -316,12 +365,8 @@ class Calls:
             return frozenset({result})
         if method in REAP_METHODS:
             self.g.reaped.update(held)
-        if method in STORE_METHODS:
-            kept = positional[1:] if method in ("insert", "setdefault") else positional
-            self.store(frozenset().union(*kept, *keywords.values()), held, node, text, grows=True)
-            return frozenset({result}) | held if method == "setdefault" else frozenset({result})
-        if method in READ_METHODS:
-            return held | {result}
+        if method in STORE_METHODS | READ_METHODS:
+            return self.container_method(node, method, held, positional, keywords, text) | {result}
         if method in INERT_CALLS:
             return frozenset({result})
         del given  # the rest is decided once the receiver's classes are known (dispatch.py)

@@ -14,27 +14,36 @@ module's methods of that name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
+from hicache_cli.lint.apis import PG_WORK_METHODS, PROCESS_GROUP
 from hicache_cli.lint.calls import link_call
+from hicache_cli.lint.containers import Containers
 from hicache_cli.lint.graph import ANY_ATTR, ANY_READ, ATTR, INSTANCE, Graph, MethodCall
-from hicache_cli.lint.program import ClassRef, FunctionRef, Program
+from hicache_cli.lint.program import ClassRef, External, FunctionRef, Program, Symbol
 from hicache_cli.lint.solve import Condensed
 
 CLASSES_PER_VALUE = 4  # more than this many classes: the value is taken as unknown
-MAX_PASSES = 4
+MAX_PASSES = 8
 MANY = object()
+PG_TOKEN = External(PROCESS_GROUP)  # the class of every ProcessGroup from torch (dist.new_group(), annotations)
+PG_CALL = "ProcessGroup"  # a method call taken for a ProcessGroup's: its Work is made there
 
 
 class Dispatcher:
-    def __init__(self, program: Program, graph: Graph, analysed: set[int]) -> None:
+    def __init__(
+        self, program: Program, graph: Graph, analysed: set[int], symbol: Callable[[tuple], Symbol | None]
+    ) -> None:
         self.program, self.g, self.analysed = program, graph, analysed
+        self.containers = Containers(program, graph, analysed, symbol)
+        self._settled: tuple[int, ...] = ()
 
     def classes(self) -> tuple[Condensed, dict[int, list[object]]]:
         """Each node (condensed) -> the classes of the instances it may hold (MANY: too many)."""
         c = Condensed(self.g)
         sources = {n: key[1] for n, key in enumerate(self.g.keys) if key[0] == INSTANCE}
-        return c, c.forward_labels(sources, (c.plain, c.params, c.returns), CLASSES_PER_VALUE, MANY)
+        return c, c.forward_labels(sources, c.all, CLASSES_PER_VALUE, MANY)
 
     def run(
         self, final: bool, relevant: bytearray | None = None, returning: set[str] | frozenset[str] = frozenset()
@@ -42,14 +51,26 @@ class Dispatcher:
         """Resolve what the known classes decide; returns modules a dispatch leads into that are
         not analysed yet. `final`: settle what is still unknown."""
         needed: set[int] = set()
-        for _ in range(MAX_PASSES):
-            c, labels = self.classes()
-            changed = self._fields(c, labels) | self._methods(c, labels, needed, relevant, returning)
-            if not changed:
-                break
+        self._passes(needed, relevant, returning)
         if final:
+            self.containers.settle()
+            self._passes(needed, relevant, returning)
             self._settle()
         return needed
+
+    def _passes(self, needed: set[int], relevant: bytearray | None, returning: set[str] | frozenset[str]) -> None:
+        for number in range(MAX_PASSES):
+            state = (len(self.g.keys), self.g.changes, len(self.g.method_calls), len(self.analysed), len(self.g.puts))
+            if state == self._settled:
+                break  # nothing was added since a pass that learnt nothing
+            c, labels = self.classes()
+            objects = self.containers.objects(c, refresh=number == 0)
+            changed = self.typed(c, labels) | self._fields(c, labels)
+            changed |= self._methods(c, labels, needed, relevant, returning)
+            changed |= self.containers.step(c, objects, needed)
+            if not changed:
+                self._settled = state
+                break
 
     def _of(self, c: Condensed, labels: dict[int, list[object]], nodes: tuple[int, ...]) -> list[ClassRef] | None:
         found: list[ClassRef] = []
@@ -85,7 +106,10 @@ class Dispatcher:
     ) -> bool:
         changed = False
         for call in self.g.method_calls:
-            if call.done:
+            if call.done or PG_CALL in call.classes:
+                continue
+            if call.name in PG_WORK_METHODS and self._on_process_group(c, labels, call):
+                changed = True
                 continue
             classes = self._of(c, labels, tuple(call.args.receiver)) or []
             self._not_a_work(call, classes)
@@ -105,6 +129,32 @@ class Dispatcher:
                 changed = True
         return changed
 
+    def _on_process_group(self, c: Condensed, labels: dict[int, list[object]], call: MethodCall) -> bool:
+        """`self._pg.allreduce([t], opts)`, `pg.send([t], dst, tag)`: on a ProcessGroup (torch's, or
+        a class of the program deriving from it) a Work is made where the method is called."""
+        held = [label for n in call.args.receiver for label in labels.get(c.canon[n], ())]
+        if not any(label == PG_TOKEN or self.program.is_process_group(label) for label in held):
+            return False
+        g = self.g
+        call.classes.add(PG_CALL)
+        call.special = True  # its arguments are the collective's tensors, not kept anywhere
+        g.link([g.origin_at(call.site, f"ProcessGroup.{call.name}")], call.result)
+        return True
+
+    def typed(self, c: Condensed, labels: dict[int, list[object]]) -> bool:
+        """A place annotated with a class of the program holds its instances (`manager: Manager`:
+        `self._manager.allreduce(...)` is Manager.allreduce); with a ProcessGroup, any ProcessGroup."""
+        changed = False
+        for node, key in self.g.typed:
+            cls = key if isinstance(key, ClassRef) else self.containers.symbol(key[1])
+            if not isinstance(cls, ClassRef):
+                continue
+            token = PG_TOKEN if self.program.is_process_group(cls) else cls
+            self.g.link([self.g.node((INSTANCE, token))], node)
+            changed = True
+        self.g.typed.clear()
+        return changed
+
     def _not_a_work(self, call: MethodCall, classes: list[ClassRef]) -> None:
         """`task.is_completed()` on a class of the program that defines is_completed (or wait):
         that method, not a Work's; the poll (or wait) taken where it was written is not one."""
@@ -116,6 +166,7 @@ class Dispatcher:
         for n in call.args.receiver:
             if table.get(n) is call.fact:
                 del table[n]
+                self.g.unsure.append((n, call.fact, call.name))  # solve.py decides
         call.fact = None
 
     def _link(self, call: MethodCall, method: FunctionRef) -> None:
@@ -131,7 +182,10 @@ class Dispatcher:
                 # through it may be in any of them (two hubs, so reads and writes do not join them all).
                 g.link([g.node((ANY_READ, access.attr))], access.node)
                 if access.node in g.stores or access.node in g.assigned:
-                    g.link([access.node], g.node((ANY_ATTR, access.attr)))
+                    by_name = g.node((ANY_ATTR, access.attr))
+                    g.link([access.node], by_name)
+                    for fact in g.stores.get(access.node, {}).values():
+                        g.note_store(by_name, fact)  # stored through: kept where its class keeps it
             access.done = True
         for call in g.method_calls:
             if call.done:

@@ -44,7 +44,8 @@ class Drains:
             if receiver is None:
                 continue
             if isinstance(receiver, ast.Name) and receiver.id in names:
-                self.drain(call, items, _unwrapped(container))  # type: ignore[arg-type]
+                inner = _unwrapped(container)  # `enumerate(self.works)`: the drain is of self.works
+                self.drain(call, items if inner is container else self.ev(inner), inner)  # type: ignore[arg-type]
             elif (
                 by_index is not None
                 and isinstance(receiver, ast.Subscript)

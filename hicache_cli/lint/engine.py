@@ -12,9 +12,10 @@ from pathlib import Path
 from hicache_cli.errors import UsageError
 from hicache_cli.lint.analysis import analyse
 from hicache_cli.lint.config import LintConfig, make_config, read_settings
-from hicache_cli.lint.findings import Finding, InputProblem, LintResult
+from hicache_cli.lint.findings import Finding, Followed, InputProblem, LintResult
 from hicache_cli.lint.gitdiff import changed_lines, touches
 from hicache_cli.lint.rules import RULES, Context, Rule, default_rules
+from hicache_cli.lint.solve import Solution
 from hicache_cli.lint.suppress import suppressions
 from hicache_cli.lint.targets import SourceFile, Unreadable, expand, read_source
 
@@ -132,6 +133,19 @@ def _lint_analysed(
                 continue
             found.add(finding)
     result.findings.extend(found)
+    result.followed.extend(_followed(analysis.solution, [f.shown for f in files]))
+
+
+def _followed(solution: Solution, shown: list[str]) -> Iterator[Followed]:
+    active = {id(o) for o in solution.active}
+    for origin in solution.graph.origins:
+        kind = "work" if id(origin) in active else "sync"
+        yield Followed(shown[origin.mid], origin.span.line, origin.span.end_line, kind, origin.api)
+    for mid, span, api in solution.graph.no_work:
+        yield Followed(shown[mid], span.line, span.end_line, "none", api)
+    for call in solution.graph.calls:
+        site = call.site
+        yield Followed(shown[site.mid], site.span.line, site.span.end_line, "call", site.text)
 
 
 def lint(

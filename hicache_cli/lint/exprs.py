@@ -24,21 +24,28 @@ class Expressions:
         if isinstance(node, ast.Constant):
             return frozenset({self.n((TRUE,))}) if node.value is True else NOTHING
         if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load) and (function := self.function_value(node)) is not None:
+                return function
             return frozenset({self.n(self.name_key(node.id))})
         if isinstance(node, ast.Attribute):
             if node.attr == "wait" and isinstance(node.ctx, ast.Load):
                 # `x.wait` handed on as a callable (`instrument(self.handle.wait)()`, a callback):
                 # it will be called, so x counts as waited.
                 self.wait_on(self.ev(node.value), node, ast.unparse(node.value))
+            if isinstance(node.ctx, ast.Load) and (function := self.function_value(node)) is not None:
+                return function
+            if isinstance(node.ctx, ast.Load) and (group := self.pg_value(node)) is not None:
+                return group
             return frozenset({self.attr_node(node)})
         if isinstance(node, ast.Subscript):
-            self.ev(node.slice)
-            return self.ev(node.value)
+            return self.subscript(node)
         if isinstance(node, ast.Call):
             return self.call(node)
         if isinstance(node, ast.IfExp):
             self.ev(node.test)
-            return self.ev(node.body) | self.ev(node.orelse)
+            with self.guarded(node.test):
+                body = self.ev(node.body)
+            return body | self.ev(node.orelse)
         if isinstance(node, ast.BinOp):  # `works_a + works_b`; long chains are flattened, not recursed
             parts, todo = [], [node]
             while todo:
@@ -48,13 +55,10 @@ class Expressions:
                 else:
                     parts.append(part)
             return frozenset().union(*(self.ev(p) for p in parts))
-        if isinstance(node, ast.BoolOp | ast.List | ast.Tuple | ast.Set):
-            parts = node.values if isinstance(node, ast.BoolOp) else node.elts
-            return frozenset().union(*(self.ev(p) for p in parts))
-        if isinstance(node, ast.Dict):
-            for key in node.keys:
-                self.ev(key)
-            return frozenset().union(*(self.ev(v) for v in node.values))
+        if isinstance(node, ast.BoolOp):
+            return frozenset().union(*(self.ev(p) for p in node.values))
+        if isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict):
+            return self.literal(node)
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
             return self.comprehension(node)
         if isinstance(node, ast.NamedExpr):
@@ -86,21 +90,33 @@ class Expressions:
         return NOTHING
 
     def comprehension(self: ModuleWalker, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> Nodes:
+        """A new container (its allocation site is the comprehension) holding what `elt` holds."""
+        renamed = [pair for gen in node.generators for pair in self.own_loop_names(gen.target, node)]
+        try:
+            return self._comprehension(node)
+        finally:
+            self.end_loop_names(renamed)
+
+    def _comprehension(self: ModuleWalker, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> Nodes:
         for gen in node.generators:
             items = self.ev(gen.iter)
-            self.bind(gen.target, items, node)
+            self.bind(gen.target, frozenset({self.take(items)}), node)
             for cond in gen.ifs:
                 self.ev(cond)
         if isinstance(node, ast.DictComp):
+            token = self.allocation(node, "dict")
             self.ev(node.key)
-            return self.ev(node.value)
+            self._fill(token, self.ev(node.value))
+            return frozenset({token})
         first = node.generators[0]
         if len(node.generators) == 1:
             names = {n.id for n in ast.walk(first.target) if isinstance(n, ast.Name)}
             receiver = _wait_of(node.elt)
             if receiver is not None and isinstance(receiver.func.value, ast.Name) and receiver.func.value.id in names:
                 self.drain(receiver, self.ev(first.iter), first.iter)
-        return self.ev(node.elt)
+        token = self.allocation(node, "set" if isinstance(node, ast.SetComp) else "list")
+        self._fill(token, self.ev(node.elt))
+        return frozenset({token})
 
     # --- calls --------------------------------------------------------------------------------
 

@@ -56,6 +56,21 @@ class InputProblem:
         return f"{self.target}: {self.reason}"
 
 
+@dataclass(frozen=True, order=True, slots=True)
+class Followed:
+    """A call the analysis followed as a Work site: `work` (it makes an asynchronous Work),
+    `sync` (a collective whose async_op no True reaches: taken as blocking), `none` (a collective
+    queued by a coalescing manager: no Work of its own), or `call` (a call of the program's own
+    function or method, followed into it). For measuring what the analysis
+    follows on real code (scripts/lint_corpus.py --sites); not part of any output format."""
+
+    file: str
+    line: int
+    end_line: int
+    kind: str  # work | sync | none | call
+    api: str
+
+
 @dataclass
 class LintResult:
     findings: list[Finding] = field(default_factory=list)
@@ -66,3 +81,4 @@ class LintResult:
     parsed: int = 0  # files parsed and analysed
     suppressed: int = 0  # findings silenced by `# hicache: ignore[...]`
     seconds: float = 0.0
+    followed: list[Followed] = field(default_factory=list)  # the Work sites the analysis followed

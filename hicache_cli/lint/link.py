@@ -7,13 +7,14 @@ origin), or code outside the program."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from hicache_cli.lint.apis import (
     COLLECTIVES,
     INERT_CALLS,
     P2P_METHODS,
     PASS_THROUGH_QUALIFIED,
+    PG_WORK_METHODS,
     READ_METHODS,
     STORE_METHODS,
     WAIT_FUNCTIONS,
@@ -28,16 +29,21 @@ from hicache_cli.lint.graph import (
     GLOBAL,
     INSTANCE,
     NOTHING,
-    ORIGIN,
     Args,
     Fact,
     Graph,
     Nodes,
-    Origin,
 )
 from hicache_cli.lint.program import ClassRef, External, FunctionRef, GlobalRef, ModuleRef, Program, Symbol
 
 DIST_PREFIX = DIST + "."
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """A torch.autograd.Function's static forward, called through `apply` (ctx first)."""
+
+    ref: FunctionRef
 
 
 class Linker:
@@ -175,52 +181,95 @@ class Linker:
     # --- calls ----------------------------------------------------------------------------------
 
     def resolve_calls(
-        self, relevant: bytearray, factories: set[str], final: bool, feeds: bytearray | None = None
+        self,
+        relevant: bytearray,
+        factories: set[str],
+        final: bool,
+        feeds: bytearray | None = None,
+        lent: bytearray | None = None,
     ) -> set[int]:
         """Link the calls that can matter: those whose arguments (or receiver) may hold a Work or
-        True, or that name a function returning Works. Returns the modules they lead into that
-        are not analysed yet. `final`: what is still unresolved is code the program cannot see."""
+        True, or that name a function returning Works; and calls into analysed modules that are
+        lent a container or a function (`Sender(self.pending)`: the callee may fill the caller's
+        list). Returns the modules they lead into that are not analysed yet. `final`: what is
+        still unresolved is code the program cannot see."""
         needed: set[int] = set()
         for call in self.pending:
             if call.done:
                 continue
             matters = _touches(call, relevant) or _last_name(call.symbol) in factories
-            if not matters and feeds is not None and _last_name(call.symbol)[:1].isupper():
-                matters = call.result < len(feeds) and bool(feeds[call.result])  # a constructor that matters
-            if not matters and not final:
-                continue
-            if not matters:
-                call.done = True  # nothing that matters goes in or comes out: no edge to add
+            if not matters and feeds is not None:
+                # a constructor or a getter whose value decides where Works go (`get_pp_group()`
+                # in `get_pp_group().isend_tensor_dict(...)`)
+                matters = call.result < len(feeds) and bool(feeds[call.result])
+            lends = not matters and lent is not None and call.args.touches(lent)
+            if not matters and not lends:
+                call.done = call.done or final  # nothing that matters goes in or comes out: no edge to add
                 continue
             target = self._target(call)
-            mid = target.mid if isinstance(target, FunctionRef) else None
+            ref = target.ref if isinstance(target, Forward) else target
+            mid = ref.mid if isinstance(ref, FunctionRef) else None
             if mid is not None and mid not in self.analysed:
                 if not final:
-                    needed.add(mid)
+                    if matters:
+                        needed.add(mid)
+                    continue
+                if lends:
+                    call.done = True  # lent to code that is never read: as code outside the program
                     continue
                 target = None
+            elif lends and target is None:
+                if final:
+                    call.done = True
+                continue
             self._link(call, target)
             self.linked += 1
             call.done = True
         return needed
 
-    def _target(self, call: PendingCall) -> Symbol | None:
+    def _target(self, call: PendingCall) -> Symbol | Forward | None:
         kind = call.symbol[0]
         if kind == "method":
-            owner = self.class_of(call.symbol[1])
+            key = call.symbol[1]
+            above = isinstance(key, tuple) and len(key) == 2 and key[0] == "super"
+            owner = self.class_of(key[1] if above else key)
             if isinstance(owner, ClassRef):
-                return self.program.method(owner, call.symbol[2])
+                name = call.symbol[2]
+                if name in PG_WORK_METHODS and self.program.is_process_group(owner):
+                    return External(f"ProcessGroup.{name}")
+                if above:  # `super().__init__(work, ...)`: the first base that has it
+                    found = (self.program.method(base, name) for base in self.program.parents(owner))
+                    return next((m for m in found if m is not None), None)
+                return self.program.method(owner, name) or self._forward(owner, name)
             return None
         found = self.symbol(call.symbol)
+        if found is None and _last_name(call.symbol) == "apply":  # `SeqAllToAll.apply(...)`, imported
+            owner = self.symbol(_without_last(call.symbol))
+            return self._forward(owner, "apply") if isinstance(owner, ClassRef) else None
         if isinstance(found, ClassRef):
             init = self.program.method(found, "__init__")
             if init is not None and init.mid not in self.analysed:
                 return init  # the module to analyse first
         return found
 
-    def _link(self, call: PendingCall, target: Symbol | None) -> None:
+    def _forward(self, owner: ClassRef, name: str) -> Forward | None:
+        """`Fn.apply(x, ...)` on a torch.autograd.Function of the program runs its static
+        `forward(ctx, x, ...)`: what apply is given goes to forward's parameters after ctx."""
+        if name != "apply":
+            return None
+        forward = self.program.method(owner, "forward")
+        return Forward(forward) if forward is not None and not forward.info.bound else None
+
+    def _link(self, call: PendingCall, target: Symbol | Forward | None) -> None:
         g = self.g
         given = call.args.given
+        if isinstance(target, Forward):
+            args = Args((NOTHING, *call.args.positional), call.args.keywords)
+            link_call(g, target.ref.mid, target.ref.info, args, call.site, False, call.result)
+            return
+        if isinstance(target, External) and target.qualname.startswith("ProcessGroup."):
+            g.link([g.origin_at(call.site, target.qualname)], call.result)
+            return
         if (
             isinstance(target, FunctionRef)
             and target.info.qualname.endswith(".__init__")
@@ -278,13 +327,7 @@ class Linker:
         elif api not in P2P_METHODS:
             api = None
         if api is not None:
-            node = g.node((ORIGIN, len(g.origins)))
-            site = call.site
-            g.origins.append(
-                Origin(node, api, site.mid, site.span, site.function, call.tensor, site.dropped, None, condition,
-                       site.group)
-            )  # fmt: skip
-            g.link([node], call.result)
+            g.link([g.origin_at(call.site, api, call.tensor, condition)], call.result)
             return
         last = qualified.rsplit(".", 1)[-1]
         if last in WAIT_FUNCTIONS:
@@ -307,13 +350,10 @@ class Linker:
                 g.waits.setdefault(n, fact)
             return
         if name in STORE_METHODS:
-            fact = _fact(call, call.site.text.rsplit(".", 1)[0])
-            for target in receiver:
-                g.link(given, target)
-                g.note_store(target, fact)
+            g.put(given, receiver, _fact(call, call.site.text.rsplit(".", 1)[0]))
             return
         if name in READ_METHODS:
-            g.link(receiver, call.result)
+            g.take(receiver, call.result)
             return
         if name in INERT_CALLS:
             return
@@ -324,12 +364,23 @@ class Linker:
 def _touches(call: PendingCall, relevant: bytearray) -> bool:
     # what it is given may hold a Work; `async_op=` or a Work API's name (behind a re-export)
     # may make it one
-    return call.args.touches(relevant) or call.async_op is not None or _last_name(call.symbol) in P2P_METHODS
+    name = _last_name(call.symbol)
+    if call.symbol[0] == "method" and name in PG_WORK_METHODS:
+        return True  # a ProcessGroup's method on a typed value: a Work if the class is one
+    return call.args.touches(relevant) or call.async_op is not None or name in P2P_METHODS
 
 
 def _fact(call: PendingCall, text: str) -> Fact:
     site = call.site
     return Fact(site.mid, site.span.line, site.span.col, text, site.function)
+
+
+def _without_last(symbol: tuple) -> tuple:
+    if symbol[0] == "dotted":
+        return ("dotted", symbol[1].rsplit(".", 1)[0])
+    if symbol[0] == "in":
+        return ("in", symbol[1], symbol[2][:-1])
+    return symbol
 
 
 def _last_name(symbol: tuple) -> str:

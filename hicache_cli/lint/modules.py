@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
+GETTERS = frozenset({"property", "cached_property", "functools.cached_property"})
 RECORD_DECORATORS = frozenset({"dataclass", "dataclasses.dataclass", "attr.s", "attrs.define", "define", "frozen"})
 RECORD_BASES = frozenset({"NamedTuple", "typing.NamedTuple", "TypedDict"})
 TUPLE_FACTORIES = frozenset({"namedtuple", "collections.namedtuple", "NamedTuple", "typing.NamedTuple"})
@@ -74,6 +75,7 @@ class FunctionInfo:
     vararg: str | None
     kwarg: str | None
     bound: bool  # a method whose first parameter is self or cls
+    getter: bool = False  # a @property: reading the attribute calls it
 
     @classmethod
     def of(cls, fn: Function, qualname: str, in_class: bool) -> FunctionInfo:
@@ -86,6 +88,7 @@ class FunctionInfo:
             args.vararg.arg if args.vararg else None,
             args.kwarg.arg if args.kwarg else None,
             in_class and "staticmethod" not in decorators,
+            in_class and bool(decorators & GETTERS),
         )
 
     def parameter(self, index: int, bound: bool) -> str | None:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from hicache_cli.lint.apis import COLLECTIVES, P2P_METHODS, PG_CLASSES, PG_FACTORIES, PROCESS_GROUP
 from hicache_cli.lint.config import DIST
-from hicache_cli.lint.graph import ATTR, FIELD, GLOBAL, FieldAccess
+from hicache_cli.lint.graph import ATTR, CALL, FIELD, FUNCTION, GLOBAL, INSTANCE, LOCAL, RETURN, FieldAccess, Nodes
 from hicache_cli.lint.modules import dotted
-from hicache_cli.lint.program import ClassRef
+from hicache_cli.lint.program import ClassRef, External, FunctionRef
 
 DIST_PREFIX = DIST + "."
 
@@ -86,6 +87,106 @@ class Naming:
         if self.program.is_internal(imported):
             return ("dotted", imported)
         return ("ext", self.program.config.canonical(imported))
+
+    def function_value(self: ModuleWalker, expr: ast.Name | ast.Attribute) -> Nodes | None:
+        """A function named as a value (`p2p_func = _batched if batch else _plain`, `fn =
+        self._send`, `op = dist.isend`): its token, with the place the name also is (None: no
+        function, or not one the analysis can tell). Calls of what holds it follow the token."""
+        if isinstance(expr, ast.Name):
+            symbol = self._name_symbol(expr.id)
+            place = self.n(self.name_key(expr.id))
+        elif (owner := self._bound_method(expr)) is not None:
+            return frozenset({self.attr_node(expr), owner})
+        elif (value := self._property(expr)) is not None:
+            return frozenset({self.attr_node(expr), value})
+        else:
+            symbol = self.symbol(expr) if not self._is_value(expr) else None
+            place = -1  # the attribute's place, made once a token is
+        if symbol is None:
+            return None
+        kind = symbol[0]
+        if kind == "own_func":
+            key, named = (FUNCTION, self.mid, symbol[1].qualname), FunctionRef(self.mid, symbol[1])
+        elif kind == "closure":
+            found = self.scope.function(symbol[1])
+            assert found is not None
+            key, named = (FUNCTION, self.mid, found[1].qualname), FunctionRef(self.mid, found[1])
+        elif kind in ("dotted", "in"):
+            key, named = (FUNCTION, symbol), symbol
+        elif kind == "ext" and symbol[1].startswith(DIST_PREFIX):
+            api = symbol[1][len(DIST_PREFIX) :]
+            if api not in P2P_METHODS and api not in COLLECTIVES:
+                return None
+            key, named = (FUNCTION, "api", api), ("api", api)
+        else:
+            return None
+        token = self.n(key)
+        self.g.functions.setdefault(token, named)
+        if kind == "ext":
+            return frozenset({token})
+        if place == -1:
+            assert isinstance(expr, ast.Attribute)
+            place = self.attr_node(expr)
+        return frozenset({token, place})
+
+    def _own_method(self: ModuleWalker, expr: ast.expr) -> FunctionRef | None:
+        if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)):
+            return None
+        owner = self.scope.self_scope(expr.value.id)
+        if owner is None or not isinstance(owner.cls, ClassRef):
+            return None
+        return self.program.method(owner.cls, expr.attr)
+
+    def _property(self: ModuleWalker, expr: ast.Attribute) -> int | None:
+        """`self.parent` where `parent` is a @property of self's class: what it returns (read as
+        a call of it, so its return goes to this read, not to code outside the program)."""
+        method = self._own_method(expr)
+        if method is None or not method.info.getter:
+            return None
+        read = self.n((CALL, "property", self.mid, expr.lineno, expr.col_offset))
+        self.g.link([self.n((RETURN, method.mid, method.info.qualname))], read, self.g.returns)
+        if method.info.positional:
+            self.g.link(
+                self.ev(expr.value),
+                self.n((LOCAL, method.mid, method.info.qualname, method.info.positional[0])),
+                self.g.params,
+            )
+        return read
+
+    def _bound_method(self: ModuleWalker, expr: ast.expr) -> int | None:
+        """`self._send` where `_send` is a method of self's class: a bound method's token."""
+        method = self._own_method(expr)
+        if method is None or method.info.getter:
+            return None
+        token = self.n((FUNCTION, "bound", method.mid, method.info.qualname))
+        self.g.functions.setdefault(token, ("bound", method))
+        return token
+
+    def process_group(self: ModuleWalker) -> Nodes:
+        """What stands for any torch.distributed ProcessGroup: an instance of torch's class."""
+        return frozenset({self.n((INSTANCE, External(PROCESS_GROUP)))})
+
+    def annotated(self: ModuleWalker, annotation: ast.expr, node: int) -> None:
+        """A place annotated with a ProcessGroup holds one (`pg: ProcessGroup`, `self._pg:
+        Optional[BaseProcessGroup] = pg`); with a class of the program, one the program decides
+        is a ProcessGroup once its bases are known (dispatch.py)."""
+        if node < 0 or not isinstance(annotation, ast.Name | ast.Attribute):
+            return
+        symbol = self.symbol(annotation)
+        if symbol is None:
+            return
+        if symbol[0] == "ext" and symbol[1] in PG_CLASSES:
+            self.g.link(self.process_group(), node)
+        elif symbol[0] in ("own_class", "dotted", "in"):
+            key = symbol[1] if symbol[0] == "own_class" else ("sym", symbol)
+            self.g.typed.append((node, key))
+
+    def pg_value(self: ModuleWalker, expr: ast.Attribute) -> Nodes | None:
+        """`dist.group.WORLD`: a ProcessGroup named by torch.distributed."""
+        symbol = self.symbol(expr) if not self._is_value(expr) else None
+        if symbol is not None and symbol[0] == "ext" and symbol[1] in PG_FACTORIES:
+            return self.process_group()
+        return None
 
     def class_key(self: ModuleWalker, expr: ast.expr) -> tuple | ClassRef | None:
         """The class a constructor call or an annotation names, as far as this module can tell."""

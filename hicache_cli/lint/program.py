@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hicache_cli.lint.apis import COLLECTIVES, P2P_METHODS, WAIT_FUNCTIONS
+from hicache_cli.lint.apis import COLLECTIVES, P2P_METHODS, PG_CLASSES, WAIT_FUNCTIONS
 from hicache_cli.lint.config import DIST, LintConfig
 from hicache_cli.lint.modules import ClassInfo, FunctionInfo, ModuleInfo, module_name
 
@@ -72,6 +72,7 @@ class Program:
     _parents: dict[ClassRef, list[ClassRef]] = field(default_factory=dict)
     _internal: dict[str, bool] = field(default_factory=dict)
     _children: dict[ClassRef, list[ClassRef]] = field(default_factory=dict)
+    _process_groups: dict[ClassRef, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         package_dirs: dict[Path, bool] = {}
@@ -225,6 +226,22 @@ class Program:
         if declaring:
             return [declaring[-1]]
         return [d for d in self.descendants(ref) if self.declares(d, attr)] or [ref]
+
+    def is_process_group(self, ref: object) -> bool:
+        """Whether a class of the program is a torch.distributed ProcessGroup (a base of it, in
+        any module, is torch's): its collectives and sends return Works whatever it overrides."""
+        if not isinstance(ref, ClassRef):
+            return False
+        if ref not in self._process_groups:
+            self._process_groups[ref] = False
+            found = False
+            for cls in self.ancestors(ref):
+                info = self.class_info(cls)
+                for base in info.bases if info is not None else ():
+                    resolved = self.resolve_in(cls.mid, base.split("."))
+                    found |= isinstance(resolved, External) and resolved.qualname in PG_CLASSES
+            self._process_groups[ref] = found
+        return self._process_groups[ref]
 
     def method(self, ref: ClassRef, name: str) -> FunctionRef | None:
         """`name` as a method of `ref` or its bases in the program (the first found)."""

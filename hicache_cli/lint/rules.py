@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hicache_cli.lint.apis import receives
 from hicache_cli.lint.findings import Finding, Related
 from hicache_cli.lint.graph import Fact, Origin, Span
-from hicache_cli.lint.solve import Solution, persistent, store_fact
+from hicache_cli.lint.solve import Solution, persistent, put_fact, store_fact
 
 
 @dataclass
@@ -103,6 +104,15 @@ def _is_field(store: Fact) -> bool:
     return not store.text.startswith("self.") or store.function.endswith(".__init__")
 
 
+def _completes_when_polled(origin: Origin) -> bool:
+    """A collective's Work turns complete on gloo without wait() (measured with torch 2.13:
+    all_reduce, all_to_all_single, a ProcessGroup's allreduce); a send's or a receive's does
+    not (isend, irecv, a ProcessGroup's send and recv: pytorch issue #30723)."""
+    inner = origin.inner or origin
+    api = inner.api.removeprefix("ProcessGroup.").split("(", 1)[0]
+    return api not in ("isend", "irecv", "batch_isend_irecv", "send", "recv", "recv_anysource")
+
+
 def _polls(ctx: Context, node: int) -> list[Fact]:
     found = ctx.solution.polls.get(ctx.solution.of(node), [])
     return sorted((f for f in found if isinstance(f, Fact)), key=lambda f: (f.mid, f.line))
@@ -143,10 +153,18 @@ class KeptNeverWaited(Rule):
                     record = sol.instance_kept(cls) if cls is not None and _is_field(fact) else None
                     pairs.append((fact, record))
             if pairs:
-                yield self._finding(ctx, origin, pairs, _polls(ctx, origin.node))
+                put = put_fact(sol, origin.node, origin)
+                if put is not None and any(put.text == f.text.split(",", 1)[0] for f, _ in pairs):
+                    put = None  # `self.work_list.append(w)`: the place is named already
+                yield self._finding(ctx, origin, pairs, _polls(ctx, origin.node), put)
 
     def _finding(
-        self, ctx: Context, origin: Origin, pairs: list[tuple[Fact, Fact | None]], polls: list[Fact]
+        self,
+        ctx: Context,
+        origin: Origin,
+        pairs: list[tuple[Fact, Fact | None]],
+        polls: list[Fact],
+        put: Fact | None,
     ) -> Finding:
         def place(fact: Fact, record: Fact | None) -> str:
             where = f"{fact.text} ({ctx.where(fact, origin.mid, origin.function)})"
@@ -155,8 +173,13 @@ class KeptNeverWaited(Rule):
             return f"{where}, a record kept in {record.text} ({ctx.where(record, origin.mid, origin.function)})"
 
         places = " and ".join(place(f, r) for f, r in pairs)
+        if put is not None:  # the same container, reached through another name
+            places += f", put there through {put.text} ({ctx.where(put, origin.mid, origin.function)})"
         kept = [f for f, _ in pairs]
-        if polls:
+        if polls and _completes_when_polled(origin):
+            how = ", ".join(ctx.where(f, origin.mid, origin.function) for f in polls)
+            tail = f"only polled with is_completed() ({how}): no error it raises is ever seen"
+        elif polls:
             how = ", ".join(ctx.where(f, origin.mid, origin.function) for f in polls)
             tail = f"only polled with is_completed() ({how}), which stays False on gloo until wait() is called"
         else:
@@ -167,6 +190,8 @@ class KeptNeverWaited(Rule):
             made = Fact(inner.mid, inner.span.line, inner.span.col, "", inner.function)
             what = f"{what} ({inner.api} at {ctx.where(made, origin.mid, origin.function)})"
         related = tuple(ctx.related(f, f"kept in {f.text.split(',', 1)[0]}") for f in kept)
+        if put is not None:
+            related += (ctx.related(put, f"put into {put.text}"),)
         related += tuple(ctx.related(r, f"the record is kept in {r.text}") for _, r in pairs if r is not None)
         related += tuple(ctx.related(f, f"only polled: {f.text}.is_completed()") for f in polls)
         if origin.inner is not None:
@@ -256,10 +281,12 @@ class ReceiveDropped(Rule):
     nothing can wait for it, so every later read of the tensor races with the receive. On gloo
     a dropped irecv is worse off: its data never arrives, nor does anything after it from that
     peer in that group, and ~170 B of it stays while the group lives (`hicache doctor`); a
-    collective is held by the group's worker threads until it has run, and arrives. Fix: keep
-    the Work and wait() it before reading the tensor (or use the blocking call). When a later
-    Work on the same group is waited in the same function, the finding says so and is a note:
-    that wait orders this receive on NCCL's stream, but not on gloo.
+    collective is held by the group's worker threads until it has run, and arrives. Dropped is a
+    statement of its own, a name never read, or a Work the program never waits, keeps or hands on
+    (a local list of them that no loop waits any more). Fix: keep the Work and wait() it before
+    reading the tensor (or use the blocking call). When a later Work on the same group is waited
+    in the same function, the finding says so and is a note: that wait orders this receive on
+    NCCL's stream, but not on gloo.
     """
 
     id = "HC004"
@@ -272,10 +299,7 @@ class ReceiveDropped(Rule):
             if origin.group is not None:
                 later.setdefault((origin.mid, origin.function, origin.group), []).append(origin)
         for origin in sol.active:
-            receives = origin.api == "irecv" or (
-                origin.api.endswith("(async_op=True)") and not origin.api.startswith("barrier")
-            )
-            if not receives or not origin.dropped or origin.element is not None or origin.inner is not None:
+            if not receives(origin.api) or origin.element is not None or origin.inner is not None:
                 continue
             into = f" into `{origin.tensor}`" if origin.tensor is not None else ""
             # measured (hicache doctor): on gloo a dropped irecv's data never lands; a collective's does
@@ -284,10 +308,18 @@ class ReceiveDropped(Rule):
                 if origin.api == "irecv"
                 else ""
             )
-            message = (
-                f"the Work from {origin.api}{into} is dropped: nothing can wait for the data, so reads of it race "
-                f"with the receive{lost}"
-            )
+            if origin.dropped:
+                message = (
+                    f"the Work from {origin.api}{into} is dropped: nothing can wait for the data, so reads of it "
+                    f"race with the receive{lost}"
+                )
+            elif self._never_waited(ctx, origin):
+                message = (
+                    f"the Work from {origin.api} is never waited, kept or handed on: once {origin.function} "
+                    f"returns nothing can wait for the data, so reads of it race with the receive{lost}"
+                )
+            else:
+                continue
             ordered = self._ordered_by(ctx, origin, later.get((origin.mid, origin.function, origin.group or ""), []))
             if ordered is not None:
                 message = (
@@ -298,6 +330,14 @@ class ReceiveDropped(Rule):
                 yield ctx.finding(self.id, origin.mid, origin.span, origin.function, message, level="note")
                 continue
             yield ctx.finding(self.id, origin.mid, origin.span, origin.function, message)
+
+    @staticmethod
+    def _never_waited(ctx: Context, origin: Origin) -> bool:
+        """Bound and used, but waited nowhere, kept nowhere (HC001's), handed to nothing and
+        returned by no public function (whose callers outside the program may wait it)."""
+        sol = ctx.solution
+        n = sol.of(origin.node)
+        return not (sol.waited[n] or sol.escaped[n] or sol.public[n] or sol.keeps.get(n))
 
     @staticmethod
     def _ordered_by(ctx: Context, origin: Origin, same_group: list[Origin]) -> Origin | None:

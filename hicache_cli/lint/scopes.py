@@ -18,6 +18,7 @@ ClassKey = tuple
 
 
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_LOOPS = frozenset({ast.For, ast.AsyncFor, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp})
 _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops"})  # Load/Store and operators: no names below them
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _BINDING = frozenset(
@@ -69,6 +70,12 @@ class Scope:
     functions: dict[str, FunctionInfo] = field(default_factory=dict)  # functions defined here
     captured: set[Key] = field(default_factory=set)  # enclosing functions' locals this one reads
     bounded: dict[str, str] = field(default_factory=dict)  # `d = deque(maxlen=8)`: name -> its maxlen, as written
+    renamed: dict[str, str] = field(default_factory=dict)  # a loop's own variable, while its loop is walked
+    switches: set[str] = field(default_factory=set)  # parameters whose default is False or None
+    _spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # loop target -> its loops' lines
+    _not_loop: set[str] = field(default_factory=set)  # names also bound other than by a loop
+    _load_lines: dict[str, list[int]] = field(default_factory=dict)
+    _loop_names: set[str] | None = None
 
     def collect(
         self,
@@ -86,18 +93,30 @@ class Scope:
         nonlocal_names: set[str] = set()
         locals_, loads, value_loads = self.locals, self.loads, self.value_loads
         name_type, call_type, store = ast.Name, ast.Call, ast.Store
+        targets: set[int] = set()  # loop targets' names, met before them (a parent before its children)
+        spans, not_loop, load_lines = self._spans, self._not_loop, self._load_lines
         for node in own_nodes(body):
             kind = type(node)
             if kind is name_type:  # most nodes: checked first, by type, not isinstance
                 if type(node.ctx) is store:  # type: ignore[attr-defined]
                     locals_.add(node.id)  # type: ignore[attr-defined]
+                    if id(node) not in targets:
+                        not_loop.add(node.id)  # type: ignore[attr-defined]
                 else:
                     loads[node.id] += 1  # type: ignore[attr-defined]
+                    load_lines.setdefault(node.id, []).append(node.lineno)  # type: ignore[attr-defined]
                     if id(node) not in calls:
                         value_loads[node.id] += 1  # type: ignore[attr-defined]
             elif kind is call_type:
                 if type(node.func) is name_type:  # type: ignore[attr-defined]
                     calls.add(id(node.func))  # type: ignore[attr-defined]
+            elif kind in _LOOPS:
+                gens = [node] if kind in (ast.For, ast.AsyncFor) else node.generators  # type: ignore[attr-defined]
+                span = (node.lineno, node.end_lineno or node.lineno)  # type: ignore[attr-defined]
+                for leaf in (n for gen in gens for n in ast.walk(gen.target)):  # type: ignore[attr-defined]
+                    if type(leaf) is name_type:
+                        targets.add(id(leaf))
+                        spans.setdefault(leaf.id, []).append(span)  # type: ignore[attr-defined]
             elif kind in _BINDING:
                 self._binding(node, nonlocal_names, api_of, class_of, module, is_package)
         self.locals -= self.declared_global | nonlocal_names
@@ -148,6 +167,21 @@ class Scope:
         else:
             self.types[name] = key
 
+    def loop_names(self) -> set[str]:
+        """Names bound only by loops (`for req in ...`, comprehensions) and read only inside a loop
+        that binds them: each loop's variable is a place of its own, so `for req in self._reqs:
+        req.wait()` does not wait what another loop's `req` goes through. Worked out on first use
+        from what `collect` saw."""
+        if self._loop_names is None:
+            self._loop_names = {
+                name
+                for name, spans in self._spans.items()
+                if name not in self._not_loop
+                and name not in self.declared_global
+                and all(any(a <= line <= b for a, b in spans) for line in self._load_lines.get(name, ()))
+            }
+        return self._loop_names
+
     def type_of(self, name: str) -> ClassKey | None:
         scope: Scope | None = self
         while scope is not None:
@@ -166,7 +200,7 @@ class Scope:
             if name in scope.declared_global and scope.kind == "function":
                 return (GLOBAL, self.mid, name)
             if scope.kind == "function" and name in scope.locals:
-                key = (LOCAL, self.mid, scope.qualname, name)
+                key = (LOCAL, self.mid, scope.qualname, scope.renamed.get(name, name))
                 if scope is not self:
                     self._capture(key, scope)
                 return key
@@ -250,6 +284,15 @@ def _unquote(annotation: ast.expr) -> ast.expr:
             return annotation
     if isinstance(annotation, ast.Subscript) and dotted(annotation.value) in ("Optional", "typing.Optional"):
         return _unquote(annotation.slice)
+    if isinstance(annotation, ast.Subscript) and dotted(annotation.value) in ("Union", "typing.Union"):
+        parts = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        named = [p for p in parts if not (isinstance(p, ast.Constant) and p.value is None)]
+        return _unquote(named[0]) if len(named) == 1 else annotation
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):  # `ProcessGroup | None`
+        named = [
+            p for p in (annotation.left, annotation.right) if not (isinstance(p, ast.Constant) and p.value is None)
+        ]
+        return _unquote(named[0]) if len(named) == 1 else annotation
     return annotation
 
 
@@ -283,10 +326,22 @@ def fresh_bindings(loop: ast.While | ast.For | ast.AsyncFor) -> set[str]:
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             used = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            fresh |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and n.id not in used}
+            fresh |= {name for t in targets for name in _bound_names(t) if name not in used}
         elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
             fresh |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
     return fresh
+
+
+def _bound_names(target: ast.expr) -> list[str]:
+    """The names an assignment target binds: `a`, `a, (b, *c)`; not those it only reads
+    (`pending[step] = ...` binds nothing: it changes what `pending` holds)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Tuple | ast.List):
+        return [name for elt in target.elts for name in _bound_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
 
 
 def deque_bound(call: ast.Call) -> str | None:

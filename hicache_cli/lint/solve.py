@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from hicache_cli.lint.graph import (
     ATTR,
     CALL,
+    CONTENT,
     GLOBAL,
     INSTANCE,
     LOCAL,
@@ -37,7 +38,16 @@ POLL_LABELS = 3
 
 
 class Condensed:
-    """The graph with unified places as one node: forward and backward adjacency by edge kind."""
+    """The graph with unified places as one node: forward and backward adjacency by edge kind,
+    and the views the questions are asked in (graph.py says what each kind of edge is):
+    - `all`: every edge, the collapsed view (is a Work waited, handed on, polled, reached);
+    - `objects`: which containers and functions a value holds (no loose edges: a list is not
+      what it contains);
+    - `kept`: where a Work is kept: no takes and no returns, so what a function returns is
+      kept by each caller on its own (a call-site origin), and a Work read out of a list shared
+      by two callers is not kept by both;
+    - `factory`: which functions return Works they made: plain, loose and returns, stopping at
+      places that outlive a call (a getter of a list is no factory)."""
 
     def __init__(self, g: Graph) -> None:
         self.g = g
@@ -45,8 +55,14 @@ class Condensed:
         self.canon = [g.find(n) for n in range(size)]
         self.size = size
         self.plain = self._table(g.plain)
+        self.takes = self._table(g.takes)
+        self.loose = self._table(g.loose)
         self.params = self._table(g.params)
         self.returns = self._table(g.returns)
+        self.all = (self.plain, self.takes, self.loose, self.params, self.returns)
+        self.objects = (self.plain, self.takes, self.params, self.returns)
+        self.kept = (self.plain, self.loose, self.params)
+        self.factory = (self.plain, self.loose, self.returns)
 
     def _table(self, edges: dict[int, list[int]]) -> dict[int, list[int]]:
         canon = self.canon
@@ -146,6 +162,7 @@ class Solution:
     active: list[Origin] = field(default_factory=list)  # origins whose Work is asynchronous
     waited: bytearray = field(default_factory=bytearray)  # can reach a wait
     escaped: bytearray = field(default_factory=bytearray)  # can reach code the program cannot see
+    public: bytearray = field(default_factory=bytearray)  # can reach what a public function returns
     carriers: bytearray = field(default_factory=bytearray)  # reached by some Work
     not_works: bytearray = field(default_factory=bytearray)  # holds instances with their own is_completed()
     keeps: dict[int, list[object]] = field(default_factory=dict)  # node -> kept places (node ids) it reaches
@@ -154,6 +171,7 @@ class Solution:
     kept: dict[int, Fact] = field(default_factory=dict)  # kept local -> why it outlives its call
     first_store: dict[int, Fact] = field(default_factory=dict)
     polls: dict[int, list[object]] = field(default_factory=dict)  # node -> poll facts it reaches
+    puts: dict[int, list[object]] = field(default_factory=dict)  # node -> the nearest container it is put into
     returns_work: dict[int, Origin] = field(default_factory=dict)  # RETURN/CALL node -> an origin behind it
 
     place_class: dict[int, object] = field(default_factory=dict)  # attribute place -> its class
@@ -170,17 +188,17 @@ class Solution:
             token = self.graph.ids.get((INSTANCE, cls))
             if token is not None:
                 c = self.condensed
-                seen = c.forward([token], (c.plain, c.params, c.returns))
+                seen = c.forward([token], c.all)
                 places = persistent(c)
                 found = [n for n in self.stored if seen[n] and places[n] and self.place_class.get(n) != cls]
                 facts = [f for n in found for f in self.stored[n].values()]
-                self._instances[cls] = min(facts, key=lambda f: (f.mid, f.line)) if facts else None
+                self._instances[cls] = min(facts, key=_first) if facts else None
         return self._instances[cls]
 
 
 def active_origins(c: Condensed) -> list[Origin]:
     g = c.g
-    truth = c.forward([g.node((TRUE,))], (c.plain, c.params, c.returns)) if (TRUE,) in g.ids else bytearray(c.size)
+    truth = c.forward([g.node((TRUE,))], c.all) if (TRUE,) in g.ids else bytearray(c.size)
     return [o for o in g.origins if o.condition is None or any(truth[c.canon[n]] for n in o.condition)]
 
 
@@ -199,8 +217,13 @@ def persistent(c: Condensed) -> bytearray:
 def factory_reach(c: Condensed, origins: list[Origin]) -> tuple[bytearray, dict[int, Origin]]:
     """Which return values and call results Works made inside reach, not through a kept place
     (a getter of a list of Works is not a function that makes them): forward over plain and
-    return edges. The label kept is one origin behind each, for messages."""
+    return edges. The label kept is one origin behind each, for messages. A return under `if
+    switch:` (a parameter defaulting to False: Megatron's `if overlap_p2p_comm: return tensor,
+    wait_handles`) makes no function a factory: each call would be taken to return Works, the
+    calls that leave the switch off too."""
     stop = persistent(c)
+    for node in c.g.switched:
+        stop[c.canon[node]] = 1
     seen = bytearray(c.size)
     behind: dict[int, Origin] = {}
     todo: deque[int] = deque()
@@ -214,7 +237,7 @@ def factory_reach(c: Condensed, origins: list[Origin]) -> tuple[bytearray, dict[
         n = todo.popleft()
         if stop[n]:
             continue
-        for table in (c.plain, c.returns):
+        for table in c.factory:
             for m in table.get(n, ()):
                 if not seen[m]:
                     seen[m] = 1
@@ -258,12 +281,19 @@ def solve(g: Graph, pollable: frozenset[int] = frozenset()) -> Solution:
     reached, behind = factory_reach(c, api)
     origins = api + call_origins(c, reached, behind)
     solution = Solution(g, c, origins)
-    back_all = c.reverse((c.plain, c.params, c.returns))
-    back_local = c.reverse((c.plain, c.params))
+    back_all = c.reverse(c.all)
+    back_local = c.reverse(c.kept)
+    solution.carriers = c.forward([o.node for o in origins], c.all)
+    for node, fact, table in g.unsure:
+        # `x.wait()` taken for a method of x's class (a task's): still a Work's wait where x may
+        # also hold a Work (a wrapper's `self._work`, which may be a Work or another wrapper)
+        if solution.carriers[c.canon[node]]:
+            (g.waits if table == "wait" else g.polls).setdefault(node, fact)
     solution.waited = c.backward(list(g.waits), back_all)
     escapes = list(g.escapes)
     escapes += _returns_to_outside(g)
     solution.escaped = c.backward(escapes, back_all)
+    solution.public = c.backward(_public_returns(g), back_all)
     for raw, per in g.stores.items():
         into = solution.stored.setdefault(c.canon[raw], {})
         for where, fact in per.items():
@@ -275,13 +305,24 @@ def solve(g: Graph, pollable: frozenset[int] = frozenset()) -> Solution:
     kept = {n: n for n in solution.stored if places[n]}
     kept.update({c.canon[n]: c.canon[n] for n in g.kept})
     solution.keeps = c.labels(kept, back_local, KEEP_LABELS)
+    contents = {c.canon[n]: c.canon[n] for n in solution.stored if g.keys[n][0] == CONTENT}
+    solution.puts = c.labels(contents, back_local, 1)
     for raw, fact in g.kept.items():
         solution.kept.setdefault(c.canon[raw], fact)
     polls = {n: fact for n, fact in g.polls.items()}
     solution.polls = c.labels(polls, back_all, POLL_LABELS)
-    solution.carriers = c.forward([o.node for o in origins], (c.plain, c.params, c.returns))
-    solution.not_works = c.forward(pollable, (c.plain, c.params, c.returns))
+    solution.not_works = c.forward(pollable, c.all)
     return solution
+
+
+def _public_returns(g: Graph) -> list[int]:
+    """What public functions return: a library's callers outside the program may wait it, even
+    when a call inside the program drops it."""
+    return [
+        node
+        for node, key in enumerate(g.keys)
+        if key[0] == RETURN and len(key) == 3 and not is_private(key[2].rsplit(".", 1)[-1])
+    ]
 
 
 def _returns_to_outside(g: Graph) -> list[int]:
@@ -308,8 +349,26 @@ def store_fact(solution: Solution, node: int, origin: Origin | None = None) -> F
     if origin is not None and (same := facts.get((origin.mid, origin.function))) is not None:
         return same
     if canon not in solution.first_store:  # once per place: a list filled from many functions
-        solution.first_store[canon] = min(facts.values(), key=lambda f: (f.mid, f.line))
+        solution.first_store[canon] = min(facts.values(), key=_first)
     return solution.first_store[canon]
+
+
+def put_fact(solution: Solution, node: int, origin: Origin) -> Fact | None:
+    """Where a Work was put into the container it is kept through (`pending.append(w)` in a
+    helper given the caller's list): the put in the origin's function if any, else the first."""
+    found = solution.puts.get(solution.of(node), [])
+    if not found:
+        return None
+    facts = solution.stored.get(found[0], {})  # type: ignore[call-overload]
+    if not facts:
+        return None
+    same = facts.get((origin.mid, origin.function))
+    return same if same is not None else min(facts.values(), key=_first)
+
+
+def _first(fact: Fact) -> tuple[bool, int, int]:
+    """Puts first (where things go in), then by module and line."""
+    return (not fact.put, fact.mid, fact.line)
 
 
 __all__ = ["CALL", "GLOBAL", "LOCAL", "ORIGIN", "Solution", "factory_reach", "solve"]

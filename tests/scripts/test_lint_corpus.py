@@ -1,5 +1,6 @@
 """scripts/lint_corpus.py: the corpus table, the ground-truth matching, and one real run of the
-script on a two-project corpus (the engine in a process per project, as on a real corpus)."""
+script on a two-project corpus (the engine in a process per project, as on a real corpus); the
+Work sites found apart from the engine (--sites) and a wait deleted (--delete-wait)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from scripts.lint_corpus import (
     Known,
     ProjectRun,
     commit_of,
+    delete_wait,
     main,
     match_truth,
     projects_in,
@@ -22,6 +24,7 @@ from scripts.lint_corpus import (
     read_truth,
     render_markdown,
     table_rows,
+    work_sites,
 )
 from tests.lint.conftest import line_of
 from tests.lint.test_kept_never_waited import SGLANG_0_5_14, SGLANG_0_5_15
@@ -154,3 +157,41 @@ def test_a_real_run_finds_the_known_leak_and_nothing_in_the_fixed_project(tmp_pa
     assert runs["fixed"]["findings"] == [] and runs["fixed"]["analysed"] == 1
     assert runs["leaky"]["peak_rss_mb"] > 0
     assert [m["site"]["line"] for m in data["truth"]["found"]] == [isend] and data["truth"]["missed"] == []
+
+
+def test_work_sites_are_found_by_shape_apart_from_the_engine(tmp_path: Path) -> None:
+    write(
+        tmp_path / "p" / "m.py",
+        "import torch.distributed as dist\n"
+        "def f(pg, t, flag):\n"
+        "    dist.isend(t, 1)\n"
+        "    dist.all_reduce(t, async_op=flag)\n"
+        "    dist.all_reduce(t, async_op=False)\n"
+        "    pg.send([t], 1, 0)\n"
+        "    pg.alltoall_base(t, t, [], [])\n"
+        "    dist._reduce_scatter_base(t, t)\n"
+        "    sock.send(b'x')\n",
+    )
+    assert [(s.line, s.api) for s in work_sites(tmp_path / "p")] == [
+        (3, "isend"),
+        (4, "all_reduce(async_op=...)"),
+        (6, ".send(...)"),
+        (7, ".alltoall_base(...)"),
+    ]
+
+
+def test_delete_wait_removes_the_wait_on_that_line_only() -> None:
+    source = "for w in works:\n    w.wait()\npg.recv([t], 0).wait(timeout)\n"
+    assert delete_wait(source, 2) == "for w in works:\n    pass\npg.recv([t], 0).wait(timeout)\n"
+    assert delete_wait(source, 3) == "for w in works:\n    w.wait()\npg.recv([t], 0)\n"
+    with pytest.raises(CorpusError):
+        delete_wait(source, 1)
+
+
+def test_a_deleted_wait_is_caught_as_a_regression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real script on a one-project corpus: the drain's wait deleted, HC001 appears."""
+    write(tmp_path / "corpus" / "cache" / "hiradix.py", SGLANG_0_5_15)
+    wait = line_of(SGLANG_0_5_15, "work.wait()")
+    assert main([str(tmp_path / "corpus"), "--delete-wait", f"cache:hiradix.py:{wait}"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CAUGHT  cache:hiradix.py:") and "regressions caught: 1/1" in out

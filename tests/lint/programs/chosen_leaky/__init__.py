@@ -1,0 +1,1 @@
+"""A pipeline schedule whose point-to-point exchange is batched or not, chosen at run time."""

@@ -1,0 +1,1 @@
+"""A pipeline stage that hands its list of in-flight sends to a helper that posts them."""

@@ -1,0 +1,22 @@
+"""The HiCache PP-sync fix in 25 lines: `torchrun --nproc-per-node 2 incident_draining.py`."""
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+work_list = []
+rounds, c = 0, 0
+while rounds < 2000:
+    count = torch.tensor([rounds], dtype=torch.int64)
+    if rank > 0:
+        dist.recv(count, rank - 1)
+    if rank < world - 1:
+        work_list.append(dist.isend(count.clone(), rank + 1))
+    for work in work_list:
+        work.wait()
+    work_list = []
+    rounds += 1
+print(f"rank {rank}: {len(work_list)} send Works held after {rounds} rounds")
+dist.barrier()
+dist.destroy_process_group()
