@@ -25,7 +25,7 @@ from hicache_cli.sample import LineDecoder, LineTail, Sample
 KEPT_MAX = 600  # samples of history per rank: the first minute at 10 Hz, then half as many, evenly spaced
 HIST_MARKS_MAX = 60  # latency histograms kept per rank: one a second for the first minute, then thinned alike
 DIGEST_ROUNDS_MAX = 4096  # PP-consistency checkpoints waiting for another rank
-DIGEST_EVERY = 1024  # ranks checkpoint at multiples of this many event rounds (cache.hiradix_cache)
+DIGEST_EVERY = 1024  # ranks checkpoint at multiples of this many event rounds (hicache_model.hiradix_cache)
 
 
 @dataclass(frozen=True)

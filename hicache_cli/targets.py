@@ -92,7 +92,7 @@ class RankedTarget(Target):
     backend: str = "gloo"  # the default group's
     pp_backend: str = "gloo"  # the TP and PP-sync groups': gloo (as SGLang) or nccl (CUDA tensors)
     stop_grace_s: float = 1.5  # how long a rank blocked at the deadline gets to finish its round
-    faults: tuple[str, ...] = ()  # --fault specs, see cache/faults.py
+    faults: tuple[str, ...] = ()  # --fault specs, see hicache_model/faults.py
 
     @property
     def world_size(self) -> int:
@@ -108,8 +108,8 @@ class RankedTarget(Target):
         return sep.join([*parts, f"{duration_s:g}s"] if duration_s is not None else parts)
 
     def validate(self) -> None:
-        from cache.faults import FaultSpecError, parse_fault  # the cache model's registries: no torch
-        from cache.workload import PRESETS
+        from hicache_model.faults import FaultSpecError, parse_fault  # the cache model's registries: no torch
+        from hicache_model.workload import PRESETS
 
         for name, value in (("pp", self.pp), ("tp", self.tp)):
             if value < 1:
@@ -140,7 +140,7 @@ class RankedTarget(Target):
 
 @dataclass(frozen=True)
 class ModelTarget(RankedTarget):
-    """hicache's own cache model (cache/) under a drain policy."""
+    """hicache's own cache model (hicache_model/) under a drain policy."""
 
     kind: ClassVar[str] = "model"
     policy: str = DEFAULT_POLICY
@@ -157,8 +157,8 @@ class ModelTarget(RankedTarget):
         return ModelSection(policy=self.policy)
 
     def validate(self) -> None:
-        from cache.policies import POLICIES
         from hicache_cli.units import MAX_TIMEOUT_S, format_limit
+        from hicache_model.policies import POLICIES
 
         super().validate()
         if self.policy not in POLICIES:

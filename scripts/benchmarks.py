@@ -169,7 +169,7 @@ SGLANG_REFERENCE = """
 import os, sys, time
 from pathlib import Path
 import torch, torch.distributed as dist
-from cache.pp_sync import Topology, new_groups
+from hicache_model.pp_sync import Topology, new_groups
 from hicache_cli.sglang_target.bind import SGLangHolder, bind, compile_methods
 from hicache_cli.sglang_target.extract import extract
 # SGLang's own methods on the holder, driven in a bare loop: no counting wrappers, no

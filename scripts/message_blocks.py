@@ -22,10 +22,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from cache.pp_sync import Topology
 from hicache_cli.config import StressConfig
 from hicache_cli.rank.entry import build_model, run_loop
 from hicache_cli.rank.loop_stats import LoopStats
+from hicache_model.pp_sync import Topology
 
 PER_ROUND = {"drain": 2, "batched": 1}
 

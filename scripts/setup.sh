@@ -13,7 +13,7 @@ fi
 # Byte-compile hicache's own modules, as a regular (not editable) install does: each
 # `hicache` command, rank and test worker then reads them instead of compiling them again
 # (0.1 s a command), also where PYTHONDONTWRITEBYTECODE=1 keeps Python from writing them.
-.venv/bin/python -m compileall -q -j 0 hicache_cli cache scripts tests >/dev/null
+.venv/bin/python -m compileall -q -j 0 hicache_cli hicache_model scripts tests >/dev/null
 
 # A real browser for the report page's test (tests/integration/test_report_page_browser.py):
 # Debian's chromium, when run as root where apt-get exists (about 2 minutes and 480 MB the

@@ -219,17 +219,17 @@ COPY_STREAM_THREAD_STACK = """\
 Thread 0x00007f3aa4bff640 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 320 in wait
   File "/usr/lib/python3.11/queue.py", line 171 in get
-  File "/work/main/cache/streams.py", line 78 in _run
+  File "/work/main/hicache_model/streams.py", line 78 in _run
   File "/usr/lib/python3.11/threading.py", line 975 in run
   File "/usr/lib/python3.11/threading.py", line 1038 in _bootstrap_inner
   File "/usr/lib/python3.11/threading.py", line 995 in _bootstrap
 """
 MAIN_THREAD_STACK = """\
 Current thread 0x00007f3ab1e4b740 (most recent call first):
-  File "/work/main/cache/work_list.py", line 100 in wait
-  File "/work/main/cache/policies.py", line 95 in at_round_start
-  File "/work/main/cache/hiradix_cache.py", line 164 in check_hicache_events
-  File "/work/main/cache/scheduler.py", line 25 in run_round
+  File "/work/main/hicache_model/work_list.py", line 100 in wait
+  File "/work/main/hicache_model/policies.py", line 95 in at_round_start
+  File "/work/main/hicache_model/hiradix_cache.py", line 164 in check_hicache_events
+  File "/work/main/hicache_model/scheduler.py", line 25 in run_round
   File "/work/main/hicache_cli/rank/entry.py", line 163 in run_loop
   File "/work/main/hicache_cli/rank/entry.py", line 125 in main
   File "/work/main/hicache_cli/rank/entry.py", line 203 in <module>

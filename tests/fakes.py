@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from cache.work_list import PendingSend, WorkList
+from hicache_model.work_list import PendingSend, WorkList
 
 
 class FakeWork:
@@ -144,7 +144,7 @@ class FakePPSync:
 
 
 class FakeIsend:
-    """Mimics `torch.distributed.isend` on PP0 for a test that patches it into cache.pp_sync.
+    """Mimics `torch.distributed.isend` on PP0 for a test that patches it into hicache_model.pp_sync.
 
     Records each call's tensor, destination rank in the group and group, and returns a
     FakeWork, so PP sync's sending side runs without a process group; `error`, when set, is
@@ -175,7 +175,7 @@ class FakeIsend:
 
 class FakeRecv:
     """Mimics `torch.distributed.recv` on a downstream stage for a test that patches it into
-    cache.pp_sync: writes `value` into the tensor, as if the previous stage had sent it, and
+    hicache_model.pp_sync: writes `value` into the tensor, as if the previous stage had sent it, and
     records the source rank in the group (`group_src`) or global (`src`) it was called with."""
 
     def __init__(self, value: int) -> None:

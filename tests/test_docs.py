@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import typer
 
-from cache.faults import SHAPES
 from hicache_cli.analysis.report import environment
 from hicache_cli.analysis.results import Report
 from hicache_cli.cli.conventions import plain_help
@@ -26,6 +25,7 @@ from hicache_cli.cli.options import FAULT_HELP
 from hicache_cli.config import StressConfig
 from hicache_cli.records import Record, record_fields
 from hicache_cli.sample import Sample
+from hicache_model.faults import SHAPES
 from tests.conftest import build_pp2_report
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -24,12 +24,14 @@ def modules_loaded_by(statement: str, watched: list[str]) -> list[str]:
 
 
 def test_cache_model_does_not_import_the_cli_libraries() -> None:
-    loaded = modules_loaded_by("import cache.hiradix_cache, cache.scheduler", ["rich", "typer", "psutil", "torch"])
+    loaded = modules_loaded_by(
+        "import hicache_model.hiradix_cache, hicache_model.scheduler", ["rich", "typer", "psutil", "torch"]
+    )
     assert loaded == ["torch"]  # torch is the model's one heavy dependency, and the probe sees it
 
 
 def test_policy_registry_does_not_import_torch() -> None:
-    assert modules_loaded_by("import cache.policies", ["torch", "rich", "typer", "psutil"]) == []
+    assert modules_loaded_by("import hicache_model.policies", ["torch", "rich", "typer", "psutil"]) == []
 
 
 def test_the_tracer_uses_only_the_standard_library() -> None:
@@ -129,7 +131,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 def group(module: str) -> str | None:
     """The layer a module of ours belongs to (None: not ours, or the cache model)."""
     parts = module.split(".")
-    if parts[0] == "cache":
+    if parts[0] == "hicache_model":
         return "cache"
     if parts[0] != "hicache_cli" or len(parts) == 1:
         return "core" if parts == ["hicache_cli"] else None

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("cache", "hicache_cli")  # the code the maps describe
+PACKAGES = ("hicache_model", "hicache_cli")  # the code the maps describe
 FILES = re.compile(r"(?<![\w./-])((?:[A-Za-z_][\w-]*/)*[A-Za-z_][\w-]*\.(?:py|css|js))(?![\w/])")
 HEADER = re.compile(r"^( *)([A-Za-z_][\w]*)/(?:\s|$)")
-DOTTED = re.compile(r"(?<![\w.])((?:hicache_cli|cache)(?:\.[A-Za-z_]\w*)+)")
+DOTTED = re.compile(r"(?<![\w.])((?:hicache_cli|hicache_model)(?:\.[A-Za-z_]\w*)+)")
 
 
 def on_disk(root: Path = REPO) -> list[Path]:
@@ -298,7 +298,7 @@ FOREIGN = {"HiRadixCache", "UnifiedRadixCache", "ProcessGroup", "KeyboardInterru
 def scratch_tree(tmp_path: Path) -> Path:
     """A small repository: a package with two modules and a subpackage, and its map."""
     (tmp_path / "hicache_cli" / "launch").mkdir(parents=True)
-    (tmp_path / "cache").mkdir()
+    (tmp_path / "hicache_model").mkdir()
     (tmp_path / "hicache_cli" / "__init__.py").write_text('"""The tool."""\n')
     (tmp_path / "hicache_cli" / "config.py").write_text('"""RunConfig."""\nclass RunConfig: ...\n')
     (tmp_path / "hicache_cli" / "launch" / "__init__.py").write_text('"""Launch.\n\n  nodes.py  the nodes\n"""\n')
@@ -308,7 +308,7 @@ def scratch_tree(tmp_path: Path) -> Path:
 
 TREE = """# A
 ```
-cache/            the model
+hicache_model/            the model
 hicache_cli/      the tool
   __init__.py       the API
   config.py         RunConfig

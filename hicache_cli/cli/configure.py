@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cache.policies import POLICIES
 from hicache_cli.analysis.baseline import Tolerance, parse_tolerance, workload_difference
 from hicache_cli.analysis.gate import Thresholds
 from hicache_cli.analysis.kinds import Status
@@ -32,6 +31,7 @@ from hicache_cli.rundir import output_problem
 from hicache_cli.sglang_target.locate import parse_target
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES
 from hicache_cli.units import MAX_TIMEOUT_S, parse_duration, parse_rate_mb_per_h
+from hicache_model.policies import POLICIES
 
 # Faults that act on hicache's own work list, which SGLang's code does not use.
 MODEL_ONLY_FAULTS = ("raise-in-wait", "keep")

@@ -3,8 +3,8 @@ policies, lint rules), and examples. main.py registers each command with its own
 
 from __future__ import annotations
 
-from cache.policies import POLICIES, describe
 from hicache_cli.lint.rules import RULES
+from hicache_model.policies import POLICIES, describe
 
 POLICY_LINES = "\n\n".join(f"{name}: {describe(name)}" for name in POLICIES)
 

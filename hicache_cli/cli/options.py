@@ -13,14 +13,14 @@ from typing import Any
 
 import typer
 
-from cache.faults import SHAPES as FAULT_SHAPES
-from cache.policies import POLICIES
-from cache.workload import PRESETS
 from hicache_cli.cli.groups import Group, option
 from hicache_cli.config import RunConfig
 from hicache_cli.protocol import SECRET_ENV
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES
 from hicache_cli.targets import ModelTarget
+from hicache_model.faults import SHAPES as FAULT_SHAPES
+from hicache_model.policies import POLICIES
+from hicache_model.workload import PRESETS
 
 _SHAPE = ModelTarget()  # the model's defaults: a run's shape and workload
 _RUN = RunConfig()  # the measurement's defaults

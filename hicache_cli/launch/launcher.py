@@ -146,7 +146,7 @@ def rank_environment(host: str, nodes: NodeSpec | None = None) -> dict[str, str]
     env["TORCH_SHOW_CPP_STACKTRACES"] = "0"
     env[OWNER_ENV] = owner_token()  # ranks stop on their own if this process is killed
     env.pop(SECRET_ENV, None)  # the nodes' link secret is hicache's, never the ranks'
-    # A cache.py or torch.py in the user's directory must not shadow ours: Python 3.11+
+    # A hicache_model.py or torch.py in the user's directory must not shadow ours: Python 3.11+
     # leaves the current directory off sys.path, and torchrun starts in the run directory.
     env["PYTHONSAFEPATH"] = "1"
     # Ranks import the project from wherever this interpreter found it.

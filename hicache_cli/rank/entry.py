@@ -81,12 +81,12 @@ def main(argv: list[str]) -> int:
     import numpy
     import torch.distributed as dist
 
-    from cache.faults import FaultPlan
-    from cache.pp_sync import Topology
     from hicache_cli.config import RunConfig
     from hicache_cli.protocol import samples_file
     from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity
     from hicache_cli.targets import RankedTarget, SGLangTarget
+    from hicache_model.faults import FaultPlan
+    from hicache_model.pp_sync import Topology
 
     config = RunConfig.load(run_dir)
     target = config.target
@@ -148,13 +148,13 @@ def build_model(target, topo, device):  # noqa: ANN001, ANN201
     fault injector drives, which is the work list)."""
     import torch
 
-    from cache.hiradix_cache import CacheConfig, HiRadixCache
-    from cache.policies import PolicyOptions, make_policy
-    from cache.pp_sync import PPSync, RequestForwarding, new_groups
-    from cache.scheduler import Scheduler
-    from cache.work_list import WorkList
-    from cache.workload import Workload, workload_spec
     from hicache_cli.rank.probe import Readings
+    from hicache_model.hiradix_cache import CacheConfig, HiRadixCache
+    from hicache_model.policies import PolicyOptions, make_policy
+    from hicache_model.pp_sync import PPSync, RequestForwarding, new_groups
+    from hicache_model.scheduler import Scheduler
+    from hicache_model.work_list import WorkList
+    from hicache_model.workload import Workload, workload_spec
 
     groups = new_groups(topo, target.pp_backend)
     work_list = WorkList()
@@ -208,10 +208,10 @@ def build_sglang(target, topo, device):  # noqa: ANN001, ANN201
     the probe's reader, the status the fault injector drives)."""
     from pathlib import Path
 
-    from cache.pp_sync import RequestForwarding, new_groups
     from hicache_cli.rank.probe import Readings
     from hicache_cli.sglang_target.bind import CountingCollectives, SGLangHolder, Traffic, build
     from hicache_cli.sglang_target.extract import extract
+    from hicache_model.pp_sync import RequestForwarding, new_groups
 
     groups = new_groups(topo, "gloo")  # SGLang's PP sync runs on a gloo CPU group
     traffic = Traffic(
@@ -321,7 +321,7 @@ class FaultInjector:
 def error_kind(exc: BaseException) -> tuple[str, int | None]:
     """What kind of error ended the rank, and the peer it concerns (ErrorKind): decided here,
     where the exception's type is known, and written as fields of the final line."""
-    from cache.pp_sync import ClosedAfterTimeout
+    from hicache_model.pp_sync import ClosedAfterTimeout
 
     if isinstance(exc, ClosedAfterTimeout):
         return ErrorKind.CLOSED_AFTER_TIMEOUT, exc.peer

@@ -160,14 +160,14 @@ def bind(holder: SGLangHolder, functions: dict[str, types.FunctionType]) -> None
 
 
 class Forwards(Protocol):
-    """The scheduler's request forwarding down the pipeline (cache/pp_sync.RequestForwarding)."""
+    """The scheduler's request forwarding down the pipeline (hicache_model/pp_sync.RequestForwarding)."""
 
     def forward(self, requests: int) -> None: ...
 
 
 class SGLangRound:
     """One scheduler round of SGLang's event loop: the requests passed down the pipeline (the
-    scheduler's own, cache/pp_sync.RequestForwarding, an idle server's: none), then
+    scheduler's own, hicache_model/pp_sync.RequestForwarding, an idle server's: none), then
     `check_hicache_events` on the holder."""
 
     def __init__(self, holder: SGLangHolder, extracted: ExtractedClass, forwarding: Forwards | None = None) -> None:
@@ -179,7 +179,7 @@ class SGLangRound:
         self._forwarded = False
 
     def forward_requests(self) -> None:
-        """The round's first step, as in the model (cache/scheduler.py): an idle server's, none."""
+        """The round's first step, as in the model (hicache_model/scheduler.py): an idle server's, none."""
         self._forwarded = True
         if self.forwarding is not None:
             self.forwarding.forward(0)

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from cache.policies import POLICIES, not_applicable
 from hicache_cli.analysis.compare import (
     BUNDLE_SCHEMA_VERSION,
     HEADERS,
@@ -29,6 +28,7 @@ from hicache_cli.outcome import RunOutcome
 from hicache_cli.present.tables import policy_table, to_markdown, to_rich
 from hicache_cli.sample import Sample
 from hicache_cli.watchdog import Stall
+from hicache_model.policies import POLICIES, not_applicable
 
 
 def compare_table(rows: list[PolicyRow]) -> Any:

@@ -414,7 +414,7 @@ def test_the_rank_names_its_errors_kind(error: BaseException, kind: tuple[str, i
 
 
 def test_a_closed_pair_names_its_peer_by_the_exceptions_type_not_its_text() -> None:
-    from cache.pp_sync import ClosedAfterTimeout
+    from hicache_model.pp_sync import ClosedAfterTimeout
 
     assert error_kind(ClosedAfterTimeout(3)) == (ErrorKind.CLOSED_AFTER_TIMEOUT, 3)
     assert error_kind(RuntimeError(PAIR_CLOSED_BY_TIMEOUT))[0] != ErrorKind.CLOSED_AFTER_TIMEOUT  # the words alone: no

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cache.policies import POLICIES
 from hicache_cli.cli.configure import parse_policies
 from hicache_cli.cli.main import main
 from hicache_cli.errors import UsageError
+from hicache_model.policies import POLICIES
 from tests.conftest import FakeExecute, assert_refused
 
 

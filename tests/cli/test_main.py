@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from cache.policies import POLICIES
 from hicache_cli.cli import running as run_commands
 from hicache_cli.cli.main import main
+from hicache_model.policies import POLICIES
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

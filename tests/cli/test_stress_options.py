@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from cache.policies import POLICIES
-from cache.workload import PRESETS
 from hicache_cli.cli.configure import ranks_config
 from hicache_cli.config import MAX_WORLD_SIZE, RunConfig, StressConfig
 from hicache_cli.errors import UsageError
+from hicache_model.policies import POLICIES
+from hicache_model.workload import PRESETS
 from tests.cli.groups import ranks_options
 
 GOOD: dict[str, Any] = dict(

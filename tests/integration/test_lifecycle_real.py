@@ -128,11 +128,11 @@ def test_a_signal_to_torchrun_alone_is_reported_as_it_happened(tmp_path: Path, s
 
 
 def test_modules_in_the_users_directory_do_not_shadow_hicaches(tmp_path: Path) -> None:
-    """A cache.py, torch.py or hicache_cli/ where the user runs hicache is the user's business."""
+    """A hicache_model.py, cache.py, torch.py or hicache_cli/ where the user runs hicache is the user's business."""
     script = Path(sys.executable).with_name("hicache")
     if not script.exists():
         pytest.skip("needs the installed hicache entry point (python -m puts the directory first)")
-    for name in ("cache.py", "torch.py"):
+    for name in ("hicache_model.py", "cache.py", "torch.py"):
         (tmp_path / name).write_text("raise ImportError('the user file was imported')\n")
     (tmp_path / "hicache_cli").mkdir()
     (tmp_path / "hicache_cli" / "__init__.py").write_text("raise ImportError('the user package was imported')\n")

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from cache.faults import FaultPlan
-from cache.work_list import InjectedWaitError, WorkList
 from hicache_cli.rank import entry as rank_module
 from hicache_cli.rank.entry import FaultInjector, _one_line
 from hicache_cli.rank.probe import LoopStats
+from hicache_model.faults import FaultPlan
+from hicache_model.work_list import InjectedWaitError, WorkList
 from tests.fakes import FakeWork, RecordingWorkList, work_list_of
 
 REAL_SLEEP = time.sleep

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 
-from cache.policies import not_applicable
 from hicache_cli.analysis.compare import bundle, not_applicable_row, summarize
 from hicache_cli.analysis.results import Report
 from hicache_cli.cli import configure, options, running, side_by_side
@@ -16,6 +15,7 @@ from hicache_cli.present.github import compare_summary
 from hicache_cli.present.plot import plot_reports
 from hicache_cli.present.tables import policy_table
 from hicache_cli.targets import ModelTarget
+from hicache_model.policies import not_applicable
 
 
 @grouped

@@ -15,10 +15,10 @@ import time
 
 import torch.distributed as dist
 
-from cache.pp_sync import Topology, new_groups
 from hicache_cli.sglang_target.bind import CountingCollectives, SGLangHolder, Traffic, build
 from hicache_cli.sglang_target.locate import parse_target
 from hicache_cli.sglang_target.resolve import resolve
+from hicache_model.pp_sync import Topology, new_groups
 
 
 def main() -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from cache.hiradix_cache import HiRadixCache
-from cache.pp_sync import RequestForwarding
-from cache.radix_tree import TreeNode
-from cache.workload import Workload
+from hicache_model.hiradix_cache import HiRadixCache
+from hicache_model.pp_sync import RequestForwarding
+from hicache_model.radix_tree import TreeNode
+from hicache_model.workload import Workload
 
 
 class Scheduler:

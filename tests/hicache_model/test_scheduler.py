@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 import pytest
 
-from cache.hiradix_cache import HiRadixCache
-from cache.memory_pool import HostSlotState, KVShape
-from cache.policies import POLICIES
-from cache.scheduler import Scheduler
-from cache.workload import PRESETS, Workload
-from tests.cache.conftest import all_nodes
+from hicache_model.hiradix_cache import HiRadixCache
+from hicache_model.memory_pool import HostSlotState, KVShape
+from hicache_model.policies import POLICIES
+from hicache_model.scheduler import Scheduler
+from hicache_model.workload import PRESETS, Workload
 from tests.fakes import FakePPSync
+from tests.hicache_model.conftest import all_nodes
 
 MakeCache = Callable[..., HiRadixCache]
 DEVICE_TOKENS, HOST_TOKENS = 512, 2048  # a device pool smaller than the shared prefixes: load-backs happen

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from cache.controller import Ack, CacheController, count_ready
-from cache.memory_pool import DeviceKVPool, HostKVPool, KVShape
-from cache.streams import CpuCopyStream
+from hicache_model.controller import Ack, CacheController, count_ready
+from hicache_model.memory_pool import DeviceKVPool, HostKVPool, KVShape
+from hicache_model.streams import CpuCopyStream
 from tests.fakes import FakeEvent, ManualCopyStream
 
 SHAPE = KVShape(layers=1, heads=1, head_dim=2, dtype=torch.float32)  # 4 elements per row

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from cache.work_list import PendingSend, WaitTimedOut, WorkList
+from hicache_model.work_list import PendingSend, WaitTimedOut, WorkList
 from tests.fakes import FakeWork, pending_send, work_list_of
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cache import pp_sync
-from cache.pp_sync import Groups, PPSync, Topology
-from cache.work_list import WorkList
+from hicache_model import pp_sync
+from hicache_model.pp_sync import Groups, PPSync, Topology
+from hicache_model.work_list import WorkList
 from tests.fakes import FakeIsend, FakeRecv
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cache.memory_pool import DeviceKVPool, HostKVPool
-from cache.streams import CompletionEvent, CopyStream
+from hicache_model.memory_pool import DeviceKVPool, HostKVPool
+from hicache_model.streams import CompletionEvent, CopyStream
 
 
 @dataclass(slots=True)

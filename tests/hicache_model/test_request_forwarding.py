@@ -18,8 +18,8 @@ ROUNDS = 150
 def stage(rank: int, store: str, seen: Any, out: Any) -> None:
     import torch.distributed as dist
 
-    from cache.pp_sync import RequestForwarding, Topology, new_groups
-    from cache.work_list import WorkList
+    from hicache_model.pp_sync import RequestForwarding, Topology, new_groups
+    from hicache_model.work_list import WorkList
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     topo = Topology(rank=rank, pp_size=2, tp_size=1)

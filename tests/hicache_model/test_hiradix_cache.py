@@ -7,12 +7,12 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from cache.hiradix_cache import HiRadixCache, PPDesyncError
-from cache.memory_pool import HostSlotState
-from cache.policies import POLICIES
-from cache.radix_tree import TreeNode
-from tests.cache.conftest import all_nodes
+from hicache_model.hiradix_cache import HiRadixCache, PPDesyncError
+from hicache_model.memory_pool import HostSlotState
+from hicache_model.policies import POLICIES
+from hicache_model.radix_tree import TreeNode
 from tests.fakes import FakePPSync, ManualCopyStream
+from tests.hicache_model.conftest import all_nodes
 
 MakeCache = Callable[..., HiRadixCache]
 A = tuple(range(1, 9))  # 8 tokens
@@ -208,9 +208,9 @@ def test_every_kept_send_holds_its_own_payload(
 ) -> None:
     # The count tensors are reused from round to round; what is sent must not be them, or a
     # Work kept by `reap` would see its payload overwritten by the next round's count.
-    from cache import pp_sync
-    from cache.pp_sync import Groups, PPSync, Topology
-    from cache.work_list import WorkList
+    from hicache_model import pp_sync
+    from hicache_model.pp_sync import Groups, PPSync, Topology
+    from hicache_model.work_list import WorkList
     from tests.fakes import FakeIsend
 
     isend = FakeIsend()

@@ -7,12 +7,12 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from cache.hiradix_cache import CacheConfig, HiRadixCache
-from cache.memory_pool import KVShape
-from cache.policies import make_policy
-from cache.pp_sync import Groups, PPSync, Topology
-from cache.radix_tree import TreeNode
-from cache.work_list import WorkList
+from hicache_model.hiradix_cache import CacheConfig, HiRadixCache
+from hicache_model.memory_pool import KVShape
+from hicache_model.policies import make_policy
+from hicache_model.pp_sync import Groups, PPSync, Topology
+from hicache_model.radix_tree import TreeNode
+from hicache_model.work_list import WorkList
 from tests.fakes import FakePPSync
 
 # Four float32 elements per token: small, and exact when compared.

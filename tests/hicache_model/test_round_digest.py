@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from cache import hiradix_cache
-from cache.hiradix_cache import DIGEST_EVERY, HiRadixCache
-from cache.policies import POLICIES, IdleSkip, Reap
+from hicache_model import hiradix_cache
+from hicache_model.hiradix_cache import DIGEST_EVERY, HiRadixCache
+from hicache_model.policies import POLICIES, IdleSkip, Reap
 from tests.fakes import FakePPSync
 
 MakeCache = Callable[..., HiRadixCache]

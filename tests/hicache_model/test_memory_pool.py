@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from cache.memory_pool import (
+from hicache_model.memory_pool import (
     DeviceKVPool,
     HostKVPool,
     HostSlotState,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cache.faults import KINDS, FaultPlan, FaultSpecError, parse_fault
-from cache.policies import make_policy
-from cache.work_list import InjectedWaitError, PendingSend, WaitTimedOut, WorkList
+from hicache_model.faults import KINDS, FaultPlan, FaultSpecError, parse_fault
+from hicache_model.policies import make_policy
+from hicache_model.work_list import InjectedWaitError, PendingSend, WaitTimedOut, WorkList
 from tests.fakes import FakeWork, pending_send, work_list_of
 
 # -- parse_fault: good specs ------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cache.radix_tree import RadixTree, TreeNode
+from hicache_model.radix_tree import RadixTree, TreeNode
 
 
 def slots(*values: int) -> torch.Tensor:

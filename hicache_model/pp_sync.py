@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from cache.work_list import PendingSend, WorkList
+from hicache_model.work_list import PendingSend, WorkList
 
 FORWARD_TAG = 1  # the requests' messages; the HiCache sync's travel on another group
 

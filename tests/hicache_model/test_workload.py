@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache.workload import PRESETS, Workload, WorkloadSpec, workload_spec
+from hicache_model.workload import PRESETS, Workload, WorkloadSpec, workload_spec
 
 
 def stream(workload: Workload, rounds: int) -> list[tuple[int, ...] | None]:

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from cache.policies import (
+from hicache_model.policies import (
     POLICIES,
     Adaptive,
     BoundedDrain,
@@ -16,7 +16,7 @@ from cache.policies import (
     describe,
     make_policy,
 )
-from cache.work_list import WaitTimedOut, WorkList
+from hicache_model.work_list import WaitTimedOut, WorkList
 from tests.fakes import FakeWork, pending_send, work_list_of
 
 

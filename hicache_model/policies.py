@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar
 
-from cache.work_list import WaitTimedOut, WorkList
+from hicache_model.work_list import WaitTimedOut, WorkList
 
 
 @dataclass(frozen=True)

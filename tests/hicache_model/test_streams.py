@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from cache.streams import CpuCopyStream, make_copy_stream
+from hicache_model.streams import CpuCopyStream, make_copy_stream
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from cache.controller import Ack, CacheController, count_ready
-from cache.memory_pool import DeviceKVPool, HostKVPool, KVShape, PoolExhausted
-from cache.policies import DrainPolicy
-from cache.pp_sync import PPSync
-from cache.radix_tree import RadixTree, TreeNode
-from cache.streams import make_copy_stream
+from hicache_model.controller import Ack, CacheController, count_ready
+from hicache_model.memory_pool import DeviceKVPool, HostKVPool, KVShape, PoolExhausted
+from hicache_model.policies import DrainPolicy
+from hicache_model.pp_sync import PPSync
+from hicache_model.radix_tree import RadixTree, TreeNode
+from hicache_model.streams import make_copy_stream
 
 
 @dataclass(frozen=True)
