@@ -185,8 +185,9 @@ class Namer:
             inner = of_types(refs, rebound)
             if not inner:
                 return False
-            big = list(compress(inner, map(BIG.__lt__, map(len, inner))))
-            small = list(compress(inner, map(BIG.__ge__, map(len, inner))))
+            large = list(map(_big, inner))
+            big = list(compress(inner, large))
+            small = [c for c, is_big in zip(inner, large, strict=True) if not is_big]
             items = gc.get_referents(*small) if small else []
             items += [item for container in big for item in _samples(container)]
             return not wanted.keys().isdisjoint(map(id, items))
@@ -199,7 +200,7 @@ class Namer:
                 for container in of_types(gc.get_referents(obj), rebound):
                     if id(container) in stale:
                         continue
-                    items = _samples(container) if len(container) > BIG else gc.get_referents(container)
+                    items = _samples(container) if _big(container) else gc.get_referents(container)
                     for node in {id(n): n for i in items for n in wanted.get(id(i), ())}.values():
                         moved |= not self.replace(node, container, obj, best)
                 if not moved:
@@ -396,6 +397,15 @@ class Namer:
 
 def of_types(objects: list[Any], kinds: frozenset[type]) -> list[Any]:
     return list(compress(objects, map(kinds.__contains__, map(type, objects))))
+
+
+# the built-in containers whose size is read without running any of the program's code; a
+# record of the program's (a dataclass holding a Work) is read through gc.get_referents
+SIZED = (list, tuple, dict, set, frozenset, collections.deque)
+
+
+def _big(container: Any) -> bool:
+    return type(container) in SIZED and len(container) > BIG
 
 
 def _samples(container: Any) -> list[Any]:
