@@ -29,6 +29,10 @@ class HolderCount(Record):
     works_end: int | None = None  # at detach (None: no census at detach)
     completed_end: int | None = None
     growth: int | None = None  # works_end - works
+    # hicache attach --follow: Works gained per hour over the last censuses, and where the holder's
+    # Works were made ("file:line in function", most first) when a tracer window saw them made
+    per_hour: float | None = None
+    sites: list[str] = field(default_factory=list)
 
     @property
     def held(self) -> int:

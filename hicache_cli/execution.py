@@ -20,6 +20,7 @@ from hicache_cli.analysis.results import Rebuilt, Report
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import ReportNotWritten, UsageError
 from hicache_cli.launch.attach_launcher import AttachedProcesses, AttachLaunch, OnAttached
+from hicache_cli.launch.follow_launcher import FollowedProcesses
 from hicache_cli.launch.launcher import LaunchConfig, TorchrunRanks
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.launch.supervisor import EarlyStop, Strategy, follow
@@ -31,7 +32,7 @@ from hicache_cli.protocol import CONFIG_FILE, STACKS_GLOB
 from hicache_cli.records import replace
 from hicache_cli.sample import Sample
 from hicache_cli.series import load_run
-from hicache_cli.targets import AttachedProcess, ModelTarget, SGLangTarget, TracedCommand
+from hicache_cli.targets import AttachedProcess, FollowedProcess, ModelTarget, SGLangTarget, TracedCommand
 from hicache_cli.version import hicache_version
 
 
@@ -71,12 +72,17 @@ def _attached(config: RunConfig, run_dir: Path, launch: Launch) -> Strategy:
     return AttachedProcesses(AttachLaunch(run_dir, config, launch.on_attached))
 
 
+def _followed(config: RunConfig, run_dir: Path, launch: Launch) -> Strategy:
+    return FollowedProcesses(AttachLaunch(run_dir, config, launch.on_attached))
+
+
 # Each kind of target's strategy, by its kind (targets.KINDS): the one place a kind picks how it runs.
 STRATEGIES: dict[str, Callable[[RunConfig, Path, Launch], Strategy]] = {
     ModelTarget.kind: _ranks,
     SGLangTarget.kind: _ranks,
     TracedCommand.kind: _program,
     AttachedProcess.kind: _attached,
+    FollowedProcess.kind: _followed,
 }
 
 

@@ -70,6 +70,9 @@ class Sample:
     # hicache trace: point-to-point messages per peer and process group, blocking calls
     # included: [peer, group, sent, sent_bytes, received, received_bytes] (analysis/messages.py)
     peers: list[list[Any]] | None = None
+    # hicache attach --follow: each holder of a new census, with its trend and the lines that made
+    # its Works (attach/follow.py): {path, container, works, completed, named, per_hour, growing, sites}
+    holders: list[dict[str, Any]] | None = None
     node: int = 0  # the --node-rank of the hicache that launched the rank (0 on one machine)
     host: str | None = None  # the rank's host name
     # hicache trace: the world the process's ranks belong to, its default group's rendezvous

@@ -245,6 +245,11 @@ class AttachedProcess(Target):
     def title(self, duration_s: float | None, sep: str = "  ") -> str:
         return f"attach: pid {', '.join(map(str, self.pids))}"
 
+    @property
+    def follow(self) -> tuple[float, float] | None:
+        """(census every, tracer window) in seconds when followed; None: traced throughout."""
+        return None
+
     def validate(self) -> None:
         if not self.pids:
             raise UsageError("name the process to attach to, e.g. hicache attach 12345")
@@ -256,6 +261,35 @@ class AttachedProcess(Target):
 
     def section(self, facts: RunFacts) -> TargetSection:
         return AttachSection(pids=list(self.pids), processes=list(facts.attached))
+
+
+@dataclass(frozen=True)
+class FollowedProcess(AttachedProcess):
+    """Processes followed for as long as they run (`hicache attach --follow PID`): attached as
+    an attach is, and ranks started below the pids later too, but traced only in short
+    windows when a holder's population grows (attach/follow.py): a census every
+    `census_every_s` in between. Until stopped, or every process is gone."""
+
+    kind: ClassVar[str] = "follow"
+    api_call: ClassVar[str] = "attach_to(pids, follow=True)"
+    census_every_s: float = 15.0
+    window_s: float = 10.0  # the tracer's hooks on, once a holder grows with no line known
+
+    def title(self, duration_s: float | None, sep: str = "  ") -> str:
+        return f"attach --follow: pid {', '.join(map(str, self.pids))}"
+
+    @property
+    def follow(self) -> tuple[float, float] | None:
+        return (self.census_every_s, self.window_s)
+
+    def validate(self) -> None:
+        super().validate()
+        for flag, value, least in (("--census-every", self.census_every_s, 1.0), ("--window", self.window_s, 0.5)):
+            if not (math.isfinite(value) and value >= least):
+                raise UsageError(f"{flag}: {value:g} s is too short; at least {least:g} s")
+
+    def section(self, facts: RunFacts) -> TargetSection:
+        return FollowSection(pids=list(self.pids), processes=list(facts.attached))
 
 
 # -- what the report says of each target (the report's `target`) ------------------------------
@@ -377,13 +411,23 @@ class AttachSection(TargetSection):
         return next((p for p in self.processes if p.pid == pid), None)
 
 
+@dataclass(frozen=True)
+class FollowSection(AttachSection):
+    """Processes followed: as an attach's, each holder with its trend and the lines that made
+    its Works where a tracer window found them."""
+
+    kind: str = "follow"
+
+
 _SECTIONS: dict[str, type[TargetSection]] = {
-    s.kind: s for s in (ModelSection, SGLangSection, TraceSection, AttachSection)
+    s.kind: s for s in (ModelSection, SGLangSection, TraceSection, AttachSection, FollowSection)
 }
 
 
-KINDS: dict[str, type[Target]] = {t.kind: t for t in (ModelTarget, SGLangTarget, TracedCommand, AttachedProcess)}
-AnyTarget = ModelTarget | SGLangTarget | TracedCommand | AttachedProcess
+KINDS: dict[str, type[Target]] = {
+    t.kind: t for t in (ModelTarget, SGLangTarget, TracedCommand, AttachedProcess, FollowedProcess)
+}
+AnyTarget = ModelTarget | SGLangTarget | TracedCommand | AttachedProcess | FollowedProcess
 
 
 def _shape(ran: Target) -> str:

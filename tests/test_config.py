@@ -129,7 +129,7 @@ def test_a_trace_config_of_the_previous_version_reads() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"target": {"kind": "gdb"}}, "target.kind: 'gdb'; expected one of model, sglang, trace, attach"),
+        ({"target": {"kind": "gdb"}}, "target.kind: 'gdb'; expected one of model, sglang, trace, attach, follow"),
         ({"target": {"kind": "model", "pp": "2"}}, "target.pp: a string, expected an integer"),
         ({"target": {"kind": "trace"}}, "target.command: missing"),
         ({**FLAT, "target": "mystery"}, "config.target: 'mystery', expected model, sglang or trace"),

@@ -9,6 +9,7 @@ edges of the samples' buckets too: the counts are exact, not interpolated.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hicache_cli.analysis.messages import PeerFlow, peer_flows
 from hicache_cli.histogram import BUCKETS_PER_DECADE
@@ -18,6 +19,35 @@ from hicache_cli.sample import Sample
 EDGES_PER_DECADE = 4
 EDGE_EXPONENTS = range(-5 * EDGES_PER_DECADE, 1 * EDGES_PER_DECADE + 1)
 _STRIDE = BUCKETS_PER_DECADE // EDGES_PER_DECADE  # sample buckets per Prometheus bucket
+
+
+RSS_TREND_S = 600.0  # the RSS trend exported: over the last ten minutes of samples
+
+
+@dataclass(frozen=True)
+class HolderMetrics:
+    """One holder of Works in a followed process (`attach --follow`: the sample's `holders`)."""
+
+    path: str
+    container: str
+    works: int
+    per_hour: float | None  # Works gained per hour over the agent's recent censuses
+    growing: bool  # a new high at each of the last censuses (attach/follow.py)
+    site: str  # where most of its Works were made ("file:line in function"); "" until a window found it
+
+    @classmethod
+    def from_line(cls, line: dict[str, Any]) -> HolderMetrics:
+        sites = line.get("sites") or []
+        top = sites[0] if sites and isinstance(sites[0], list) and len(sites[0]) >= 3 else None
+        per_hour = line.get("per_hour")
+        return cls(
+            path=str(line.get("path", "?")),
+            container=str(line.get("container", "")),
+            works=int(line.get("works") or 0),
+            per_hour=float(per_hour) if isinstance(per_hour, int | float) else None,
+            growing=bool(line.get("growing")),
+            site=f"{top[0]}:{top[1]} in {top[2]}" if top else "",
+        )
 
 
 @dataclass(frozen=True)
@@ -33,6 +63,8 @@ class RankMetrics:
     latency_count: int  # rounds the histogram holds
     state: str  # the last sample's
     peers: tuple[PeerFlow, ...] = ()  # messages per peer and group, with the backlog of this rank's sends
+    holders: tuple[HolderMetrics, ...] = ()  # attach --follow: the last census's holders
+    rss_per_hour: float | None = None  # RSS bytes gained per hour over the last RSS_TREND_S of samples
 
     def labels(self) -> dict[str, str]:
         return {
@@ -79,6 +111,20 @@ def rank_metrics(samples: dict[int, list[Sample]], tp: int = 1) -> list[RankMetr
                 latency_count=total,
                 state=last.state,
                 peers=tuple(peer_flows(samples, rank, tp=tp, trends=False)),
+                holders=tuple(HolderMetrics.from_line(h) for h in last.holders or () if isinstance(h, dict)),
+                rss_per_hour=rss_trend(series),
             )
         )
     return out
+
+
+def rss_trend(series: list[Sample], over_s: float = RSS_TREND_S) -> float | None:
+    """RSS bytes gained per hour from the first sample within `over_s` of the last to the last
+    (None with less than a minute of RSS readings)."""
+    last = next((x for x in reversed(series) if x.rss_bytes is not None), None)
+    if last is None:
+        return None
+    first = next((x for x in series if x.rss_bytes is not None and x.t >= last.t - over_s), None)
+    if first is None or last.t - first.t < 60.0:
+        return None
+    return (last.rss_bytes - first.rss_bytes) * 3600.0 / (last.t - first.t)  # type: ignore[operator]

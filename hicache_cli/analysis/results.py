@@ -17,7 +17,14 @@ from typing import Any
 from hicache_cli.analysis.kinds import CauseKind, FailureKind, Status, Verdict
 from hicache_cli.config import RunConfig
 from hicache_cli.records import Record, ShapeError, field_spec, join, record_fields, replace
-from hicache_cli.targets import AttachSection, ModelSection, SGLangSection, TargetSection, TraceSection
+from hicache_cli.targets import (
+    AttachSection,
+    FollowSection,
+    ModelSection,
+    SGLangSection,
+    TargetSection,
+    TraceSection,
+)
 
 __all__ = [
     "AttachSection",
@@ -27,6 +34,7 @@ __all__ = [
     "Environment",
     "Failure",
     "FailureKind",
+    "FollowSection",
     "GpuMemory",
     "Interruption",
     "LoopLatency",

@@ -32,16 +32,18 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hicache_cli.attach import protocol
 from hicache_cli.attach.census import take_census
-from hicache_cli.attach.protocol import AgentStatus, BootArgs
+from hicache_cli.attach.follow import Follower, Hooks
+from hicache_cli.attach.protocol import AgentStatus, BootArgs, Census
 from hicache_cli.attach.walk import Walker
 from hicache_cli.lifecycle import Lifeline
 from hicache_cli.protocol import DETACHED_PREFIX, EXITED
-from hicache_cli.rank.loop_stats import LoopStats
+from hicache_cli.rank.loop_stats import LoopStats, Readings
 from hicache_cli.tracer import works
 from hicache_cli.tracer.protocol import TraceEnv
 from hicache_cli.tracer.session import Ending, Session
@@ -68,6 +70,7 @@ class Agent:
         self.thread: threading.Thread | None = None  # the agent's own thread, running `run`
         self.exiting = threading.Event()  # the program is exiting: detach now, and finish
         self.walker: Walker | None = None  # the census running, cut short at exit
+        self.follower: Follower | None = None  # hicache attach --follow (follow.py)
 
     def attach(self) -> None:
         c10d = self.c10d
@@ -78,20 +81,33 @@ class Agent:
         self.write_status()
         if self.boot.census:
             self.census("start")
-        if self.boot.tracer and not self.exiting.is_set():
-            torch_dir = os.path.dirname(self.torch.__file__) + os.sep
-            self.table = works.WorkTable(skip_prefixes=(torch_dir,))
-            works.install(self.table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank)
-            # samples go to the agents' directory; the stop file is hicache's, in the run directory
-            env = TraceEnv(protocol.agent_dir(self.run_dir), self.boot.hz, None, self.boot.owner)
-            guest = Ending(str(self.run_dir / protocol.STOP_FILE), f"{DETACHED_PREFIX}hicache asked", guest=True)
-            self.session = Session(env, self.table, LoopStats(), self.status.rank, self.status.world_size, guest)
-            self.status.rank_file = f"rank-{self.session.slot}.jsonl"
-            self.write_status()
+        if self.exiting.is_set() or not (self.boot.tracer or self.boot.follow_s):
+            return
+        torch_dir = os.path.dirname(self.torch.__file__) + os.sep
+        self.table = table = works.WorkTable(skip_prefixes=(torch_dir,))
+        if self.boot.follow_s:  # the hooks only for a window, when a holder grows (follow.py)
+            hooks = Hooks(
+                on=lambda: works.install(table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank),
+                off=lambda: works.uninstall(c10d.ProcessGroup),
+                site_of=table.made_at,
+                forget=table.reset,
+            )
+            self.follower = Follower(self.boot.follow_s, self.boot.window_s, hooks)
+        else:
+            works.install(table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank)
+        # samples go to the agents' directory; the stop file is hicache's, in the run directory
+        env = TraceEnv(protocol.agent_dir(self.run_dir), self.boot.hz, None, self.boot.owner)
+        guest = Ending(str(self.run_dir / protocol.STOP_FILE), f"{DETACHED_PREFIX}hicache asked", guest=True)
+        kind = Session if self.follower is None else FollowedSession
+        self.session = kind(env, table, LoopStats(), self.status.rank, self.status.world_size, guest)
+        if isinstance(self.session, FollowedSession):
+            self.session.follower = self.follower
+        self.status.rank_file = f"rank-{self.session.slot}.jsonl"
+        self.write_status()
 
     def wait(self) -> str:
         """Until hicache asks to detach or is gone, or the program exits; why."""
-        if self.session is not None:
+        if self.session is not None and self.follower is None:
             self.session.probe.join()
         stop = self.run_dir / protocol.STOP_FILE
         while True:
@@ -101,8 +117,12 @@ class Agent:
                 return "hicache asked"
             if (lost := self.lifeline.lost()) is not None:
                 return lost
-            if self.session is not None:  # the probe ended on its own (its failure): detach too
-                return "the probe stopped"
+            if self.session is not None and self.session.probe.join(0):
+                return "the probe stopped"  # it ended on its own (its failure): detach too
+            if self.follower is not None:
+                self.follower.tick()
+                if self.follower.due():
+                    self.census("live")
             self.exiting.wait(POLL_S)
 
     def at_exit(self) -> None:
@@ -121,6 +141,8 @@ class Agent:
         leftovers = self.status.leftovers
         if self.session is not None:
             leftovers += _guarded(lambda: self.session.detach(f"{DETACHED_PREFIX}{reason}"), "the probe")
+        if self.follower is not None:
+            leftovers += _guarded(self.follower.close, "the follow's tracer window")
         if self.table is not None:
             leftovers += _guarded(lambda: works.uninstall(self.c10d.ProcessGroup), "the Work hooks")
             if (seen := self.table.polled_before) is not None:  # the program polls the Works the census found
@@ -131,18 +153,43 @@ class Agent:
             atexit.unregister(self.at_exit)
         if self.boot.census and reason == "hicache asked":  # hicache waits for this one
             leftovers += _guarded(lambda: self.census("end"), "the census at detach")
+        self.follower = None
         self.status.detach_reason = reason
 
     def census(self, when: str) -> None:
+        """`when`: start, end, or live (a follow's, every few seconds: its file rewritten)."""
         self.walker = Walker()
+        follower, live = self.follower, when == "live"
         try:
-            taken = take_census(self.c10d.Work, self.torch.Tensor, os.getpid(), self.status.rank, when, self.walker)
+            taken = take_census(
+                self.c10d.Work, self.torch.Tensor, os.getpid(), self.status.rank, when, self.walker,
+                site_of=follower.site_of() if follower is not None and live else None,
+            )  # fmt: skip
         finally:
             self.walker = None
+        if follower is not None:  # the lines found while following, at detach too
+            if live:
+                follower.took(taken)
+            taken = follower.explained(taken)
         protocol.write_json_atomic(protocol.census_file(self.run_dir, os.getpid(), when), taken.to_dict())
 
     def write_status(self) -> None:
         protocol.write_json_atomic(protocol.status_file(self.run_dir, os.getpid()), self.status.to_dict())
+
+
+class FollowedSession(Session):
+    """A follow's probe: its `depth` is the last census's count of Works held (no hook
+    counts them between windows), and `holders` the last census's holders with their trends."""
+
+    follower: Follower
+
+    def read(self) -> Readings:
+        readings = super().read()
+        census: Census | None = self.follower.latest
+        if census is None:
+            return readings
+        held = sum(h.tensor_bytes or 0 for h in census.holders)
+        return replace(readings, depth=census.works, held_bytes=held, holders=self.follower.holder_lines())
 
 
 def run(args: dict[str, Any], added: list[str], injected_at: float) -> None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import gc
 import time
 import types
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,8 @@ from hicache_cli.attach.protocol import Census, Holder
 from hicache_cli.attach.walk import NESTING, Walker, holds_any, of_kinds, untracked_containers
 
 PLAIN = (list, set, frozenset)  # containers that hold nothing beside the Works worth counting
+SiteOf = Callable[[Any], "tuple[str, int, str] | None"]  # where a Work was made, when the tracer saw it
+SITES_KEPT = 3  # creation sites named per holder, most Works first
 
 
 @dataclass
@@ -55,6 +59,7 @@ def take_census(
     rank: int | None,
     when: str = "start",
     walker: Walker | None = None,
+    site_of: SiteOf | None = None,
 ) -> Census:
     kinds = subclasses(work_type)
     walker = walker or Walker()
@@ -68,7 +73,7 @@ def take_census(
         for key in namer.released:  # ... or let go of it: the census alone held it
             found.pop(key, None)
         tensor_kinds = subclasses(tensor_type) if tensor_type else frozenset()
-        holders, total = tally(walker, found, names, tensor_kinds, namer.records)
+        holders, total = tally(walker, found, names, tensor_kinds, namer.records, site_of)
     finally:
         walker.release()
     return Census(pid, rank, time.time(), total, holders, walker.cost, when)
@@ -125,9 +130,11 @@ def tally(
     names: dict[int, Named],
     tensor_kinds: frozenset[type],
     records: dict[int, str],
+    site_of: SiteOf | None = None,
 ) -> tuple[list[Holder], int]:
     """The holders by path and container kind; `records`: containers that are a record's
-    attribute dict, counted as the record (as they are before its __dict__ is made)."""
+    attribute dict, counted as the record (as they are before its __dict__ is made). With
+    `site_of` (a follow's tracer window), each holder's Works counted by creation site."""
     groups: dict[tuple[str, str], list[Found]] = {}
     for key, item in found.items():
         named = names.get(key, Named(f"(a {type(item.obj).__qualname__})", False))
@@ -138,16 +145,22 @@ def tally(
         works = list({id(w): w for item in items for w in item.works}.values())
         everything.update(map(id, works))
         completed = [0]
+        made_at: Counter[tuple[str, int, str]] = Counter()
 
-        def check(work: Any, done: list[int] = completed) -> None:
+        def check(work: Any, done: list[int] = completed, sites: Counter[Any] = made_at) -> None:
             try:
                 done[0] += bool(work.is_completed())
             except Exception:  # noqa: BLE001 - a Work in error is not completed; the census goes on
                 pass
+            if site_of is not None and (site := site_of(work)) is not None:
+                sites[site] += 1
 
         walker.each(works, check)
         tensors = _tensor_bytes(items, tensor_kinds) if type(items[0].obj) not in PLAIN else None
-        holders.append(Holder(path, container, len(works), completed[0], len(items), tensors, path not in unnamed))
+        sites = [[*site, n] for site, n in made_at.most_common(SITES_KEPT)] if made_at else None
+        holders.append(
+            Holder(path, container, len(works), completed[0], len(items), tensors, path not in unnamed, sites)
+        )
     holders.sort(key=lambda h: (-h.works, h.path))
     return holders, len(everything)
 

@@ -132,6 +132,17 @@ def _comm(proc: Path, pid: int) -> str:
         return ""
 
 
+def age_s(pid: int, proc: Path = PROC) -> float:
+    """How long the process has run, in seconds (inf when it cannot be read)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        uptime = float((proc / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("inf")
+    started = int(stat[stat.rindex(")") + 2 :].split()[19]) / os.sysconf("SC_CLK_TCK")
+    return max(0.0, uptime - started)
+
+
 def descendants(pid: int, proc: Path = PROC) -> list[int]:
     """Every process below `pid` (children, theirs...), in pid order."""
     children: dict[int, list[int]] = {}

@@ -118,6 +118,9 @@ class BootArgs:
     hz: float = 10.0
     census: bool = True
     tracer: bool = True
+    # hicache attach --follow: a census every follow_s, the tracer on for window_s only when a holder grows
+    follow_s: float | None = None
+    window_s: float = 10.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -162,6 +165,8 @@ class Holder:
     containers: int = 1  # how many such containers (a Record each, say) were grouped here
     tensor_bytes: int | None = None  # tensors held beside the Works in the same containers
     named: bool = True  # False when nothing Python can see names the container
+    # a follow's census after a tracer window: where its Works were made, [file, line, function, works]
+    sites: list[list[Any]] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "holder") -> Holder:

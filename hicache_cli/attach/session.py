@@ -41,6 +41,8 @@ from hicache_cli.rundir import touch_run_file
 ROOT = str(Path(hicache_cli.__file__).resolve().parent.parent)
 ANSWER_S = 30.0  # how long an injected process has to reach a safe point and answer
 POLL_S = 0.05
+RETRIES = 4  # attach --follow: injections into a process that had no process group yet, at most
+RETRY_YOUNGER_S = 300.0  # ... while it is younger than this (a launcher never makes a group)
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Target:
     # from then on nothing more of it is read or waited for
     unreadable: str | None = None
     attached: bool = False  # its agent said so (it stays True once detached: a census was taken)
+    tries: int = 1  # injections (attach --follow tries a young process again that had no group yet)
 
     @property
     def pid(self) -> int:
@@ -75,10 +78,14 @@ class AttachSession:
         tracer: bool = True,
         answer_s: float = ANSWER_S,
         owner: str | None = None,
+        follow: tuple[float, float] | None = None,
     ) -> None:
         self.pids = pids
         self.run_dir = run_dir
-        self.boot = BootArgs(str(run_dir.resolve()), ROOT, owner or owner_token(), hz, census, tracer)
+        follow_s, window_s = follow or (None, BootArgs.window_s)
+        self.boot = BootArgs(
+            str(run_dir.resolve()), ROOT, owner or owner_token(), hz, census, tracer, follow_s, window_s
+        )
         self.answer_s = answer_s
         self.targets: list[Target] = []
         self.cancel = threading.Event()  # set when hicache is stopped: every debugger still running ends
@@ -106,6 +113,38 @@ class AttachSession:
         if not attached:
             raise AttachRefused(self._refusal())
         return attached
+
+    def attach_more(self) -> list[Target]:
+        """Processes started below the pids since (a rank started later, one its launcher
+        restarted), and those that had no process group yet when last tried: injected as
+        `start` does; the newly attached. Never raises for one that cannot be attached."""
+        tried = {(t.pid, t.start): t for t in self.targets}
+        uid = self.targets[0].info.uid if self.targets else None
+        fresh, retried = [], []
+        for info in _candidates(self.pids):
+            start = process_start(info.pid)
+            old = tried.get((info.pid, start))
+            if old is None:
+                fresh.append(Target(info, start, refusal=_other_user(info, uid)))
+            elif self._try_again(old):  # torch was imported, its group not made yet
+                retried.append(old)
+                fresh.append(Target(info, start, tries=old.tries + 1))
+        if not fresh:
+            return []
+        self.targets = [t for t in self.targets if t not in retried]
+        self.targets = self.targets + fresh
+        for target in fresh:
+            if target.refusal is None:
+                self._inject(target)
+        self._await_answers([t for t in fresh if t.injected is not None])
+        return [t for t in fresh if t.attached]
+
+    def _try_again(self, target: Target) -> bool:
+        """A process that answered it had no process group yet, while it is young: a rank
+        between importing torch and init_process_group (not a launcher, which never has one)."""
+        if target.refusal not in (protocol.NO_GROUP, protocol.NO_TORCH) or target.unreadable:
+            return False
+        return target.tries < RETRIES and procs.age_s(target.pid) < RETRY_YOUNGER_S
 
     def _make_agent_dir(self) -> None:
         """The agents' one directory, made here (never one that was there) and handed to the
@@ -299,6 +338,21 @@ def make_agent_dir(run_dir: Path, uid: int) -> Path:
         if found.st_uid == os.geteuid():
             os.chmod(run_dir, stat.S_IMODE(found.st_mode) | 0o011)
     return path
+
+
+def _other_user(info: ProcessInfo, uid: int | None) -> str | None:
+    if uid is None or info.uid == uid:
+        return None
+    return f"{info.label} runs as uid {info.uid}, not {uid} like the processes attached: not attached"
+
+
+def _candidates(pids: list[int]) -> list[ProcessInfo]:
+    """The Python processes with torch at or below the pids now (none for a pid gone)."""
+    found: dict[int, ProcessInfo] = {}
+    for pid in pids:
+        tree = [_inspect_quietly(pid)] + [_inspect_quietly(child) for child in procs.descendants(pid)]
+        found.update((p.pid, p) for p in tree if p is not None and p.is_python and p.torch)
+    return list(found.values())
 
 
 def resolve(pids: list[int]) -> list[ProcessInfo]:

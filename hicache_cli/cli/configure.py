@@ -17,7 +17,7 @@ from hicache_cli.analysis.kinds import Status
 from hicache_cli.analysis.report import load_report
 from hicache_cli.analysis.results import Report
 from hicache_cli.api import with_sglang
-from hicache_cli.cli.options import Gate, Measurement, Outputs, Progress, Ranks, Rendezvous
+from hicache_cli.cli.options import Follow, Gate, Measurement, Outputs, Progress, Ranks, Rendezvous
 from hicache_cli.cli.output import say
 from hicache_cli.config import DEFAULT_POLICY, RunConfig, StressConfig
 from hicache_cli.errors import UsageError
@@ -38,6 +38,7 @@ MODEL_ONLY_FAULTS = ("raise-in-wait", "keep")
 CHECK_WARMUP = "3s"  # the cache warm-up already ran; a short trend warm-up settles sooner
 CHECK_POLICY = "drain"  # the fix: the gate's question is whether it holds
 CHECK_DURATION = "30s"
+FOLLOW_HZ = 1.0  # attach --follow's samples a second, unless --probe-hz says otherwise
 TRACE_STALL_TIMEOUT = "60s"  # a traced program's step may be slow; still this long to its end, a process is stuck
 
 
@@ -97,12 +98,21 @@ def trace_config(command: list[str], loop: str | None = None, measure: Measureme
     return traced_config(command=command, loop=loop, **taken)
 
 
-def attach_config(pids: list[int], measure: Measurement | None = None, census: bool = True) -> RunConfig:
+def attach_config(
+    pids: list[int], measure: Measurement | None = None, census: bool = True, follow: Follow | None = None
+) -> RunConfig:
     """An attach's config (`attach PID`, `check --pid`): what /proc, the debugger and ptrace
-    already refuse is refused here. It has no rounds to time: no stall timeout is taken."""
+    already refuse is refused here. It has no rounds to time: no stall timeout is taken.
+    With `follow.follow`, a follow's: until stopped unless a duration is given, 1 sample a second
+    unless a rate is."""
     taken = measured(measure or Measurement(duration=None))
     del taken["stall_timeout_s"]  # attached_config's own: the watchdog is off for an attach
-    return attached_config(pids=pids, census=census, **taken)
+    following = None
+    if follow is not None and follow.follow:
+        following = (parse_duration(follow.census_every, "census-every"), parse_duration(follow.window, "window"))
+    if taken["probe_hz"] is None:
+        taken["probe_hz"] = FOLLOW_HZ if following else RunConfig.probe_hz
+    return attached_config(pids=pids, census=census, follow=following, **taken)
 
 
 def nodes_config(nodes: Rendezvous, config: RunConfig, outputs: Outputs) -> NodeSpec | None:

@@ -17,13 +17,14 @@ from hicache_cli.cli.groups import Group, option
 from hicache_cli.config import RunConfig
 from hicache_cli.protocol import SECRET_ENV
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES
-from hicache_cli.targets import ModelTarget
+from hicache_cli.targets import FollowedProcess, ModelTarget
 from hicache_model.faults import SHAPES as FAULT_SHAPES
 from hicache_model.policies import POLICIES
 from hicache_model.workload import PRESETS
 
 _SHAPE = ModelTarget()  # the model's defaults: a run's shape and workload
 _RUN = RunConfig()  # the measurement's defaults
+_FOLLOW = FollowedProcess(pids=(1,))  # attach --follow's defaults
 
 
 def seconds(value: float) -> str:
@@ -186,6 +187,28 @@ class Progress(Group):
     )
     metrics_host: str | None = option(
         None, "--metrics-host", help="Address the metrics endpoint listens on (default 127.0.0.1; 0.0.0.0: every one)."
+    )
+
+
+@dataclass(frozen=True)
+class Follow(Group):
+    """`attach --follow`: stay attached at a cost the process cannot measure (attach/follow.py)."""
+
+    panel = "Following"
+    follow: bool = option(
+        False,
+        "--follow",
+        help="Stay until stopped (SIGTERM, Ctrl-C) or the processes are gone, at a cost they cannot measure: a census "
+        "every --census-every, the tracer only for a --window when a holder's Works grow; ranks started later "
+        "below the pid are attached too. For production: docs/attach.md.",
+    )
+    census_every: str = option(
+        seconds(_FOLLOW.census_every_s), "--census-every", help="With --follow: how often the Works held are counted."
+    )
+    window: str = option(
+        seconds(_FOLLOW.window_s),
+        "--window",
+        help="With --follow: how long the tracer stays on to find the line of a growing holder's Works.",
     )
 
 

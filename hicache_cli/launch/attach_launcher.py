@@ -34,7 +34,7 @@ from hicache_cli.outcome import RunOutcome
 from hicache_cli.protocol import EXITED
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
-from hicache_cli.targets import AttachedProcess
+from hicache_cli.targets import AttachedProcess, FollowedProcess
 
 OnAttached = Callable[[AttachedPid], None]  # told of each process tried, once its census is read
 # A process injected that had not run the text when hicache stopped (Ctrl-C during the attach):
@@ -53,12 +53,19 @@ def attached_config(
     leak_threshold_mb_per_h: float,
     census: bool = True,
     stall_timeout_s: float = 60.0,
+    follow: tuple[float, float] | None = None,
 ) -> RunConfig:
-    """The config of an attach (duration None: until stopped or every process is gone). Bad
+    """The config of an attach (duration None: until stopped or every process is gone); with
+    `follow` (census every, tracer window, in seconds) a follow's (attach/follow.py). Bad
     values, and what /proc, the debugger and the kernel's ptrace rules already refuse, raise
     UsageError (AttachRefused) in one line before anything is created or touched."""
+    target = (
+        AttachedProcess(pids=tuple(pids), census=census)
+        if follow is None
+        else FollowedProcess(pids=tuple(pids), census=census, census_every_s=follow[0], window_s=follow[1])
+    )
     config = RunConfig(
-        target=AttachedProcess(pids=tuple(pids), census=census),
+        target=target,
         duration_s=duration_s,
         probe_hz=probe_hz,
         warmup_s=warmup_s,
@@ -85,6 +92,8 @@ class AttachedProcesses:
     """The supervisor's strategy for processes already running: attached, followed, detached;
     ended by the duration, a settled verdict, a stop signal to hicache, or their own exits."""
 
+    LAST = ("end",)  # the census a process's holders are counted at last: the one at detach
+
     def __init__(self, launch: AttachLaunch) -> None:
         self.launch = launch
         target = launch.target
@@ -98,6 +107,7 @@ class AttachedProcesses:
             census=target.census,
             answer_s=target.answer_s,
             owner=owner_token(),
+            follow=target.follow,
         )
         self.started: float | None = None
         self.exits = ExitWatch()
@@ -152,12 +162,14 @@ class AttachedProcesses:
     def processes(self, ending: bool = False) -> tuple[AttachedPid, ...]:
         """Each process tried, as the run directory and the injection say it now; with
         `ending`, how each that is gone ended."""
+        return self.processes_of(self.session.targets, ending)
+
+    def processes_of(self, targets: list[Target], ending: bool = False) -> tuple[AttachedPid, ...]:
         out = []
-        for target in self.session.targets:
+        for target in targets:
             status = self.session.status(target.pid)
-            process = attached_pid(
-                target, status, self.session.read_census(target, "start"), self.session.read_census(target, "end")
-            )
+            last = next(filter(None, (self.session.read_census(target, when) for when in self.LAST)), None)
+            process = attached_pid(target, status, self.session.read_census(target, "start"), last)
             if ending:
                 process = replace(process, ended=self.ended(target, status))
             out.append(process)
@@ -227,6 +239,7 @@ def holders(start: Census | None, end: Census | None) -> list[HolderCount]:
     those that appeared while attached; most held first."""
     before = {h.path: h for h in start.holders} if start else {}
     after = {h.path: h for h in end.holders} if end else {}
+    hours = (end.taken_at - start.taken_at) / 3600 if start and end and end.taken_at > start.taken_at else None
     out = []
     for path in [*before, *(p for p in after if p not in before)]:
         first, last = before.get(path), after.get(path)
@@ -246,6 +259,10 @@ def holders(start: Census | None, end: Census | None) -> list[HolderCount]:
                 works_end=works_end,
                 completed_end=(last.completed if last else 0) if end is not None else None,
                 growth=works_end - works if works_end is not None else None,
+                per_hour=round((works_end - works) / hours, 1) if works_end is not None and hours else None,
+                sites=[f"{file}:{line} in {function}" for file, line, function, *_ in (last.sites or [])]
+                if last is not None
+                else [],
             )
         )
     return sorted(out, key=lambda h: -h.held)

@@ -151,6 +151,41 @@ class MetricsExporter:
                 if flow.backlog is not None:
                     backlog.add_metric(pair, flow.backlog)
         yield from (rss, depth, rounds, latency, sent, received, backlog)
+        yield from _followed(ranks)
+
+
+def _followed(ranks: list[RankMetrics]) -> Iterator[Any]:
+    """`attach --follow`: per rank and holder, the Works held, their trend, whether the holder
+    grows and the line that made them (the alerting rule in deploy/prometheus reads these);
+    per rank the RSS trend."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    by_holder = [*LABELS, "holder", "container", "site"]
+    works = GaugeMetricFamily(
+        "hicache_holder_works", "Works a holder of a followed process keeps (its last census).", labels=by_holder
+    )
+    per_hour = GaugeMetricFamily(
+        "hicache_holder_growth_per_hour", "Works the holder gained per hour over its recent censuses.", labels=by_holder
+    )
+    growing = GaugeMetricFamily(
+        "hicache_holder_growing",
+        "1 while the holder's Works set a new high at each of its last censuses (a leak), else 0.",
+        labels=by_holder,
+    )
+    rss_trend = GaugeMetricFamily(
+        "hicache_rss_growth_bytes_per_hour", "RSS gained per hour over the last ten minutes of samples.", labels=LABELS
+    )
+    for r in ranks:
+        labels = list(r.labels().values())
+        if r.rss_per_hour is not None:
+            rss_trend.add_metric(labels, r.rss_per_hour)
+        for h in r.holders:
+            named = [*labels, h.path, h.container, h.site]
+            works.add_metric(named, h.works)
+            growing.add_metric(named, 1.0 if h.growing else 0.0)
+            if h.per_hour is not None:
+                per_hour.add_metric(named, h.per_hour)
+    yield from (works, per_hour, growing, rss_trend)
 
 
 def _le(seconds: float) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from hicache_cli.analysis.results import AttachSection, Report, TraceSection
+from hicache_cli.analysis.results import AttachSection, FollowSection, Report, TraceSection
 from hicache_cli.analysis.trace_report import NOTHING_TRACED, nothing_traced, poll_text, site_text
 from hicache_cli.attached import AttachedPid, HolderCount
 from hicache_cli.units import format_bytes
@@ -44,8 +44,8 @@ def _attached_lines(report: Report) -> list[str]:
 
 
 # What each kind of traced target adds to the views, by its section's kind (the one place a kind picks them)
-TITLES = {TraceSection.kind: _program_title, AttachSection.kind: _attached_title}
-MORE_LINES = {AttachSection.kind: _attached_lines}
+TITLES = {TraceSection.kind: _program_title, AttachSection.kind: _attached_title, FollowSection.kind: _attached_title}
+MORE_LINES = {AttachSection.kind: _attached_lines, FollowSection.kind: _attached_lines}
 
 
 def trace_table(report: Report, width: int = 160) -> Table:
@@ -137,4 +137,6 @@ def _holder_text(holder: HolderCount, end: bool) -> str:
     if end and holder.works_end is not None:
         grew = f"{holder.works_end:,} Works ({holder.growth or 0:+,})"
         counts = f"{holder.works:>8,} -> {grew}, {holder.completed_end or 0:,} completed"
-    return f"{counts}  {name} ({holder.container}{grouped}{tensors})"
+    trend = f", {holder.per_hour:+,.0f}/h" if holder.per_hour is not None else ""
+    made = f"; made at {', '.join(holder.sites)}" if holder.sites else ""
+    return f"{counts}  {name} ({holder.container}{grouped}{tensors}{trend}){made}"

@@ -70,6 +70,7 @@ class Readings:
     works: dict[str, int] | None = None  # hicache trace: the process's Work counts
     sites: list[dict[str, Any]] | None = None  # hicache trace: Works by creation site, when due
     peers: list[list[Any]] | None = None  # hicache trace: messages per peer and group (Sample.peers)
+    holders: list[dict[str, Any]] | None = None  # hicache attach --follow: a new census's holders
 
 
 def latency_summary(latencies: list[float]) -> tuple[float | None, float | None, float | None]:

@@ -124,6 +124,7 @@ class Probe:
             works=readings.works,
             sites=readings.sites,
             peers=readings.peers,
+            holders=readings.holders,
             node=ident.node,
             host=ident.host,
             world=ident.world,

@@ -301,6 +301,11 @@ class WorkTable:
         ref = self._refs.get(id(work))
         return ref if ref is not None and ref() is work else None
 
+    def made_at(self, work: object) -> tuple[str, int, str] | None:
+        """Where a live Work this table counted was made: (file, line, function)."""
+        ref = self.ref_of(work)
+        return None if ref is None else (ref.site.file, ref.site.line, ref.site.function)
+
     def seen_complete(self, work: object) -> None:
         ref = self.ref_of(work)
         if ref is not None and not ref.seen_complete:

@@ -93,7 +93,7 @@ BROKEN = {
     "pp a string": (_set("config.target.pp", "2"), "config.target.pp: a string, expected an integer"),
     "an unknown target": (
         _set("config.target.kind", "x"),
-        "config.target.kind: 'x'; expected one of model, sglang, trace, attach",
+        "config.target.kind: 'x'; expected one of model, sglang, trace, attach, follow",
     ),
     "environment a list": (_set("environment", []), "environment: a list, expected an object"),
     "failures an object": (_set("failures", {}), "failures: an object, expected a list"),

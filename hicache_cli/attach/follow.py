@@ -1,0 +1,186 @@
+"""`hicache attach --follow`: staying attached to a serving process at a cost it cannot measure.
+
+The agent of a plain attach puts the tracer's hooks on every Work for as long as it is
+attached: what a diagnosis needs, 2-13% of a tight loop's rounds (docs/performance.md). A
+follow is meant to stay for days, so between two findings it hooks nothing:
+
+1. **A census every `every_s`** (census.py: chunked, the GIL held a few milliseconds at a
+   time, gc.get_objects() once): how many Works each holder keeps. That count is the
+   probe's `depth`, and the holders go into the sample line (`holders`), so the report, the
+   dashboard and `--metrics-port` read them as they read everything else.
+2. **Growth, by holder.** A holder whose count set a new high in each of the last GROWING
+   censuses, by MIN_GROWTH Works in all, is growing: a bounded population stops making new
+   highs however it fluctuates; a leak never does.
+3. **The line, only when something grows.** The tracer's hooks go on for `window_s`
+   (tracer/works.py); every Work made meanwhile is known by its creation site. The next
+   census finds those Works in their holder and names the line. Then the hooks come off and
+   the table is forgotten. A holder the window could not explain (its Works made in C++, or
+   none made meanwhile) gets another window after RETRY_CENSUSES.
+
+Stdlib only (it runs inside the target); the census, the hooks and the clock are passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hicache_cli.attach.protocol import Census, Holder
+
+GROWING = 3  # new highs in a row that make a holder growing
+MIN_GROWTH = 16  # ... and the Works it gained over them, at least
+HISTORY = 16  # censuses kept per holder (for its rate)
+RETRY_CENSUSES = 4  # a growing holder still without a line gets another window after this many
+SITES_PER_HOLDER = 3
+
+
+@dataclass
+class Trend:
+    """One holder's counts over the last censuses, and the lines that made its Works."""
+
+    counts: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    highs: int = 0  # new highs in a row, up to the last census
+    sites: list[list[Any]] = field(default_factory=list)  # [file, line, function, works]
+    unexplained: int = 0  # censuses since a window that did not name its line
+
+    def add(self, at: float, works: int) -> None:
+        best = max((n for _, n in self.counts), default=None)
+        self.highs = self.highs + 1 if best is not None and works > best else 0
+        self.counts.append((at, works))
+
+    @property
+    def growing(self) -> bool:
+        if self.highs < GROWING:
+            return False
+        recent = list(self.counts)[-GROWING - 1 :]
+        return recent[-1][1] - recent[0][1] >= MIN_GROWTH
+
+    @property
+    def per_hour(self) -> float | None:
+        """Works gained per hour over the history (None with fewer than two censuses)."""
+        if len(self.counts) < 2:
+            return None
+        (t0, n0), (t1, n1) = self.counts[0], self.counts[-1]
+        return (n1 - n0) * 3600.0 / (t1 - t0) if t1 > t0 else None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The tracer's hooks, put on and taken off by the agent; `site_of(work)` says where a
+    Work made while they were on was created: (file, line, function), else None."""
+
+    on: Callable[[], None]
+    off: Callable[[], None]
+    site_of: Callable[[Any], tuple[str, int, str] | None]
+    forget: Callable[[], None]
+
+
+class Follower:
+    """The follow loop's state; `due(now)` says when to take the next census, `took(census)`
+    what to do with one, `tick(now)` closes a window that has run its time."""
+
+    def __init__(self, every_s: float, window_s: float, hooks: Hooks, clock: Callable[[], float] = time.monotonic):
+        self.every_s = every_s
+        self.window_s = window_s
+        self.hooks = hooks
+        self.clock = clock
+        self.trends: dict[str, Trend] = {}
+        self.latest: Census | None = None
+        self.fresh = False  # a census whose holder lines are not made yet
+        self._lines: list[dict[str, Any]] | None = None
+        self.next_at = clock()
+        self.window_until: float | None = None  # hooks on until then
+        self.explaining = False  # hooks came off; the next census attributes what they saw
+        self.windows = 0
+
+    def due(self) -> bool:
+        return self.clock() >= self.next_at
+
+    def site_of(self) -> Callable[[Any], tuple[str, int, str] | None] | None:
+        """For the census: the creation site of a Work, while a window's table is kept."""
+        return self.hooks.site_of if (self.window_until is not None or self.explaining) else None
+
+    def took(self, census: Census) -> None:
+        """A census was taken: the trends updated, the lines it found kept, and a window
+        opened when a holder grows that no line explains yet."""
+        now = self.clock()
+        self.next_at = now + self.every_s
+        seen = set()
+        for holder in census.holders:
+            trend = self.trends.setdefault(holder.path, Trend())
+            trend.add(now, holder.works)
+            seen.add(holder.path)
+            if holder.sites:
+                trend.sites, trend.unexplained = [list(s) for s in holder.sites[:SITES_PER_HOLDER]], 0
+            elif trend.unexplained:
+                trend.unexplained += 1
+        for path, trend in self.trends.items():
+            if path not in seen:
+                trend.add(now, 0)
+        if self.explaining:  # the window's Works were looked for in their holders: done with them
+            self.explaining = False
+            self.hooks.forget()
+            for trend in self.trends.values():
+                if trend.growing and not trend.sites:
+                    trend.unexplained = 1
+        self.latest, self.fresh = census, True
+        if self.window_until is None and not self.explaining and self._wants_window():
+            self.hooks.on()
+            self.windows += 1
+            self.window_until = now + self.window_s
+
+    def tick(self) -> None:
+        """Close a window that has run its time: the hooks off; the next census, taken at
+        once, attributes the Works the window saw made."""
+        if self.window_until is not None and self.clock() >= self.window_until:
+            self.hooks.off()
+            self.window_until = None
+            self.explaining = True
+            self.next_at = self.clock()
+
+    def close(self) -> None:
+        if self.window_until is not None:
+            self.hooks.off()
+            self.window_until = None
+        if self.explaining or self.windows:
+            self.hooks.forget()
+        self.explaining = False
+
+    def _wants_window(self) -> bool:
+        return any(
+            t.growing and not t.sites and (t.unexplained == 0 or t.unexplained > RETRY_CENSUSES)
+            for t in self.trends.values()
+        )
+
+    def holder_lines(self) -> list[dict[str, Any]] | None:
+        """The sample's `holders`: each holder of the latest census with its trend; the same
+        list object until the next census (the line encoder writes it only when it changes)."""
+        if self.fresh and self.latest is not None:
+            self._lines = [holder_line(h, self.trends.get(h.path)) for h in self.latest.holders]
+            self.fresh = False
+        return self._lines
+
+    def explained(self, census: Census) -> Census:
+        """The census as written for hicache: each holder with the lines found for it so far."""
+        holders = [
+            replace(h, sites=[list(s) for s in t.sites]) if (t := self.trends.get(h.path)) and t.sites else h
+            for h in census.holders
+        ]
+        return replace(census, holders=holders)
+
+
+def holder_line(holder: Holder, trend: Trend | None) -> dict[str, Any]:
+    per_hour = trend.per_hour if trend is not None else None
+    return {
+        "path": holder.path,
+        "container": holder.container,
+        "works": holder.works,
+        "completed": holder.completed,
+        "named": holder.named,
+        "per_hour": round(per_hour, 1) if per_hour is not None else None,
+        "growing": bool(trend and trend.growing),
+        "sites": [list(s) for s in trend.sites] if trend is not None else [],
+    }
