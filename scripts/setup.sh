@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install hicache with its test extra (and, as root on Debian, chromium for one test).
+# Create .venv and install hicache with its test extra (and, as root on Debian, chromium and promtool for two tests).
 # Prefers the CPU build of torch that lies on this machine's disk (torch==2.13.0) so
 # that pip does not download a multi-GB CUDA build; elsewhere any torch>=2.6 will do.
 set -euo pipefail
@@ -15,20 +15,27 @@ fi
 # (0.1 s a command), also where PYTHONDONTWRITEBYTECODE=1 keeps Python from writing them.
 .venv/bin/python -m compileall -q -j 0 hicache_cli hicache_model scripts tests >/dev/null
 
-# A real browser for the report page's test (tests/integration/test_report_page_browser.py):
-# Debian's chromium, when run as root where apt-get exists (about 2 minutes and 480 MB the
-# first time; HICACHE_NO_BROWSER=1 skips it). Without one that test is skipped, saying why.
-if command -v chromium >/dev/null 2>&1; then
-  :
-elif [ "${HICACHE_NO_BROWSER:-}" = 1 ]; then
-  echo "setup: HICACHE_NO_BROWSER=1: no chromium; the report page's browser test will be skipped"
-elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "setup: installing chromium (apt-get) for the report page's browser test"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! { apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null 2>&1; then
-    echo "setup: could not install chromium; the report page's browser test will be skipped"
+# Tools two tests use, from Debian's packages when run as root where apt-get exists: chromium,
+# a real browser for the report page (tests/integration/test_report_page_browser.py; about 2
+# minutes and 480 MB the first time; HICACHE_NO_BROWSER=1 skips it), and promtool (Debian's
+# prometheus, about 100 MB), which evaluates deploy/'s alerting rules (tests/test_deploy.py).
+# Without one, its test is skipped, saying why.
+debian_package() {  # COMMAND PACKAGE [APT OPTION]: install PACKAGE unless COMMAND is there
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: no $1 (and not root with apt-get to install it); the test that uses it will be skipped"
+    return 0
   fi
+  echo "setup: installing $2 (apt-get) for the test that uses $1"
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${3:-} "$2" || {
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${3:-} "$2"; }; } >/dev/null 2>&1; then
+    echo "setup: could not install $2; the test that uses $1 will be skipped"
+  fi
+}
+if [ "${HICACHE_NO_BROWSER:-}" = 1 ]; then
+  echo "setup: HICACHE_NO_BROWSER=1: no chromium; the report page's browser test will be skipped"
 else
-  echo "setup: no chromium (and not root with apt-get to install it); the report page's browser test will be skipped"
+  debian_package chromium chromium
 fi
+debian_package promtool prometheus --no-install-recommends
 echo "ready: .venv/bin/hicache"

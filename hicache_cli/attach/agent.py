@@ -76,6 +76,8 @@ class Agent:
         c10d = self.c10d
         if "__hicache_originals__" in c10d.ProcessGroup.__dict__:
             raise Refused("its torch.distributed is already traced by hicache (hicache trace)")
+        if any(t.name == protocol.THREAD_NAME and t is not threading.current_thread() for t in threading.enumerate()):
+            raise Refused("another hicache attach is attached to it already")
         atexit.register(self.at_exit)  # before the session's: run after it (last in, first out)
         self.status.rank, self.status.world_size = int(c10d.get_rank()), int(c10d.get_world_size())
         self.write_status()

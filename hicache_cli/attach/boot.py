@@ -23,6 +23,7 @@ import time
 
 ARGS: dict = globals().get("ARGS", {})  # the injected text passes them in this file's namespace
 PACKAGE = "hicache_cli"
+THREAD_NAME = "hicache-attach"  # protocol.THREAD_NAME: an agent refuses a process that has one
 AGENT_DIR = "agent"  # protocol.AGENT_DIR: where the agent writes; spelled here, which imports nothing of hicache
 
 
@@ -105,7 +106,7 @@ def main() -> None:
         _status("refused", why)
         return
     agent, added = _import_agent()
-    thread = threading.Thread(target=agent.run, args=(dict(ARGS), added, time.time()), name="hicache-attach")
+    thread = threading.Thread(target=agent.run, args=(dict(ARGS), added, time.time()), name=THREAD_NAME)
     thread.daemon = True  # never keeps the program from exiting
     thread.start()
 

@@ -94,7 +94,7 @@ class AttachSession:
 
     def start(self) -> list[Target]:
         """Inject into every candidate and wait for each answer; the attached targets.
-        AttachRefused (one line, exit 2) when none could be attached. A stop signal
+        AttachRefused (one line, exit 2) when none could be attached (a follow's: none yet). A stop signal
         (KeyboardInterrupt) ends every debugger still running within seconds, then goes on up."""
         candidates = resolve(self.pids)
         self.targets = [Target(info, process_start(info.pid)) for info in candidates]
@@ -110,7 +110,7 @@ class AttachSession:
         finally:
             pool.shutdown(wait=True)
         attached = [t for t in self.targets if t.attached]
-        if not attached:
+        if not attached and self.boot.follow_s is None:  # a follow waits for ranks to come (attach_more)
             raise AttachRefused(self._refusal())
         return attached
 
@@ -131,6 +131,9 @@ class AttachSession:
                 fresh.append(Target(info, start, tries=old.tries + 1))
         if not fresh:
             return []
+        for old in retried:  # its agent's answer was a refusal: the next answer is the new agent's
+            with contextlib.suppress(OSError):
+                protocol.status_file(self.run_dir, old.pid).unlink()
         self.targets = [t for t in self.targets if t not in retried]
         self.targets = self.targets + fresh
         for target in fresh:

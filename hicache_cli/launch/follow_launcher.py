@@ -15,6 +15,7 @@ import threading
 
 from hicache_cli.launch.attach_launcher import AttachedProcesses, AttachLaunch
 from hicache_cli.launch.supervisor import Stop
+from hicache_cli.lifecycle import process_start
 from hicache_cli.sample import Sample
 
 RESCAN_S = 5.0
@@ -28,6 +29,7 @@ class FollowedProcesses(AttachedProcesses):
         super().__init__(launch)
         self.scan: threading.Thread | None = None
         self.next_scan = 0.0
+        self.given: list[tuple[int, str | None]] = []  # the pids asked for, with their start times
 
     def check(self, samples: dict[int, list[Sample]], now: float) -> Stop | None:
         idle = self.scan is None or not self.scan.is_alive()
@@ -42,8 +44,16 @@ class FollowedProcesses(AttachedProcesses):
             if self.launch.on_attached is not None:
                 self.launch.on_attached(self.processes_of([target])[0])
 
+    def start(self) -> None:
+        self.given = [(pid, process_start(pid)) for pid in self.launch.target.pids]
+        super().start()
+
     def exited(self) -> bool:
-        return super().exited() and (self.scan is None or not self.scan.is_alive())
+        """Every process attached is gone, and so is every pid asked for (a launcher whose
+        ranks have not come yet, or are being restarted, is waited for)."""
+        if self.scan is not None and self.scan.is_alive():
+            return False
+        return super().exited() and all(process_start(pid) != start for pid, start in self.given)
 
     def stop(self, stop: Stop | None) -> None:
         self.session.cancel.set()  # a scan under way: its debuggers end, nothing more is injected

@@ -3,6 +3,7 @@ answers, the exporter scraped over real HTTP, and the options through main()."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -26,6 +27,8 @@ from hicache_cli.sample import Sample
 from tests.conftest import FakeExecute, assert_refused, free_port
 
 CONFIG = StressConfig(pp=2, policy="reap", duration_s=60.0)
+HOLDER = {"path": "Relay.inflight[<int>]", "container": "dict", "works": 900, "completed": 0, "named": True,
+          "per_hour": 1e5, "growing": True, "sites": [["relay.py", 29, "forward", 40]]}  # fmt: skip
 
 
 def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -217,7 +220,9 @@ def test_the_grafana_dashboard_reads_only_what_is_served(make_pp2_run: Callable[
     used = {name for expr in exprs for name in re.findall(r"\bhicache_[a-z_]+", expr)}
     exporter = MetricsExporter.start(None, 0, CONFIG, "runs/x")
     try:
-        exporter.update(make_pp2_run(n=20))
+        samples = make_pp2_run(n=20)  # rank 0 followed too (attach --follow): its holders' panels
+        samples[0] = [dataclasses.replace(s, holders=[HOLDER]) for s in samples[0]]
+        exporter.update(samples)
         served = set(scrape(exporter.url))
     finally:
         exporter.close()

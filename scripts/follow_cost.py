@@ -1,0 +1,226 @@
+"""What `hicache attach --follow` costs the service it follows, measured in one run by alternating.
+
+    .venv/bin/python scripts/follow_cost.py --program tight      # 10 minutes: 5 cycles of 60 s + 60 s
+    .venv/bin/python scripts/follow_cost.py --program pipeline --cycles 5 --window 60
+
+A 2-rank service runs under torchrun for the whole measurement: the tight isend/recv loop
+(scripts/tight_p2p.py) or a torch.distributed.pipelining trainer (scripts/pipeline_steps.py,
+a round is a training step); rank 0 prints its round count twice a second. Each cycle is a
+window with nothing attached, then the real sidecar, `hicache attach --follow` on torchrun's
+pid (both ranks below it attached by gdb), left for one window after its census settled,
+then stopped with SIGTERM as an operator's service manager stops it. So the attached windows
+hold what a follow does in steady state: the censuses (every --census-every), the probe's
+samples, the sidecar's own reading of the files; the attach itself (gdb's stop, the first
+census) falls before the window, as it does once in a process's life.
+
+Printed per cycle and as medians over the cycles with a 95% interval (bootstrap), each
+attached window against the mean of the unattached windows on both sides (the rate drifts):
+- rounds/s, attached / unattached (this VM's wall rate moves with scheduling: read it with
+  its interval);
+- each rank's main-thread CPU per round (from /proc, the thread whose id is the pid),
+  attached / unattached: the figure the issue trusts, what the program's own thread pays;
+- the agent's CPU in the target (every thread but the main one, minus what the unattached
+  windows show for them: gloo's), and the sidecar's own CPU, per second;
+- the longest hold of the GIL in any census after the first (each census's own accounting,
+  read from its file as the windows run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hicache_cli.attach import procs  # noqa: E402
+from scripts.benchmarks import LOOPS  # noqa: E402
+from scripts.intervals import median_interval  # noqa: E402
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+HICACHE = [sys.executable, "-m", "hicache_cli"]
+TICK = os.sysconf("SC_CLK_TCK")
+SETTLE_S = 3.0  # after the sidecar's first census, before the attached window
+
+
+def thread_cpu(pid: int) -> tuple[float, float]:
+    """(the main thread's CPU seconds, every other thread's), from /proc."""
+    main = others = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        cpu = (int(fields[11]) + int(fields[12])) / TICK
+        if int(task.name) == pid:
+            main += cpu
+        else:
+            others += cpu
+    return main, others
+
+
+def process_cpu(pid: int) -> float:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / TICK
+
+
+class Service:
+    """The 2-rank program under torchrun, its progress lines read on a thread."""
+
+    def __init__(self, program: str, seconds: float, cwd: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        command = [*TORCHRUN, str(LOOPS[program]), "--seconds", str(seconds), "--progress", "0.5"]
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                                     cwd=cwd, start_new_session=True)  # fmt: skip
+        self.progress: list[tuple[float, int]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        while len(self.progress) < 4:
+            time.sleep(0.2)
+        self.ranks = sorted(p for p in procs.descendants(self.proc.pid) if procs.inspect(p).torch)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("progress"):
+                fields = dict(part.split("=") for part in line.split()[1:])
+                self.progress.append((time.perf_counter(), int(fields["rounds"])))
+
+    def window(self, seconds: float) -> dict[str, float]:
+        """rounds/s, and per rank the main thread's CPU per round and the other threads' CPU per
+        second, over the next `seconds`."""
+        cpu0 = {pid: thread_cpu(pid) for pid in self.ranks}
+        start = time.perf_counter()
+        time.sleep(seconds)
+        end = time.perf_counter()
+        cpu1 = {pid: thread_cpu(pid) for pid in self.ranks}
+        inside = [(t, r) for t, r in self.progress if start <= t <= end]
+        (t0, r0), (t1, r1) = inside[0], inside[-1]
+        rounds = r1 - r0
+        out = {"rate": rounds / (t1 - t0)}
+        for i, pid in enumerate(self.ranks):
+            out[f"main_us_{i}"] = (cpu1[pid][0] - cpu0[pid][0]) / max(1, rounds) * 1e6
+            out[f"others_pct_{i}"] = (cpu1[pid][1] - cpu0[pid][1]) / (end - start) * 100
+        return out
+
+    def end(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def follow(service: Service, run_dir: Path, census_every: str) -> subprocess.Popen[str]:
+    command = [*HICACHE, "attach", "--follow", "--census-every", census_every, "--no-live",
+               "--run-dir", str(run_dir), str(service.proc.pid)]  # fmt: skip
+    sidecar = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if all((run_dir / "agent" / f"census-{pid}-live.json").exists() for pid in service.ranks):
+            return sidecar
+        if sidecar.poll() is not None:
+            raise SystemExit(f"the sidecar ended: {sidecar.stderr.read() if sidecar.stderr else ''}")
+        time.sleep(0.2)
+    raise SystemExit("the sidecar did not attach to both ranks within 120 s")
+
+
+def holds(run_dir: Path, ranks: list[int], stop: threading.Event, into: list[float]) -> None:
+    """The longest GIL hold of each live census, as its file is rewritten (the first census,
+    at attach, is the `start` file and is not among them)."""
+    seen: dict[int, float] = {}
+    while not stop.wait(1.0):
+        for pid in ranks:
+            path = run_dir / "agent" / f"census-{pid}-live.json"
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if data.get("taken_at") != seen.get(pid):
+                seen[pid] = data.get("taken_at")
+                into.append(float(data["cost"]["max_hold_s"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--program", choices=sorted(LOOPS), default="tight")
+    parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--window", type=float, default=60.0, help="seconds per window (attached and not)")
+    parser.add_argument("--census-every", default="15s", help="the sidecar's --census-every")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="follow-cost-"))
+    total = args.cycles * (2 * args.window + 30) + args.window + 60
+    service = Service(args.program, total, tmp)
+    windows: list[tuple[str, dict[str, float]]] = []
+    census_holds: list[float] = []
+    sidecar_cpu: list[float] = []
+    began = time.monotonic()
+    try:
+        for cycle in range(args.cycles):
+            windows.append(("off", service.window(args.window)))
+            run_dir = tmp / f"run-{cycle}"
+            sidecar = follow(service, run_dir, args.census_every)
+            time.sleep(SETTLE_S)
+            stop = threading.Event()
+            watcher = threading.Thread(target=holds, args=(run_dir, service.ranks, stop, census_holds), daemon=True)
+            watcher.start()
+            cpu0, t0 = process_cpu(sidecar.pid), time.monotonic()
+            windows.append(("on", service.window(args.window)))
+            sidecar_cpu.append((process_cpu(sidecar.pid) - cpu0) / (time.monotonic() - t0) * 100)
+            stop.set()
+            sidecar.send_signal(signal.SIGTERM)
+            sidecar.wait(60)
+            time.sleep(SETTLE_S)
+            print(f"cycle {cycle + 1}/{args.cycles} done ({time.monotonic() - began:.0f} s)", flush=True)
+        windows.append(("off", service.window(args.window)))
+    finally:
+        service.end()
+    report(args, windows, census_holds, sidecar_cpu)
+
+
+Windows = list[tuple[str, dict[str, float]]]
+
+
+def report(args: argparse.Namespace, windows: Windows, census_holds: list[float], sidecar: list[float]) -> None:
+    keys = [k for k in windows[0][1] if k == "rate" or k.startswith("main_us")]
+    ratios: dict[str, list[float]] = {k: [] for k in keys}
+    agent_pct: dict[int, list[float]] = {0: [], 1: []}
+    for index, (kind, values) in enumerate(windows):
+        if kind != "on":
+            continue
+        before, after = windows[index - 1][1], windows[index + 1][1]
+        for key in keys:
+            ratios[key].append(values[key] / ((before[key] + after[key]) / 2.0))
+        for rank in (0, 1):
+            base = (before[f"others_pct_{rank}"] + after[f"others_pct_{rank}"]) / 2.0
+            agent_pct[rank].append(values[f"others_pct_{rank}"] - base)
+        cycle = len(ratios["rate"])
+        print(f"cycle {cycle}: rounds/s off {before['rate']:.0f}, following {values['rate']:.0f}, off after "
+              f"{after['rate']:.0f}; main-thread CPU a round, rank 0: {before['main_us_0']:.1f} -> "
+              f"{values['main_us_0']:.1f} us, rank 1: {before['main_us_1']:.1f} -> "
+              f"{values['main_us_1']:.1f} us")  # fmt: skip
+    print(f"{args.program}: {len(ratios['rate'])} cycles of {args.window:g} s, census every {args.census_every}")
+    for key, label in (("rate", "rounds/s, following / not"), ("main_us_0", "rank 0 main-thread CPU a round"),
+                       ("main_us_1", "rank 1 main-thread CPU a round")):  # fmt: skip
+        low, high = median_interval(ratios[key])
+        print(f"  {label}: median {statistics.median(ratios[key]):.4f} [95% {low:.4f}-{high:.4f}]")
+    for rank in (0, 1):
+        print(f"  rank {rank}: the agent's threads, CPU beyond gloo's own: median "
+              f"{statistics.median(agent_pct[rank]):+.2f}% of a core")  # fmt: skip
+    print(f"  the sidecar (hicache itself): median {statistics.median(sidecar):.2f}% of a core")
+    if census_holds:
+        longest, median = max(census_holds) * 1000, statistics.median(census_holds) * 1000
+        print(f"  censuses after the first: {len(census_holds)}, longest hold of the GIL {longest:.1f} ms "
+              f"(median {median:.1f} ms)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""attach --follow inside the target (attach/follow.py): when a holder counts as growing, when
+the tracer's window opens and closes, how its line reaches the holder; and the census
+counting a holder's Works by the site that made them. Fake hooks and clock; real objects."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hicache_cli.attach.census import take_census
+from hicache_cli.attach.follow import GROWING, MIN_GROWTH, RETRY_CENSUSES, Follower, Hooks, Trend
+from hicache_cli.attach.protocol import Census, CensusCost, Holder
+from hicache_cli.attach.walk import Walker
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeHooks:
+    """What the agent's hooks do, recorded: on, off, forget; `sites` says where a Work was made."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.sites: dict[int, tuple[str, int, str]] = {}
+
+    def hooks(self) -> Hooks:
+        return Hooks(
+            on=lambda: self.calls.append("on"),
+            off=lambda: self.calls.append("off"),
+            site_of=lambda work: self.sites.get(id(work)),
+            forget=lambda: self.calls.append("forget"),
+        )
+
+
+def census(works: int, sites: list[list[Any]] | None = None, path: str = "Relay.inflight") -> Census:
+    holders = [Holder(path, "dict", works, 0, sites=sites)] if works else []
+    return Census(1, 0, 0.0, works, holders, CensusCost())
+
+
+def follow(counts: list[int], every: float = 15.0) -> tuple[Follower, FakeHooks, Clock]:
+    clock, fake = Clock(), FakeHooks()
+    follower = Follower(every, 10.0, fake.hooks(), clock)
+    for n in counts:
+        follower.took(census(n))
+        clock.now += every
+    return follower, fake, clock
+
+
+def test_a_holder_that_keeps_setting_new_highs_grows() -> None:
+    trend = Trend()
+    for t, n in enumerate([0, 40, 80, 120]):
+        trend.add(t * 15.0, n)
+    assert trend.highs == GROWING and trend.growing
+    assert trend.per_hour == 120 * 3600 / 45
+
+
+def test_a_bounded_population_never_grows_however_it_moves() -> None:
+    rng = random.Random(3)
+    trend = Trend()
+    grew = []
+    for t in range(500):  # a drained list: 0 to 64 Works at any census, for two hours of censuses
+        trend.add(t * 15.0, rng.randint(0, 64))
+        grew.append(trend.growing)
+    assert not any(grew[50:])  # once its range is seen, no run of new highs
+
+
+def test_small_new_highs_are_not_growth() -> None:
+    trend = Trend()
+    for t, n in enumerate([2, 3, 4, 5, 6]):  # new highs, but by fewer than MIN_GROWTH Works
+        trend.add(float(t), n)
+    assert trend.highs >= GROWING and not trend.growing
+    assert MIN_GROWTH > 4
+
+
+def test_the_window_opens_when_a_holder_grows_and_closes_on_time() -> None:
+    follower, fake, clock = follow([10, 100, 200])
+    assert fake.calls == []  # two new highs: not yet
+    follower.took(census(300))
+    assert fake.calls == ["on"] and follower.site_of() is not None
+    clock.now += 5.0
+    follower.tick()
+    assert fake.calls == ["on"]  # the window runs 10 s
+    clock.now += 5.0
+    follower.tick()
+    assert fake.calls == ["on", "off"]
+    assert follower.due()  # the census that looks for the window's Works comes at once
+
+
+def test_the_windows_line_reaches_the_holder_and_the_table_is_forgotten() -> None:
+    follower, fake, clock = follow([10, 100, 200, 300])
+    clock.now += 10.0
+    follower.tick()
+    site = ["relay.py", 29, "forward", 57]
+    follower.took(census(400, sites=[site]))
+    assert fake.calls == ["on", "off", "forget"]
+    assert follower.site_of() is None  # no table kept between windows
+    (line,) = follower.holder_lines() or []
+    assert line["growing"] and line["sites"] == [site] and line["works"] == 400
+    follower.took(census(500))  # later censuses keep the line, and open no window
+    (line,) = follower.holder_lines() or []
+    assert line["sites"] == [site] and fake.calls == ["on", "off", "forget"]
+    assert follower.explained(census(600)).holders[0].sites == [site]
+
+
+def test_a_window_that_saw_nothing_is_tried_again_later_not_at_once() -> None:
+    follower, fake, clock = follow([10, 100, 200, 300])
+    clock.now += 10.0
+    follower.tick()
+    follower.took(census(400))  # the window saw no Work made in the holder (made in C++, say)
+    for n in range(RETRY_CENSUSES - 1):
+        follower.took(census(500 + 100 * n))
+        assert fake.calls.count("on") == 1
+    follower.took(census(2000))  # RETRY_CENSUSES censuses after the one that found nothing
+    assert fake.calls.count("on") == 2
+
+
+def test_a_bounded_holder_opens_no_window() -> None:
+    _, fake, _ = follow([0, 64, 3, 60, 12, 64, 0, 50] * 4)
+    assert fake.calls == []
+
+
+def test_the_holder_lines_are_one_object_until_the_next_census() -> None:
+    follower, _, _ = follow([5, 6])
+    first = follower.holder_lines()
+    assert follower.holder_lines() is first  # the line encoder writes it once
+    follower.took(census(7))
+    assert follower.holder_lines() is not first
+
+
+def test_closing_takes_the_hooks_off_mid_window() -> None:
+    follower, fake, _ = follow([10, 100, 200, 300])
+    follower.close()
+    assert fake.calls == ["on", "off", "forget"]
+
+
+class Work:
+    """A stand-in for torch's Work (the census takes the type it counts)."""
+
+    def is_completed(self) -> bool:
+        return False
+
+
+class Relay:
+    def __init__(self) -> None:
+        self.inflight: dict[int, Work] = {}
+
+
+def test_the_census_counts_a_holders_works_by_the_line_that_made_them() -> None:
+    relay = Relay()
+    made = {}
+    for n in range(30):
+        relay.inflight[n] = Work()
+        if n >= 10:  # the last 20 were made while the window's hooks were on
+            made[id(relay.inflight[n])] = ("relay.py", 29 if n % 2 else 31, "forward")
+    taken = take_census(Work, None, 1, 0, "live", Walker(), site_of=lambda work: made.get(id(work)))
+    (holder,) = [h for h in taken.holders if h.path.endswith("inflight[<int>]")]
+    assert holder.works == 30
+    assert sorted(holder.sites or []) == [["relay.py", 29, "forward", 10], ["relay.py", 31, "forward", 10]]
+    plain = take_census(Work, None, 1, 0, "start", Walker())
+    assert all(h.sites is None for h in plain.holders)
+    del relay
