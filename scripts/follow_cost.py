@@ -52,21 +52,11 @@ TICK = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 3.0  # after the sidecar's first census, before the attached window
 
 
-def thread_cpu(pid: int) -> tuple[float, float]:
-    """(the main thread's CPU seconds, every other thread's), from /proc."""
-    main = others = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            text = (task / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        cpu = (int(fields[11]) + int(fields[12])) / TICK
-        if int(task.name) == pid:
-            main += cpu
-        else:
-            others += cpu
-    return main, others
+def main_thread_cpu(pid: int) -> float:
+    """The CPU seconds of the process's main thread (the one whose id is the pid), from /proc."""
+    text = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def process_cpu(pid: int) -> float:
@@ -97,20 +87,18 @@ class Service:
                 self.progress.append((time.perf_counter(), int(fields["rounds"])))
 
     def window(self, seconds: float) -> dict[str, float]:
-        """rounds/s, and per rank the main thread's CPU per round and the other threads' CPU per
-        second, over the next `seconds`."""
-        cpu0 = {pid: thread_cpu(pid) for pid in self.ranks}
+        """rounds/s, and per rank the main thread's CPU per round, over the next `seconds`."""
+        cpu0 = {pid: main_thread_cpu(pid) for pid in self.ranks}
         start = time.perf_counter()
         time.sleep(seconds)
         end = time.perf_counter()
-        cpu1 = {pid: thread_cpu(pid) for pid in self.ranks}
+        cpu1 = {pid: main_thread_cpu(pid) for pid in self.ranks}
         inside = [(t, r) for t, r in self.progress if start <= t <= end]
         (t0, r0), (t1, r1) = inside[0], inside[-1]
         rounds = r1 - r0
         out = {"rate": rounds / (t1 - t0)}
         for i, pid in enumerate(self.ranks):
-            out[f"main_us_{i}"] = (cpu1[pid][0] - cpu0[pid][0]) / max(1, rounds) * 1e6
-            out[f"others_pct_{i}"] = (cpu1[pid][1] - cpu0[pid][1]) / (end - start) * 100
+            out[f"main_us_{i}"] = (cpu1[pid] - cpu0[pid]) / max(1, rounds) * 1e6
         return out
 
     def end(self) -> None:
@@ -133,11 +121,11 @@ def follow(service: Service, run_dir: Path, census_every: str) -> subprocess.Pop
     raise SystemExit("the sidecar did not attach to both ranks within 120 s")
 
 
-def holds(run_dir: Path, ranks: list[int], stop: threading.Event, into: list[float]) -> None:
-    """The longest GIL hold of each live census, as its file is rewritten (the first census,
-    at attach, is the `start` file and is not among them)."""
+def censuses(run_dir: Path, ranks: list[int], stop: threading.Event, into: list[dict[str, float]]) -> None:
+    """Each live census's own accounting (its longest hold of the GIL, the agent thread's CPU),
+    as its file is rewritten; the first census, at attach, is the `start` file, not among them."""
     seen: dict[int, float] = {}
-    while not stop.wait(1.0):
+    while not stop.wait(0.5):
         for pid in ranks:
             path = run_dir / "agent" / f"census-{pid}-live.json"
             try:
@@ -146,7 +134,7 @@ def holds(run_dir: Path, ranks: list[int], stop: threading.Event, into: list[flo
                 continue
             if data.get("taken_at") != seen.get(pid):
                 seen[pid] = data.get("taken_at")
-                into.append(float(data["cost"]["max_hold_s"]))
+                into.append({"rank": ranks.index(pid), **data["cost"]})
 
 
 def main() -> None:
@@ -160,8 +148,9 @@ def main() -> None:
     total = args.cycles * (2 * args.window + 30) + args.window + 60
     service = Service(args.program, total, tmp)
     windows: list[tuple[str, dict[str, float]]] = []
-    census_holds: list[float] = []
+    taken: list[dict[str, float]] = []
     sidecar_cpu: list[float] = []
+    agent_cpu: dict[int, list[float]] = {0: [], 1: []}  # % of a core the censuses took, per window
     began = time.monotonic()
     try:
         for cycle in range(args.cycles):
@@ -170,12 +159,17 @@ def main() -> None:
             sidecar = follow(service, run_dir, args.census_every)
             time.sleep(SETTLE_S)
             stop = threading.Event()
-            watcher = threading.Thread(target=holds, args=(run_dir, service.ranks, stop, census_holds), daemon=True)
+            watcher = threading.Thread(target=censuses, args=(run_dir, service.ranks, stop, taken), daemon=True)
             watcher.start()
-            cpu0, t0 = process_cpu(sidecar.pid), time.monotonic()
+            cpu0, t0, before = process_cpu(sidecar.pid), time.monotonic(), len(taken)
             windows.append(("on", service.window(args.window)))
-            sidecar_cpu.append((process_cpu(sidecar.pid) - cpu0) / (time.monotonic() - t0) * 100)
+            elapsed = time.monotonic() - t0
+            sidecar_cpu.append((process_cpu(sidecar.pid) - cpu0) / elapsed * 100)
             stop.set()
+            watcher.join()
+            for rank in (0, 1):
+                spent = sum(c["cpu_s"] for c in taken[before:] if c["rank"] == rank)
+                agent_cpu[rank].append(spent / elapsed * 100)
             sidecar.send_signal(signal.SIGTERM)
             sidecar.wait(60)
             time.sleep(SETTLE_S)
@@ -183,25 +177,27 @@ def main() -> None:
         windows.append(("off", service.window(args.window)))
     finally:
         service.end()
-    report(args, windows, census_holds, sidecar_cpu)
+    report(args, windows, taken, agent_cpu, sidecar_cpu)
 
 
 Windows = list[tuple[str, dict[str, float]]]
 
 
-def report(args: argparse.Namespace, windows: Windows, census_holds: list[float], sidecar: list[float]) -> None:
+def report(
+    args: argparse.Namespace,
+    windows: Windows,
+    taken: list[dict[str, float]],
+    agent_cpu: dict[int, list[float]],
+    sidecar: list[float],
+) -> None:
     keys = [k for k in windows[0][1] if k == "rate" or k.startswith("main_us")]
     ratios: dict[str, list[float]] = {k: [] for k in keys}
-    agent_pct: dict[int, list[float]] = {0: [], 1: []}
     for index, (kind, values) in enumerate(windows):
         if kind != "on":
             continue
         before, after = windows[index - 1][1], windows[index + 1][1]
         for key in keys:
             ratios[key].append(values[key] / ((before[key] + after[key]) / 2.0))
-        for rank in (0, 1):
-            base = (before[f"others_pct_{rank}"] + after[f"others_pct_{rank}"]) / 2.0
-            agent_pct[rank].append(values[f"others_pct_{rank}"] - base)
         cycle = len(ratios["rate"])
         print(f"cycle {cycle}: rounds/s off {before['rate']:.0f}, following {values['rate']:.0f}, off after "
               f"{after['rate']:.0f}; main-thread CPU a round, rank 0: {before['main_us_0']:.1f} -> "
@@ -213,13 +209,20 @@ def report(args: argparse.Namespace, windows: Windows, census_holds: list[float]
         low, high = median_interval(ratios[key])
         print(f"  {label}: median {statistics.median(ratios[key]):.4f} [95% {low:.4f}-{high:.4f}]")
     for rank in (0, 1):
-        print(f"  rank {rank}: the agent's threads, CPU beyond gloo's own: median "
-              f"{statistics.median(agent_pct[rank]):+.2f}% of a core")  # fmt: skip
+        mine = [c for c in taken if c["rank"] == rank]
+        if mine:
+            each, most = statistics.median(c["cpu_s"] for c in mine) * 1000, max(c["cpu_s"] for c in mine) * 1000
+            objects, share = statistics.median(c["objects"] for c in mine) / 1000, statistics.median(agent_cpu[rank])
+            print(f"  rank {rank}: {len(mine)} censuses, each {each:.1f} ms of the agent thread's CPU (median; "
+                  f"{most:.1f} ms at most), {objects:.0f}k objects; the censuses took {share:.3f}% of a core "
+                  "(median of the windows)")  # fmt: skip
     print(f"  the sidecar (hicache itself): median {statistics.median(sidecar):.2f}% of a core")
-    if census_holds:
-        longest, median = max(census_holds) * 1000, statistics.median(census_holds) * 1000
-        print(f"  censuses after the first: {len(census_holds)}, longest hold of the GIL {longest:.1f} ms "
-              f"(median {median:.1f} ms)")  # fmt: skip
+    if taken:
+        holds = sorted(c["max_hold_s"] * 1000 for c in taken)
+        over, cpu = sum(h > 50 for h in holds), max(c["max_hold_cpu_s"] * 1000 for c in taken)
+        print(f"  the longest hold of the GIL in a census after the first: {holds[-1]:.1f} ms (median "
+              f"{statistics.median(holds):.1f} ms, {over} of {len(holds)} over 50 ms); in the agent's own CPU "
+              f"time at most {cpu:.1f} ms (a hold's wall time beyond it: the OS ran something else)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ def take_census(
 ) -> Census:
     kinds = subclasses(work_type)
     walker = walker or Walker()
+    cpu_started = time.thread_time()
     try:
         found, parents = find_containers(walker, kinds)
         starts = [start_node(f, kinds) for f in found.values()]
@@ -76,6 +77,7 @@ def take_census(
         holders, total = tally(walker, found, names, tensor_kinds, namer.records, site_of)
     finally:
         walker.release()
+        walker.cost.cpu_s = time.thread_time() - cpu_started
     return Census(pid, rank, time.time(), total, holders, walker.cost, when)
 
 

@@ -5,7 +5,8 @@ attached: what a diagnosis needs, 2-13% of a tight loop's rounds (docs/performan
 follow is meant to stay for days, so between two findings it hooks nothing:
 
 1. **A census every `every_s`** (census.py: chunked, the GIL held a few milliseconds at a
-   time, gc.get_objects() once): how many Works each holder keeps. That count is the
+   time, gc.get_objects() once), or less often where one census would take more than
+   CPU_SHARE of a core: how many Works each holder keeps. That count is the
    probe's `depth`, and the holders go into the sample line (`holders`), so the report, the
    dashboard and `--metrics-port` read them as they read everything else.
 2. **Growth, by holder.** A holder whose count set a new high in each of the last GROWING
@@ -34,6 +35,10 @@ GROWING = 3  # new highs in a row that make a holder growing
 MIN_GROWTH = 16  # ... and the Works it gained over them, at least
 HISTORY = 16  # censuses kept per holder (for its rate)
 RETRY_CENSUSES = 4  # a growing holder still without a line gets another window after this many
+# The censuses' share of a core, at most: on a heap where one census costs more CPU than
+# every_s allows (a few million objects), the next one waits longer (about 0.8 s of CPU per
+# million objects here: a 3-million-object heap is counted every few minutes, not every 15 s).
+CPU_SHARE = 0.01
 SITES_PER_HOLDER = 3
 
 
@@ -84,6 +89,7 @@ class Follower:
 
     def __init__(self, every_s: float, window_s: float, hooks: Hooks, clock: Callable[[], float] = time.monotonic):
         self.every_s = every_s
+        self.interval = every_s  # the census interval now: every_s, or longer where a census costs more
         self.window_s = window_s
         self.hooks = hooks
         self.clock = clock
@@ -107,7 +113,8 @@ class Follower:
         """A census was taken: the trends updated, the lines it found kept, and a window
         opened when a holder grows that no line explains yet."""
         now = self.clock()
-        self.next_at = now + self.every_s
+        self.interval = max(self.every_s, census.cost.cpu_s / CPU_SHARE)
+        self.next_at = now + self.interval
         seen = set()
         for holder in census.holders:
             trend = self.trends.setdefault(holder.path, Trend())

@@ -185,6 +185,8 @@ class CensusCost:
     chunks: int = 0
     passes: int = 0
     truncated: bool = False  # the budget ran out: the census is partial
+    cpu_s: float = 0.0  # CPU time of the agent's thread over the whole census (walks, naming, counting)
+    max_hold_cpu_s: float = 0.0  # the CPU time of the longest hold by that measure (less when the OS preempted it)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "cost") -> CensusCost:

@@ -41,10 +41,12 @@ class Walker:
         self.chunk_s = chunk_s
         self.rest_s = rest_s
         self.clock = time.perf_counter
-        started = self.clock()
+        started, cpu = self.clock(), time.thread_time()
         self.objects: list[Any] = gc.get_objects()
         snapshot = self.clock() - started
         self.cost = CensusCost(objects=len(self.objects), snapshot_s=snapshot, max_hold_s=snapshot)
+        self.cost.max_hold_cpu_s = time.thread_time() - cpu
+        self._hold_cpu = 0.0
         self.deadline = started + budget_s
 
     def release(self) -> None:
@@ -55,11 +57,18 @@ class Walker:
             self.cost.truncated = True
         return self.cost.truncated
 
+    def hold(self) -> float:
+        """A hold of the GIL begins (the walk examines objects until `rest`): when."""
+        self._hold_cpu = time.thread_time()
+        return self.clock()
+
     def rest(self, held_since: float) -> None:
         """End a hold of the GIL: account for it, then sleep (the program runs meanwhile)."""
         held = self.clock() - held_since
         self.cost.busy_s += held
         self.cost.max_hold_s = max(self.cost.max_hold_s, held)
+        # a hold can outlast its CPU: the OS may run another process meanwhile, the GIL still held
+        self.cost.max_hold_cpu_s = max(self.cost.max_hold_cpu_s, time.thread_time() - self._hold_cpu)
         self.cost.chunks += 1
         time.sleep(self.rest_s)
 
@@ -72,7 +81,7 @@ class Walker:
         began = self.clock()
         self.cost.passes += 1
         while start < len(objects) and not self.out_of_time():
-            held_since = self.clock()
+            held_since = self.hold()
             chunk = objects[start : start + size]
             start += size
             chunk, big = _without_big(chunk)
@@ -91,11 +100,11 @@ class Walker:
         """A container of more than BIG items is looked at a slice at a time (its items are
         its referents); if a slice hits, the container is visited whole: that one hold is
         as long as the container (the leaking list itself, say) is large."""
-        held_since = self.clock()
+        held_since = self.hold()
         items = list(container.values()) + list(container) if type(container) is dict else list(container)
         self.rest(held_since)
         for start in range(0, len(items), BIG):
-            held_since = self.clock()
+            held_since = self.hold()
             part = items[start : start + BIG]
             hit = chunk_hits(part, part)
             if hit:
@@ -120,7 +129,7 @@ class Walker:
     def each(self, items: list[Any], step: Callable[[Any], None], per_hold: int = 2000) -> None:
         """`step` over many items (is_completed() on every Work, say), a hold per `per_hold`."""
         for start in range(0, len(items), per_hold):
-            held_since = self.clock()
+            held_since = self.hold()
             for item in items[start : start + per_hold]:
                 step(item)
             self.rest(held_since)

@@ -8,7 +8,7 @@ import random
 from typing import Any
 
 from hicache_cli.attach.census import take_census
-from hicache_cli.attach.follow import GROWING, MIN_GROWTH, RETRY_CENSUSES, Follower, Hooks, Trend
+from hicache_cli.attach.follow import CPU_SHARE, GROWING, MIN_GROWTH, RETRY_CENSUSES, Follower, Hooks, Trend
 from hicache_cli.attach.protocol import Census, CensusCost, Holder
 from hicache_cli.attach.walk import Walker
 
@@ -164,3 +164,14 @@ def test_the_census_counts_a_holders_works_by_the_line_that_made_them() -> None:
     plain = take_census(Work, None, 1, 0, "start", Walker())
     assert all(h.sites is None for h in plain.holders)
     del relay
+
+
+def test_censuses_are_spaced_out_where_one_costs_more_than_its_share_of_a_core() -> None:
+    clock, fake = Clock(), FakeHooks()
+    follower = Follower(15.0, 10.0, fake.hooks(), clock)
+    cheap = census(10)
+    follower.took(cheap)
+    assert follower.next_at == 15.0  # 0 s of CPU: every 15 s
+    costly = Census(1, 0, 0.0, 10, cheap.holders, CensusCost(cpu_s=2.4))  # a 3-million-object heap
+    follower.took(costly)
+    assert follower.interval == 2.4 / CPU_SHARE and follower.next_at == 240.0
