@@ -110,12 +110,17 @@ def attach_to(
     run_dir: str | os.PathLike[str] | None = None,
     on_samples: OnSamples | None = None,
     early_stop: EarlyStop | None = None,
+    follow: bool = False,
+    census_every_s: float = 15.0,
+    window_s: float = 10.0,
 ) -> Report:
     """Attach to processes already running (as `hicache attach PID...`): the census of the
     Works each holds, by holder, then the tracer until `duration_s` (None: until every
     process has ended), then detach, leaving each as it was; the report. A pid may be a rank
     or a parent (torchrun) of ranks. A process that cannot be attached raises AttachRefused
     (a UsageError) with the command's one line; `report.target.processes` says how each went.
+    With `follow` (as `attach --follow`), a census every `census_every_s` and the tracer only
+    for `window_s` when a holder grows; ranks started later are attached too.
     """
     config = attached_config(
         pids=[pids] if isinstance(pids, int) else list(pids),
@@ -124,6 +129,7 @@ def attach_to(
         warmup_s=warmup_s,
         leak_threshold_mb_per_h=leak_threshold_mb_per_h,
         census=census,
+        follow=(census_every_s, window_s) if follow else None,
     )
     directory = create_run_dir(_path(run_dir), config.label, private=config.target.private_run_dir)
     result = execute(config, directory, on_samples or _ignore, early_stop=early_stop)
