@@ -19,10 +19,12 @@ attached window against the mean of the unattached windows on both sides (the ra
   its interval);
 - each rank's main-thread CPU per round (from /proc, the thread whose id is the pid),
   attached / unattached: the figure the issue trusts, what the program's own thread pays;
-- the agent's CPU in the target (every thread but the main one, minus what the unattached
-  windows show for them: gloo's), and the sidecar's own CPU, per second;
-- the longest hold of the GIL in any census after the first (each census's own accounting,
-  read from its file as the windows run).
+- each census's own accounting, read from its file as the windows run: the agent thread's
+  CPU, the share of the time the censuses held the GIL (the most the program's threads could
+  lose to them, were they in Python all the time), and the longest hold after the first
+  census, in wall time and in the agent's CPU time (on a loaded machine the OS may preempt
+  a hold: its wall time then counts the other process's turn);
+- the sidecar's own CPU (the hicache process, outside the target).
 """
 
 from __future__ import annotations
@@ -151,6 +153,7 @@ def main() -> None:
     taken: list[dict[str, float]] = []
     sidecar_cpu: list[float] = []
     agent_cpu: dict[int, list[float]] = {0: [], 1: []}  # % of a core the censuses took, per window
+    gil: dict[int, list[float]] = {0: [], 1: []}  # % of the window the censuses held the GIL
     began = time.monotonic()
     try:
         for cycle in range(args.cycles):
@@ -168,8 +171,9 @@ def main() -> None:
             stop.set()
             watcher.join()
             for rank in (0, 1):
-                spent = sum(c["cpu_s"] for c in taken[before:] if c["rank"] == rank)
-                agent_cpu[rank].append(spent / elapsed * 100)
+                mine = [c for c in taken[before:] if c["rank"] == rank]
+                agent_cpu[rank].append(sum(c["cpu_s"] for c in mine) / elapsed * 100)
+                gil[rank].append(sum(c["busy_s"] + c["snapshot_s"] for c in mine) / elapsed * 100)
             sidecar.send_signal(signal.SIGTERM)
             sidecar.wait(60)
             time.sleep(SETTLE_S)
@@ -177,7 +181,7 @@ def main() -> None:
         windows.append(("off", service.window(args.window)))
     finally:
         service.end()
-    report(args, windows, taken, agent_cpu, sidecar_cpu)
+    report(args, windows, taken, agent_cpu, gil, sidecar_cpu)
 
 
 Windows = list[tuple[str, dict[str, float]]]
@@ -188,6 +192,7 @@ def report(
     windows: Windows,
     taken: list[dict[str, float]],
     agent_cpu: dict[int, list[float]],
+    gil: dict[int, list[float]],
     sidecar: list[float],
 ) -> None:
     keys = [k for k in windows[0][1] if k == "rate" or k.startswith("main_us")]
@@ -216,6 +221,9 @@ def report(
             print(f"  rank {rank}: {len(mine)} censuses, each {each:.1f} ms of the agent thread's CPU (median; "
                   f"{most:.1f} ms at most), {objects:.0f}k objects; the censuses took {share:.3f}% of a core "
                   "(median of the windows)")  # fmt: skip
+            print(f"  rank {rank}: the censuses held the GIL {statistics.median(gil[rank]):.3f}% of the time "
+                  f"(median of the windows; at most {max(gil[rank]):.3f}%): the most the program's threads "
+                  "could lose, were they in Python all the time")  # fmt: skip
     print(f"  the sidecar (hicache itself): median {statistics.median(sidecar):.2f}% of a core")
     if taken:
         holds = sorted(c["max_hold_s"] * 1000 for c in taken)
