@@ -121,12 +121,17 @@ class AttachSession:
         tried = {(t.pid, t.start): t for t in self.targets}
         uid = self.targets[0].info.uid if self.targets else None
         fresh, retried = [], []
-        for info in _candidates(self.pids):
-            start = process_start(info.pid)
-            old = tried.get((info.pid, start))
+        for pid in _tree(self.pids):
+            start = process_start(pid)
+            old = tried.get((pid, start))
+            if old is not None and not self._try_again(old):
+                continue  # known: nothing of it is read again (a rank's maps are megabytes)
+            info = _inspect_quietly(pid)
+            if info is None or not (info.is_python and info.torch):
+                continue  # (not yet: torch may still be loading; looked at again next time)
             if old is None:
                 fresh.append(Target(info, start, refusal=_other_user(info, uid)))
-            elif self._try_again(old):  # torch was imported, its group not made yet
+            else:  # torch was imported, its group not made yet
                 retried.append(old)
                 fresh.append(Target(info, start, tries=old.tries + 1))
         if not fresh:
@@ -349,13 +354,9 @@ def _other_user(info: ProcessInfo, uid: int | None) -> str | None:
     return f"{info.label} runs as uid {info.uid}, not {uid} like the processes attached: not attached"
 
 
-def _candidates(pids: list[int]) -> list[ProcessInfo]:
-    """The Python processes with torch at or below the pids now (none for a pid gone)."""
-    found: dict[int, ProcessInfo] = {}
-    for pid in pids:
-        tree = [_inspect_quietly(pid)] + [_inspect_quietly(child) for child in procs.descendants(pid)]
-        found.update((p.pid, p) for p in tree if p is not None and p.is_python and p.torch)
-    return list(found.values())
+def _tree(pids: list[int]) -> list[int]:
+    """The pids and every process below them now, once each."""
+    return list(dict.fromkeys(p for pid in pids for p in [pid, *procs.descendants(pid)]))
 
 
 def resolve(pids: list[int]) -> list[ProcessInfo]:
