@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/follow_cost.py --program tight      # 10 minutes: 5 cycles of 60 s + 60 s
     .venv/bin/python scripts/follow_cost.py --program pipeline --cycles 5 --window 60
+    .venv/bin/python scripts/follow_cost.py --detect            # how soon a late-onset leak is named
 
 A 2-rank service runs under torchrun for the whole measurement: the tight isend/recv loop
 (scripts/tight_p2p.py) or a torch.distributed.pipelining trainer (scripts/pipeline_steps.py,
@@ -139,13 +140,75 @@ def censuses(run_dir: Path, ranks: list[int], stop: threading.Event, into: list[
                 into.append({"rank": ranks.index(pid), **data["cost"]})
 
 
+def detect(args: argparse.Namespace) -> None:
+    """How soon after a leak starts the alert's expression is true: tests/integration/programs/
+    late_leak.py (a relay whose fast path stops waiting its isend Works after --leak-after s)
+    under torchrun, the sidecar with its defaults (or --census-every) and --metrics-port,
+    scraped every second until `hicache_holder_growing == 1`, then until it has a line."""
+    import re
+    import urllib.request
+
+    tmp = Path(tempfile.mkdtemp(prefix="follow-detect-"))
+    program = REPO / "tests" / "integration" / "programs" / "late_leak.py"
+    command = [*TORCHRUN, str(program), "--stop-file", str(tmp / "stop"), "--leak-after", str(args.leak_after)]
+    service = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp,
+                               start_new_session=True)  # fmt: skip
+    onset: list[float] = []
+
+    def read() -> None:
+        assert service.stdout is not None
+        for line in service.stdout:
+            if "fast path on" in line:
+                onset.append(time.monotonic())
+
+    threading.Thread(target=read, daemon=True).start()
+    time.sleep(5)
+    sidecar = subprocess.Popen([*HICACHE, "attach", "--follow", "--census-every", args.census_every, "--no-live",
+                                "--metrics-port", "0", "--run-dir", str(tmp / "run"), str(service.pid)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    assert sidecar.stdout is not None
+    url = next(m[0] for line in sidecar.stdout if (m := re.search(r"http://\S+", line)))
+    threading.Thread(target=lambda: sidecar.stdout.read(), daemon=True).start()  # type: ignore[union-attr]
+    growing = line = None
+    try:
+        deadline = time.monotonic() + 600
+        while line is None and time.monotonic() < deadline:
+            time.sleep(1.0)
+            if not onset:
+                continue
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            found = re.findall(r"^hicache_holder_growing\{(.*)\} 1\.0$", text, re.M)
+            if found and growing is None:
+                growing = time.monotonic() - onset[0]
+            named = [labels for labels in found if 'site=""' not in labels]
+            if named:
+                line = time.monotonic() - onset[0]
+                print(f"  {named[0]}")
+    finally:
+        sidecar.send_signal(signal.SIGTERM)
+        sidecar.wait(60)
+        (tmp / "stop").touch()
+        try:
+            service.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(service.pid, signal.SIGKILL)
+    print(f"late-onset leak, census every {args.census_every}: the holder growing {growing:.0f} s after the leak "
+          f"began, with its line {line:.0f} s after")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--detect", action="store_true", help="time the alert on a late-onset leak instead")
+    parser.add_argument("--leak-after", type=float, default=40.0, help="with --detect: when the leak begins (s)")
     parser.add_argument("--program", choices=sorted(LOOPS), default="tight")
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--window", type=float, default=60.0, help="seconds per window (attached and not)")
     parser.add_argument("--census-every", default="15s", help="the sidecar's --census-every")
     args = parser.parse_args()
+    if args.detect:
+        detect(args)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="follow-cost-"))
     total = args.cycles * (2 * args.window + 30) + args.window + 60
     service = Service(args.program, total, tmp)
