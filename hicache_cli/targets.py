@@ -284,6 +284,8 @@ class FollowedProcess(AttachedProcess):
 
     def validate(self) -> None:
         super().validate()
+        if not self.census:
+            raise UsageError("--follow counts the Works held by census: it does not go with --no-census")
         for flag, value, least in (("--census-every", self.census_every_s, 1.0), ("--window", self.window_s, 0.5)):
             if not (math.isfinite(value) and value >= least):
                 raise UsageError(f"{flag}: {value:g} s is too short; at least {least:g} s")

@@ -8,6 +8,8 @@ thread, the agent:
 2. installs the tracer `hicache trace` uses (tracer/works.py: ProcessGroup methods and
    Work.wait wrapped) and starts its probe (tracer/session.py, as a guest): from then on
    the process writes `rank-N.jsonl` with the Sample contract, new Works by creation site;
+   or, following (`attach --follow`), starts the probe alone and takes a census every few
+   seconds, the tracer's hooks on only for a window when a holder grows (follow.py);
 3. detaches when hicache asks (the stop file) or is gone (its pid, watched by the probe's
    lifeline every half second): the hooks are put back, the weak references dropped, the
    probe's thread ended, the census taken again (when hicache is still there to read it),
@@ -81,12 +83,8 @@ class Agent:
         atexit.register(self.at_exit)  # before the session's: run after it (last in, first out)
         self.status.rank, self.status.world_size = int(c10d.get_rank()), int(c10d.get_world_size())
         self.write_status()
-        if self.boot.census:
-            self.census("start")
-        if self.exiting.is_set() or not (self.boot.tracer or self.boot.follow_s):
-            return
         torch_dir = os.path.dirname(self.torch.__file__) + os.sep
-        self.table = table = works.WorkTable(skip_prefixes=(torch_dir,))
+        table = works.WorkTable(skip_prefixes=(torch_dir,))
         if self.boot.follow_s:  # the hooks only for a window, when a holder grows (follow.py)
             hooks = Hooks(
                 on=lambda: works.install(table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank),
@@ -95,15 +93,18 @@ class Agent:
                 forget=table.reset,
             )
             self.follower = Follower(self.boot.follow_s, self.boot.window_s, hooks)
-        else:
+        if self.boot.census:
+            self.census("start")  # a follow's first census too
+        if self.exiting.is_set() or not (self.boot.tracer or self.follower):
+            return
+        self.table = table
+        if self.follower is None:
             works.install(table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank)
         # samples go to the agents' directory; the stop file is hicache's, in the run directory
         env = TraceEnv(protocol.agent_dir(self.run_dir), self.boot.hz, None, self.boot.owner)
         guest = Ending(str(self.run_dir / protocol.STOP_FILE), f"{DETACHED_PREFIX}hicache asked", guest=True)
-        kind = Session if self.follower is None else FollowedSession
-        self.session = kind(env, table, LoopStats(), self.status.rank, self.status.world_size, guest)
-        if isinstance(self.session, FollowedSession):
-            self.session.follower = self.follower
+        where = (env, table, LoopStats(), self.status.rank, self.status.world_size, guest)
+        self.session = Session(*where) if self.follower is None else FollowedSession(self.follower, *where)
         self.status.rank_file = f"rank-{self.session.slot}.jsonl"
         self.write_status()
 
@@ -170,7 +171,7 @@ class Agent:
         finally:
             self.walker = None
         if follower is not None:  # the lines found while following, at detach too
-            if live:
+            if when != "end":
                 follower.took(taken)
             taken = follower.explained(taken)
         protocol.write_json_atomic(protocol.census_file(self.run_dir, os.getpid(), when), taken.to_dict())
@@ -183,7 +184,9 @@ class FollowedSession(Session):
     """A follow's probe: its `depth` is the last census's count of Works held (no hook
     counts them between windows), and `holders` the last census's holders with their trends."""
 
-    follower: Follower
+    def __init__(self, follower: Follower, *args: Any) -> None:
+        self.follower = follower  # before the probe's thread starts (in Session's __init__) and reads it
+        super().__init__(*args)
 
     def read(self) -> Readings:
         readings = super().read()

@@ -4,13 +4,18 @@ counting a holder's Works by the site that made them. Fake hooks and clock; real
 
 from __future__ import annotations
 
+import os
 import random
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from hicache_cli.attach.census import take_census
 from hicache_cli.attach.follow import CPU_SHARE, GROWING, MIN_GROWTH, RETRY_CENSUSES, Follower, Hooks, Trend
 from hicache_cli.attach.protocol import Census, CensusCost, Holder
 from hicache_cli.attach.walk import Walker
+from tests.conftest import assert_refused
 
 
 class Clock:
@@ -175,3 +180,21 @@ def test_censuses_are_spaced_out_where_one_costs_more_than_its_share_of_a_core()
     costly = Census(1, 0, 0.0, 10, cheap.holders, CensusCost(cpu_s=2.4))  # a 3-million-object heap
     follower.took(costly)
     assert follower.interval == 2.4 / CPU_SHARE and follower.next_at == 240.0
+
+
+@pytest.mark.parametrize(
+    ("extra", "start"),
+    [
+        (["--census-every", "0.5s"], "--census-every: 0.5 s is too short"),
+        (["--window", "0.2s"], "--window: 0.2 s is too short"),
+        (["--window", "0s"], "--window: must be more than zero"),
+        (["--census-every", "soon"], "--census-every: cannot read 'soon' as a duration"),
+        (["--no-census"], "--follow counts the Works held by census"),
+    ],
+)
+def test_bad_follow_options_are_one_line(
+    extra: list[str], start: str, capsys: pytest.CaptureFixture[str], fake_execute: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    assert_refused(["attach", "--follow", *extra, str(os.getpid())], start, capsys, fake_execute, tmp_path)
