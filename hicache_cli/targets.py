@@ -42,6 +42,8 @@ class Target(Record):
     api_call: ClassVar[str] = "run(config)"
     # what only the launching hicache knew of it, lost when `report build` rebuilds the report
     launcher_only: ClassVar[tuple[str, ...]] = ()
+    # off a terminal, a progress line this often (seconds of run time)
+    progress_every_s: ClassVar[float] = 2.0
 
     @property
     def label(self) -> str:
@@ -272,6 +274,7 @@ class FollowedProcess(AttachedProcess):
 
     kind: ClassVar[str] = "follow"
     api_call: ClassVar[str] = "attach_to(pids, follow=True)"
+    progress_every_s: ClassVar[float] = 60.0  # a sidecar's log: a line a minute, for days
     census_every_s: float = 15.0
     window_s: float = 10.0  # the tracer's hooks on, once a holder grows with no line known
 

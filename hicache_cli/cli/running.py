@@ -119,7 +119,7 @@ def progress_view(
         with LiveView(Dashboard(config, str(directory)), console) as live_view:
             yield live_view if metrics is None else metrics.feeding(live_view)
         return
-    plain = PlainProgress(config.duration_s, write=console.print)
+    plain = PlainProgress(config.duration_s, config.target.progress_every_s, write=console.print)
     yield plain if metrics is None else metrics.feeding(plain)
 
 
@@ -143,7 +143,8 @@ def observe(
     live = wants_live(progress.no_live, outputs.json_output)
     console, launch = opening(config, directory, live, outputs.json_output)
     with progress_view(config, directory, console, live, metrics) as view:
-        refresh_s = 1.0 / progress.refresh if live else 0.5
+        # off a terminal no faster than samples come (a follow's: one a second)
+        refresh_s = 1.0 / progress.refresh if live else max(0.5, 1.0 / config.probe_hz)
         result = execute(config, directory, view, report_copy=outputs.report, refresh_s=refresh_s,
                          early_stop=early_stop, **launch)  # fmt: skip
     return result, console
