@@ -255,3 +255,25 @@ def test_serving_metrics_beyond_loopback_says_so(
         assert line.endswith("to anyone who can reach it, without authentication")
     else:
         assert warnings == []
+
+
+def test_the_rss_trend_is_over_the_last_ten_minutes_and_needs_a_minute() -> None:
+    from hicache_cli.analysis.metrics import rss_trend
+
+    def at(t: float, rss: int | None) -> Sample:
+        return Sample(t=t, wall=t, rank=0, pp_rank=0, tp_rank=0, pid=1, state="running", rss_bytes=rss, depth=0,
+                      held_bytes=0, rounds=0, lat_p50_ms=None, lat_p99_ms=None, lat_max_ms=None, lat_count=0,
+                      round_age_s=0.0, sent=0, received=0)  # fmt: skip
+
+    assert rss_trend([at(t, 1000) for t in range(0, 50, 10)]) is None  # 40 s of readings
+    early = [at(t, 10**9) for t in range(0, 600, 10)]  # flat for ten minutes, then +1 MB a minute
+    late = [at(600 + t, 10**9 + t * 1_000_000 // 60) for t in range(0, 601, 10)]
+    assert rss_trend(early + late) == pytest.approx(60e6)
+    assert rss_trend([*late[:-1], at(1200, None)]) == pytest.approx(60e6)  # a missing reading is skipped
+
+
+def test_a_holder_line_from_a_foreign_file_is_read_without_failing() -> None:
+    from hicache_cli.analysis.metrics import HolderMetrics
+
+    odd = HolderMetrics.from_line({"path": "x", "sites": [["f.py"]], "per_hour": "fast", "works": None})
+    assert (odd.path, odd.site, odd.per_hour, odd.works, odd.growing) == ("x", "", None, 0, False)
