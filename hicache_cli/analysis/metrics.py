@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hicache_cli.analysis.causes import judge
 from hicache_cli.analysis.messages import PeerFlow, peer_flows
+from hicache_cli.config import RunConfig
 from hicache_cli.histogram import BUCKETS_PER_DECADE
 from hicache_cli.sample import Sample
 
@@ -64,6 +66,7 @@ class RankMetrics:
     state: str  # the last sample's
     peers: tuple[PeerFlow, ...] = ()  # messages per peer and group, with the backlog of this rank's sends
     holders: tuple[HolderMetrics, ...] = ()  # attach --follow: the last census's holders
+    sites: tuple[SiteMetrics, ...] = ()  # trace, attach: Works by creation site
     rss_per_hour: float | None = None  # RSS bytes gained per hour over the last RSS_TREND_S of samples
 
     def labels(self) -> dict[str, str]:
@@ -112,9 +115,55 @@ def rank_metrics(samples: dict[int, list[Sample]], tp: int = 1) -> list[RankMetr
                 state=last.state,
                 peers=tuple(peer_flows(samples, rank, tp=tp, trends=False)),
                 holders=tuple(HolderMetrics.from_line(h) for h in last.holders or () if isinstance(h, dict)),
+                sites=last_sites(series),
                 rss_per_hour=rss_trend(series),
             )
         )
+    return out
+
+
+@dataclass(frozen=True)
+class SiteMetrics:
+    """A creation site's Works as the rank's last `sites` said (under trace and attach the
+    whole run's; under attach --follow the last tracer window's)."""
+
+    site: str  # file:line in function
+    op: str
+    created: int
+    waited: int
+    dropped: int
+    live: int
+
+
+SITES_LOOKBACK = 120  # samples searched back for the last one carrying sites (written once a second)
+VERDICT_POINTS = 60  # as the dashboard's live trend: thin, recomputed often
+
+
+def last_sites(series: list[Sample]) -> tuple[SiteMetrics, ...]:
+    """The sites of the last sample that carried them (none within SITES_LOOKBACK: none)."""
+    carried = next((x.sites for x in reversed(series[-SITES_LOOKBACK:]) if x.sites is not None), None) or []
+    out = []
+    for site in carried:
+        if not isinstance(site, dict):
+            continue
+        count = {
+            k: int(site.get(k) or 0) if isinstance(site.get(k), int) else 0
+            for k in ("created", "waited", "dropped", "live")
+        }
+        where = f"{site.get('file', '?')}:{site.get('line', '?')} in {site.get('function', '?')}"
+        out.append(SiteMetrics(where, str(site.get("op") or ""), **count))
+    return tuple(out)
+
+
+def live_verdicts(samples: dict[int, list[Sample]], config: RunConfig) -> dict[int, str]:
+    """Each rank's verdict so far, as the dashboard's (thin trends: cheap enough every few seconds)."""
+    tp = config.ranked.tp if config.ranked else 1
+    out = {}
+    for rank, series in samples.items():
+        if series:
+            judged = judge(samples, rank, config.warmup_s, config.leak_threshold_mb_per_h, VERDICT_POINTS, tp)
+            if judged.assessment.cut < len(series):
+                out[rank] = str(judged.assessment.verdict.verdict)
     return out
 
 

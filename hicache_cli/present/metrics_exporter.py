@@ -12,16 +12,18 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hicache_cli.analysis.metrics import RankMetrics, rank_metrics
+from hicache_cli.analysis.metrics import RankMetrics, live_verdicts, rank_metrics
 from hicache_cli.config import RunConfig
 from hicache_cli.errors import UsageError
 from hicache_cli.sample import Sample
 
 LABELS = ("rank", "pp_rank", "tp_rank", "node")
 INSTALL_HINT = "pip install 'hicache[metrics]'"
+VERDICT_EVERY_S = 5.0
 View = Callable[[dict[int, list[Sample]], float], None]
 
 
@@ -57,6 +59,8 @@ class MetricsExporter:
         self.run_dir = run_dir
         self._lock = threading.Lock()
         self._ranks: list[RankMetrics] = []
+        self._verdicts: dict[int, str] = {}
+        self._verdicts_at = 0.0
         self._server: Any = None
         self.url = ""
 
@@ -82,8 +86,12 @@ class MetricsExporter:
 
     def update(self, samples: dict[int, list[Sample]]) -> None:
         snapshot = rank_metrics(samples, self.config.ranked.tp if self.config.ranked else 1)
+        now = time.monotonic()
+        verdicts = self._verdicts
+        if now >= self._verdicts_at:  # the verdict so far, every few seconds (a trend over every sample)
+            verdicts, self._verdicts_at = live_verdicts(samples, self.config), now + VERDICT_EVERY_S
         with self._lock:
-            self._ranks = snapshot
+            self._ranks, self._verdicts = snapshot, verdicts
 
     def feeding(self, view: View) -> View:
         """`view`, and this exporter fed the same samples first."""
@@ -105,7 +113,7 @@ class MetricsExporter:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         with self._lock:
-            ranks = list(self._ranks)
+            ranks, verdicts = list(self._ranks), dict(self._verdicts)
         cfg = self.config
         info = GaugeMetricFamily(
             "hicache_run_info", "The run being measured (value 1).", labels=["policy", "pp", "tp", "target", "run_dir"]
@@ -152,6 +160,7 @@ class MetricsExporter:
                     backlog.add_metric(pair, flow.backlog)
         yield from (rss, depth, rounds, latency, sent, received, backlog)
         yield from _followed(ranks)
+        yield from _judged(ranks, verdicts)
 
 
 def _followed(ranks: list[RankMetrics]) -> Iterator[Any]:
@@ -186,6 +195,35 @@ def _followed(ranks: list[RankMetrics]) -> Iterator[Any]:
             if h.per_hour is not None:
                 per_hour.add_metric(named, h.per_hour)
     yield from (works, per_hour, growing, rss_trend)
+
+
+def _judged(ranks: list[RankMetrics], verdicts: dict[int, str]) -> Iterator[Any]:
+    """Each rank's verdict so far (as the dashboard's) and its Works by creation site."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    verdict = GaugeMetricFamily(
+        "hicache_verdict", "The rank's verdict so far (value 1, the verdict a label).", labels=[*LABELS, "verdict"]
+    )
+    by_site = [*LABELS, "site", "op"]
+    families = {
+        state: CounterMetricFamily(
+            f"hicache_site_works_{state}", f"Works {state} at the creation site.", labels=by_site
+        )
+        for state in ("created", "waited", "dropped")
+    }
+    live = GaugeMetricFamily(
+        "hicache_site_live_works", "Works made at the site, neither waited nor dropped.", labels=by_site
+    )
+    for r in ranks:
+        labels = list(r.labels().values())
+        if r.rank in verdicts:
+            verdict.add_metric([*labels, verdicts[r.rank]], 1.0)
+        for site in r.sites:
+            named = [*labels, site.site, site.op]
+            for state, family in families.items():
+                family.add_metric(named, getattr(site, state))
+            live.add_metric(named, site.live)
+    yield from (verdict, *families.values(), live)
 
 
 def _le(seconds: float) -> str:

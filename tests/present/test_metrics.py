@@ -277,3 +277,22 @@ def test_a_holder_line_from_a_foreign_file_is_read_without_failing() -> None:
 
     odd = HolderMetrics.from_line({"path": "x", "sites": [["f.py"]], "per_hour": "fast", "works": None})
     assert (odd.path, odd.site, odd.per_hour, odd.works, odd.growing) == ("x", "", None, 0, False)
+
+
+def test_each_ranks_verdict_so_far_and_its_works_by_site_are_served(
+    make_pp2_run: Callable[..., dict[int, list[Sample]]],
+) -> None:
+    samples = make_pp2_run(leaking=True)
+    site = {"file": "relay.py", "line": 29, "function": "forward", "op": "isend", "created": 900, "waited": 0,
+            "dropped": 0, "live": 900}  # fmt: skip
+    samples[0][-5] = dataclasses.replace(samples[0][-5], sites=[site])  # the last line that carried sites
+    exporter = MetricsExporter.start(None, 0, CONFIG, "runs/x")
+    try:
+        exporter.update(samples)
+        served = scrape(exporter.url)
+    finally:
+        exporter.close()
+    assert served["hicache_verdict"] == {labels(0, verdict="LEAK"): 1.0, labels(1, verdict="BOUNDED"): 1.0}
+    at = labels(0, site="relay.py:29 in forward", op="isend")
+    assert served["hicache_site_works_created_total"][at] == 900
+    assert served["hicache_site_live_works"][at] == 900
