@@ -35,10 +35,12 @@ GROWING = 3  # new highs in a row that make a holder growing
 MIN_GROWTH = 16  # ... and the Works it gained over them, at least
 HISTORY = 16  # censuses kept per holder (for its rate)
 RETRY_CENSUSES = 4  # a growing holder still without a line gets another window after this many
-# The censuses' share of a core, at most: on a heap where one census costs more CPU than
-# every_s allows (a few million objects), the next one waits longer (about 0.8 s of CPU per
-# million objects here: a 3-million-object heap is counted every few minutes, not every 15 s).
-CPU_SHARE = 0.01
+# The censuses' share of a core, at most: where one census costs more CPU than every_s allows,
+# the next one waits longer. A census costs about 0.4-0.7 s of CPU per million tracked objects
+# here (0.06 s on a 0.17 M-object loop, 0.18 s on a 0.29 M-object pipelining trainer: counted
+# every 36 s; a 3 M-object heap every few minutes), and holds the GIL for most of it: half a
+# percent of a core keeps what the program's threads can lose to it under 1%.
+CPU_SHARE = 0.005
 SITES_PER_HOLDER = 3
 
 

@@ -137,7 +137,8 @@ class Walker:
 
 def _without_big(chunk: list[Any]) -> tuple[list[Any], list[Any]]:
     """The chunk less its containers of more than BIG items, and those containers."""
-    big = [o for o in compress(chunk, map(SIZED.__contains__, map(type, chunk))) if len(o) > BIG]
+    sized = list(compress(chunk, map(SIZED.__contains__, map(type, chunk))))  # built-in types: their own len
+    big = list(compress(sized, map(BIG.__lt__, map(len, sized))))  # (no Python loop: every sweep runs this)
     if not big:
         return chunk, big
     ids = set(map(id, big))
