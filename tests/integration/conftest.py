@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.integration.helpers import Run, TracedStress, hicache, rss_from_outside, stress_run, watched_stress_run
+from tests.integration.helpers import FORK, Run, TracedStress, hicache, rss_from_outside, stress_run, watched_stress_run
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +34,7 @@ def drain_gate(drain_pp2: Run, tmp_path_factory: pytest.TempPathFactory) -> subp
     (--max-rss-slope 1GB/h: 8 s is short for the absolute RSS verdict; the depth limit, the
     verdict and the baseline's assertions are what is tested.)"""
     tmp = tmp_path_factory.mktemp("drain-gate")
-    args = ("check", "--json", "--policy", "drain", "--pp", "2", "--duration", "8s", "--max-depth", "2")
+    args = ("check", "--json", "--policy", "drain", "--pp", "2", "--duration", "8s", "--max-depth", "2", *FORK)
     base = drain_pp2.run_dir / "report.json"
     return hicache(*args, "--max-rss-slope", "1GB/h", "--baseline", str(base), "--run-dir", str(tmp / "run"), cwd=tmp)
 
