@@ -24,7 +24,9 @@ def reap_pp2(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 @pytest.fixture(scope="session")
 def drain_pp2(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return stress_run(tmp_path_factory.mktemp("drain"), "--pp", "2", "--policy", "drain", "--duration", "8s")
+    """The README's fixed run, its ranks forked (--launcher fork): read for its report (verdicts,
+    plain text, diff and plot, a baseline); reap_pp2 is the README's run through torchrun."""
+    return stress_run(tmp_path_factory.mktemp("drain"), "--pp", "2", "--policy", "drain", "--duration", "8s", *FORK)
 
 
 @pytest.fixture(scope="session")

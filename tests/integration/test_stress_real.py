@@ -150,7 +150,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args) -> None:
 
 def test_live_dashboard_under_a_pseudo_terminal(tmp_path) -> None:
     run_dir = tmp_path / "run"
-    cmd = f"{sys.executable} -m hicache_cli stress --pp 2 --policy reap --duration 4s --run-dir {run_dir}"
+    options = f"--pp 2 --policy reap --duration 4s {' '.join(FORK)} --run-dir {run_dir}"
+    cmd = f"{sys.executable} -m hicache_cli stress {options}"
     proc = subprocess.run(
         ["script", "-qefc", cmd, "/dev/null"],
         cwd=tmp_path,
