@@ -18,7 +18,8 @@ fi
 # reads whatever PYTHONDONTWRITEBYTECODE says but only writes without it): written once here
 # by a collection, each pytest worker and inner session reads them instead of rewriting every
 # test module again (~3 CPU-s a process).
-env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest --collect-only -q -n 0 -p no:cacheprovider >/dev/null
+env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest --collect-only -q -n 0 -p no:cacheprovider >/dev/null \
+  || echo "setup: collecting the tests failed (pytest says why when the tests run); the environment is ready"
 
 # A real browser for the report page's test (tests/integration/test_report_page_browser.py):
 # Debian's chromium, when run as root where apt-get exists (about 2 minutes and 480 MB the
