@@ -32,6 +32,10 @@ from hicache_cli.protocol import STOP_SIGNALS
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # to every rank, as torchrun does
 WAITED = {*FORWARDED, signal.SIGCHLD}
 END_GRACE_S = 10.0  # after a stop is passed on, before the ranks left are killed
+# After a rank fails, before the others are stopped: torchrun notices at its next monitor tick
+# (0.2 s, as hicache starts it); a peer of the failed rank usually ends on its own first, with
+# the error that says why (a closed connection), which a SIGTERM sent at once would pre-empt.
+FAILURE_GRACE_S = 1.0
 CHILD_FAILED = 70  # a forked rank that could not even start its entry point
 
 
@@ -124,6 +128,7 @@ class Ranks:
         self.running = dict(pids)  # pid -> rank
         self.failed: dict[int, tuple[int, int]] = {}  # rank -> exit code, pid (before any stop)
         self.first_failed: int | None = None
+        self.failed_at: float | None = None
         self.stopping_since: float | None = None
         self.stop_signal: int | None = None
         self.killed = False
@@ -158,8 +163,10 @@ class Ranks:
                 newly.append(rank)
                 self.failed[rank] = (code, pid)
         if newly and self.first_failed is None:
-            self.first_failed = newly[0]
-            self.stop(signal.SIGTERM)  # as torchrun: one rank failed, the others are stopped
+            self.first_failed, self.failed_at = newly[0], time.monotonic()
+        if self.failed_at is not None and self.stopping_since is None and self.running:
+            if time.monotonic() - self.failed_at >= FAILURE_GRACE_S:
+                self.stop(signal.SIGTERM)  # as torchrun: one rank failed, the others are stopped
 
     def overdue(self) -> bool:
         return self.stopping_since is not None and time.monotonic() - self.stopping_since > END_GRACE_S

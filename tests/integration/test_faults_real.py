@@ -76,6 +76,18 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path) -> None:
     _nothing_left(run)
 
 
+def test_a_rank_the_fork_launcher_started_is_named_with_its_signal_when_killed(tmp_path) -> None:
+    """The same through `--launcher fork`: its failure summary in torchrun.log, read back as
+    torchrun's is; the other rank stopped; nothing left running."""
+    run = stress_run(tmp_path, "--policy", "drain", "--fault", "kill:1:1s", "--duration", "8s", *FORK)
+    assert run.proc.returncode == EXIT_RUN_FAILED
+    assert run.report["root_cause"] == 1
+    killed = _failure(run, 1)
+    assert (killed["kind"], killed["signal"], killed["exit_code"]) == ("crash", "SIGKILL", -9)
+    assert "hicache's fork launcher" in (run.run_dir / "torchrun.log").read_text()
+    _nothing_left(run)
+
+
 @pytest.mark.parametrize(("policy", "left"), [("drain", 2), ("bounded-drain", 0)])
 def test_raise_in_wait_leaves_the_list_as_the_policy_does(tmp_path, policy: str, left: int) -> None:
     run = stress_run(tmp_path, "--policy", policy, "--fault", "raise-in-wait:0:1s", "--duration", "8s", *FORK)
