@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "DEFAULT_PROBE_HZ",
     "DEVICES",
+    "LAUNCHERS",
     "MAX_WORLD_SIZE",
     "PP_BACKENDS",
     "RunConfig",
@@ -37,6 +38,9 @@ __all__ = [
 ]
 
 DEFAULT_PROBE_HZ = 10.0
+# How hicache's own ranks are started (launch/launcher.py): by torchrun, as a deployment starts
+# them, or forked from one process that imported torch once (rank/forked.py; one machine only).
+LAUNCHERS = ("torchrun", "fork")
 CONFIG_LIMIT = 16 << 20  # config.json is a few kB; a larger one is not a config
 # A field's command-line option, where its name does not say it (the rest: --name-with-dashes).
 OPTIONS = {
@@ -60,6 +64,7 @@ class RunConfig(Record):
     warmup_s: float | None = None  # None: per rank, where its RSS transient ends (assess.resolve_warmup)
     leak_threshold_mb_per_h: float = 100.0
     stall_timeout_s: float = 5.0  # a round older than this is a stall: stacks dumped, run ended
+    launcher: str = LAUNCHERS[0]  # how hicache's own ranks start (LAUNCHERS); a program or a process starts itself
 
     @property
     def label(self) -> str:
@@ -94,6 +99,12 @@ class RunConfig(Record):
         check_types(self.target)
         check_types(self)
         self.target.validate()
+        if self.launcher not in LAUNCHERS:
+            raise UsageError(f"--launcher: unknown {self.launcher!r}; choose from: {', '.join(LAUNCHERS)}")
+        if self.launcher != LAUNCHERS[0] and self.ranked is None:
+            raise UsageError(
+                f"--launcher {self.launcher} starts hicache's own ranks; a traced or attached program starts itself"
+            )
         if not 0.1 <= self.probe_hz <= 100:
             raise UsageError(f"--probe-hz must be between 0.1 and 100, got {self.probe_hz}")
         if not (math.isfinite(self.leak_threshold_mb_per_h) and self.leak_threshold_mb_per_h > 0):
@@ -158,6 +169,7 @@ def StressConfig(  # noqa: N802 - the public name of the flat constructor since 
     warmup_s: float | None = None,
     leak_threshold_mb_per_h: float = 100.0,
     stall_timeout_s: float = 5.0,
+    launcher: str = LAUNCHERS[0],
     **model: Any,
 ) -> RunConfig:
     """A run of hicache's own model from flat settings (`pp`, `tp`, `policy`, `workload`,
@@ -170,6 +182,7 @@ def StressConfig(  # noqa: N802 - the public name of the flat constructor since 
         warmup_s=warmup_s,
         leak_threshold_mb_per_h=leak_threshold_mb_per_h,
         stall_timeout_s=stall_timeout_s,
+        launcher=launcher,
     )
 
 

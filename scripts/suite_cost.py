@@ -73,6 +73,8 @@ def report(result: dict[str, Any], rows: list[dict[str, Any]], most: int) -> str
     by_file: collections.Counter[str] = collections.Counter()
     for row in rows:
         by_file[row["test"].split("::")[0]] += cpu(row)
+    failed = sorted(f"{r['outcome']}: {r['test']}" for r in rows if r.get("outcome") in ("failed", "error"))
+    lines += ["not passed:", *("  " + line for line in failed)] if failed else []
     lines.append("costliest files (CPU-s):")
     lines += [f"  {seconds:7.1f}  {name}" for name, seconds in by_file.most_common(most)]
     lines.append("costliest tests (CPU-s, wall s):")
@@ -90,6 +92,9 @@ def main() -> int:
     parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (a tier, a file)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hicache-suite-cost-") as tmp:
+        # others may enter it (not list it): the cross-user attach tests run a second user's
+        # Python on the clone's .venv, which a private (0700) temporary directory hides
+        os.chmod(tmp, 0o711)
         checkout = REPO if args.here else fresh_clone(Path(tmp))
         folder = Path(tmp) / "cost"
         folder.mkdir()

@@ -26,6 +26,13 @@ def _cpu() -> tuple[float, float]:
 class CostRecorder:
     def __init__(self, folder: Path) -> None:
         self.out = (folder / f"cost-{os.getpid()}.jsonl").open("a", encoding="utf-8")
+        self.outcome: dict[str, str] = {}  # test id -> passed, failed, error (in setup or teardown), skipped
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.outcome[report.nodeid] = "failed" if report.when == "call" else "error"
+        elif report.skipped:
+            self.outcome.setdefault(report.nodeid, "skipped")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
@@ -34,7 +41,8 @@ class CostRecorder:
         after_own, after_children = _cpu()
         slow = item.get_closest_marker("slow") is not None
         line = {"test": item.nodeid, "slow": slow, "wall_s": round(time.monotonic() - wall, 3),
-                "own_s": round(after_own - own, 3), "children_s": round(after_children - children, 3)}  # fmt: skip
+                "own_s": round(after_own - own, 3), "children_s": round(after_children - children, 3),
+                "outcome": self.outcome.pop(item.nodeid, "passed")}  # fmt: skip
         self.out.write(json.dumps(line) + "\n")
         self.out.flush()
 

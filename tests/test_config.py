@@ -184,3 +184,16 @@ def test_exit_codes() -> None:
     assert errors.RunFailed("x").exit_code == 3
     assert isinstance(errors.UsageError("x"), errors.HicacheError)
     assert isinstance(errors.RunFailed("x"), errors.HicacheError)
+
+
+def test_a_launcher_is_checked_and_read_back() -> None:
+    forked = StressConfig(pp=2, launcher="fork").validate()
+    assert RunConfig.from_dict(forked.to_dict()) == forked
+    earlier = {k: v for k, v in forked.to_dict().items() if k != "launcher"}  # an earlier hicache's config
+    assert RunConfig.from_dict(earlier).launcher == "torchrun"
+    traced = RunConfig(target=TracedCommand(command=("python", "x.py")), duration_s=None, launcher="fork")
+    for bad, words in ((StressConfig(launcher="mpirun"), "--launcher: unknown 'mpirun'; choose from: torchrun, fork"),
+                       (traced, "--launcher fork starts hicache's own ranks")):  # fmt: skip
+        with pytest.raises(errors.UsageError) as info:
+            bad.validate()
+        assert str(info.value).startswith(words)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -176,30 +177,45 @@ def imports_of(path: Path, root: Path, typing_only: bool = True) -> set[str]:
     relative import as the absolute one it is; `importlib.import_module("...")` and
     `__import__("...")` of a literal name as an import. `typing_only=False` leaves out what is
     imported only for type checking (`if TYPE_CHECKING:`)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped = set() if typing_only else {id(n) for block in _type_checking_blocks(tree) for n in ast.walk(block)}
     package = module_name(path, root).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
     names = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
+    for level, module_text, imported, for_typing in _import_statements(path.read_text(encoding="utf-8")):
+        if for_typing and not typing_only:
             continue
+        if level is None:  # `import a.b`, import_module("a.b"), __import__("a.b")
+            names.update(imported)
+            continue
+        base = package[: len(package) - level + 1] if level else []
+        module = ".".join([*base, *([module_text] if module_text else [])])
+        if not module:
+            continue
+        where = root.joinpath(*module.split("."))
+        for alias in imported:
+            is_module = (where / f"{alias}.py").exists() or (where / alias).is_dir()
+            names.add(f"{module}.{alias}" if is_module else module)
+    return names
+
+
+@functools.cache
+def _import_statements(source: str) -> tuple[tuple[int | None, str | None, tuple[str, ...], bool], ...]:
+    """Each import in `source` as (level, module, names, only for type checking): a
+    `from` import's level (0: absolute), None for `import x` and an import by name. Parsed
+    once per text (the upward-import tests copy the tree; most files are the same text),
+    resolved against the tree by imports_of."""
+    tree = ast.parse(source)
+    typing = {id(n) for block in _type_checking_blocks(tree) for n in ast.walk(block)}
+    found: list[tuple[int | None, str | None, tuple[str, ...], bool]] = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join([*base, *([node.module] if node.module else [])])
-            if not module:
-                continue
-            where = root.joinpath(*module.split("."))
-            for alias in node.names:
-                is_module = (where / f"{alias.name}.py").exists() or (where / alias.name).is_dir()
-                names.add(f"{module}.{alias.name}" if is_module else module)
+            found.append((node.level, node.module, tuple(a.name for a in node.names), id(node) in typing))
         elif isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
+            found.append((None, None, tuple(a.name for a in node.names), id(node) in typing))
         elif isinstance(node, ast.Call) and _imports_by_name(node.func) and node.args:
             if isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                names.add(node.args[0].value)
-    return names
+                found.append((None, None, (node.args[0].value,), id(node) in typing))
+    return tuple(found)
 
 
 def _imports_by_name(func: ast.expr) -> bool:

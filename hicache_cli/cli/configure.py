@@ -81,8 +81,11 @@ def ranks_config(
         faults=tuple(ranks.faults),
         device=ranks.device,
         pp_backend=ranks.pp_backend,
+        launcher=ranks.launcher,
         **measured(measure),
     ).validate()
+    if config.launcher == "fork" and nodes.nnodes > 1:
+        raise UsageError("--launcher fork starts every rank on this machine; across nodes ranks start with torchrun")
     if ranks.device == "cuda" or ranks.pp_backend == "nccl":
         ranks_here = ranks_per_node(config.target.world_size, nodes.nnodes, nodes.nproc_per_node)
         _require_cuda(ranks.device, ranks.pp_backend, ranks_here)

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from hicache_cli.cli.groups import Group, option
-from hicache_cli.config import RunConfig
+from hicache_cli.config import LAUNCHERS, RunConfig
 from hicache_cli.protocol import SECRET_ENV
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES
 from hicache_cli.targets import FollowedProcess, ModelTarget
@@ -106,6 +106,14 @@ class Ranks(Group):
         _SHAPE.pp_backend,
         "--pp-backend",
         help="Backend of the TP and PP-sync groups: gloo (as SGLang) or nccl (CUDA tensors; a GPU for each rank).",
+    )
+    launcher: str = option(
+        _RUN.launcher,
+        "--launcher",
+        help="How the ranks start: "
+        + " or ".join(LAUNCHERS)
+        + " (torchrun as a deployment starts them; fork: one process imports torch once and forks every "
+        "rank, a second or more of CPU less per rank; one machine only). See docs/commands.md.",
     )
 
 

@@ -1,5 +1,6 @@
 """`hicache stress`: torchrun and its ranks on loopback (or across nodes), a strategy of the
-supervisor (supervisor.follow).
+supervisor (supervisor.follow). With `--launcher fork` the ranks are forked by rank/forked.py,
+which takes torchrun's place (its command, its log, its failure summary): followed the same way.
 
 The launcher never trusts the ranks to end on their own: it holds a hard deadline
 (start-up allowance + duration + grace), after which it stops torchrun's whole process
@@ -114,6 +115,22 @@ def _check_port(host: str, port: int, what: str) -> int:
     raise AssertionError("unreachable: the IPv4 attempt returns or raises")
 
 
+def ranks_command(config: LaunchConfig, port: int) -> list[str]:
+    """What starts the ranks: torchrun, or with `--launcher fork` (one machine) the fork launcher."""
+    if config.config.launcher == "fork":
+        assert config.nodes is None  # refused with --nnodes (configure.ranks_config)
+        return [
+            sys.executable,
+            "-m",
+            "hicache_cli.rank.forked",
+            f"--nproc={config.target.world_size}",
+            f"--master-addr={config.host}",
+            f"--master-port={port}",
+            str(config.run_dir.resolve()),
+        ]
+    return torchrun_command(config, port)
+
+
 def torchrun_command(config: LaunchConfig, port: int) -> list[str]:
     nodes = config.nodes
     if nodes is None:
@@ -194,7 +211,7 @@ class TorchrunRanks:
         self.deadline = time.monotonic() + config.startup_timeout_s + duration + config.stop_grace_s
         with open_run_log(config.run_dir / TORCHRUN_LOG) as log:
             self.proc = subprocess.Popen(
-                torchrun_command(config, port),
+                ranks_command(config, port),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -122,6 +122,9 @@ def test_the_largest_world_is_accepted() -> None:
         ({"wait_timeout": "2h"}, "--wait-timeout"),
         ({"stall_timeout": "61m"}, "--stall-timeout"),
         ({"stall_timeout": "9" * 400}, "--stall-timeout"),
+        ({"launcher": "spawn"}, "--launcher"),
+        ({"launcher": "Fork"}, "--launcher"),
+        ({"launcher": "fork", "nnodes": 2, "rdzv_endpoint": "127.0.0.1:29500"}, "--launcher"),
     ],
 )
 def test_bad_options_are_refused_in_one_line_naming_the_option(changes: dict[str, Any], option: str) -> None:
@@ -143,3 +146,8 @@ def test_a_nan_leak_threshold_is_refused() -> None:
     # Every comparison with nan is false, so every RSS trend would be INCONCLUSIVE.
     with pytest.raises(UsageError, match="^--leak-threshold"):
         built(options(leak_threshold=float("nan")))
+
+
+def test_the_launcher_is_torchrun_unless_fork_is_asked_for() -> None:
+    assert built(GOOD).launcher == "torchrun"
+    assert built(options(launcher="fork")) == StressConfig(launcher="fork")

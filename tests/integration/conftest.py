@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.integration.helpers import Run, TracedStress, hicache, rss_from_outside, stress_run, watched_stress_run
+from tests.integration.helpers import FORK, Run, TracedStress, hicache, rss_from_outside, stress_run, watched_stress_run
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,9 @@ def reap_pp2(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 @pytest.fixture(scope="session")
 def drain_pp2(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return stress_run(tmp_path_factory.mktemp("drain"), "--pp", "2", "--policy", "drain", "--duration", "8s")
+    """The README's fixed run, its ranks forked (--launcher fork): read for its report (verdicts,
+    plain text, diff and plot, a baseline); reap_pp2 is the README's run through torchrun."""
+    return stress_run(tmp_path_factory.mktemp("drain"), "--pp", "2", "--policy", "drain", "--duration", "8s", *FORK)
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +36,7 @@ def drain_gate(drain_pp2: Run, tmp_path_factory: pytest.TempPathFactory) -> subp
     (--max-rss-slope 1GB/h: 8 s is short for the absolute RSS verdict; the depth limit, the
     verdict and the baseline's assertions are what is tested.)"""
     tmp = tmp_path_factory.mktemp("drain-gate")
-    args = ("check", "--json", "--policy", "drain", "--pp", "2", "--duration", "8s", "--max-depth", "2")
+    args = ("check", "--json", "--policy", "drain", "--pp", "2", "--duration", "8s", "--max-depth", "2", *FORK)
     base = drain_pp2.run_dir / "report.json"
     return hicache(*args, "--max-rss-slope", "1GB/h", "--baseline", str(base), "--run-dir", str(tmp / "run"), cwd=tmp)
 

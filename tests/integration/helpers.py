@@ -22,6 +22,13 @@ from scripts.rss_crosscheck import ExternalRss, watch_rss
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+# hicache's ranks forked from one process that imported torch once (`--launcher fork`), for a
+# test of what a run reports (verdicts, faults, gates, pages): ~1.5 CPU-s and ~1 s less a run
+# than torchrun's interpreters. The runs that stay on torchrun: the README's reap run (the
+# shared reap_pp2), signals to torchrun and to hicache (lifecycle, Ctrl-C), a SIGKILLed rank
+# (torchrun's failure summary), the API docs' snippet, the nodes, SGLang's leaky release traced,
+# a stress rank attached to, the users' directory not shadowing hicache's modules.
+FORK = ("--launcher", "fork")
 
 
 def sigint_as_at_a_terminal() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import free_port
-from tests.integration.helpers import Run, hicache, popen, scrape
+from tests.integration.helpers import FORK, Run, hicache, popen, scrape
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +111,7 @@ def test_a_slower_loop_than_the_baseline_fails_on_the_baseline_alone(drain_pp2: 
     summary = tmp_path / "step_summary.md"
     summary.write_text("earlier step\n")
     github = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
-    args = ("check", "--json", "--policy", "drain", "--duration", "5s", "--max-rss-slope", "1GB/h")
+    args = ("check", "--json", "--policy", "drain", "--duration", "5s", "--max-rss-slope", "1GB/h", *FORK)
     run_dir = str(tmp_path / "run")
     proc = hicache(
         *args, "--fault", "lag:0:100", "--baseline", str(base), "--run-dir", run_dir, cwd=tmp_path, env=github

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from hicache_cli.errors import EXIT_RUN_FAILED
-from tests.integration.helpers import Run, stress_run
+from tests.integration.helpers import FORK, Run, stress_run
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,16 @@ def _nothing_left(run: Run) -> None:
 
 def test_bounded_drain_names_the_stuck_peer(tmp_path) -> None:
     run = stress_run(
-        tmp_path, "--policy", "bounded-drain", "--wait-timeout", "1s", "--fault", "hang:1:1s", "--duration", "10s"
+        tmp_path,
+        "--policy",
+        "bounded-drain",
+        "--wait-timeout",
+        "1s",
+        "--fault",
+        "hang:1:1s",
+        "--duration",
+        "10s",
+        *FORK,
     )
     assert run.proc.returncode == EXIT_RUN_FAILED
     assert run.report["status"] == "failed"
@@ -41,7 +50,7 @@ def test_bounded_drain_names_the_stuck_peer(tmp_path) -> None:
 
 def test_drain_with_a_hung_receiver_is_caught_by_the_watchdog(tmp_path) -> None:
     run = stress_run(
-        tmp_path, "--policy", "drain", "--fault", "hang:1:2s", "--stall-timeout", "2s", "--duration", "20s"
+        tmp_path, "--policy", "drain", "--fault", "hang:1:2s", "--stall-timeout", "2s", "--duration", "20s", *FORK
     )
     assert run.proc.returncode == EXIT_RUN_FAILED
     assert run.report["root_cause"] == 1
@@ -67,9 +76,21 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path) -> None:
     _nothing_left(run)
 
 
+def test_a_rank_the_fork_launcher_started_is_named_with_its_signal_when_killed(tmp_path) -> None:
+    """The same through `--launcher fork`: its failure summary in torchrun.log, read back as
+    torchrun's is; the other rank stopped; nothing left running."""
+    run = stress_run(tmp_path, "--policy", "drain", "--fault", "kill:1:1s", "--duration", "8s", *FORK)
+    assert run.proc.returncode == EXIT_RUN_FAILED
+    assert run.report["root_cause"] == 1
+    killed = _failure(run, 1)
+    assert (killed["kind"], killed["signal"], killed["exit_code"]) == ("crash", "SIGKILL", -9)
+    assert "hicache's fork launcher" in (run.run_dir / "torchrun.log").read_text()
+    _nothing_left(run)
+
+
 @pytest.mark.parametrize(("policy", "left"), [("drain", 2), ("bounded-drain", 0)])
 def test_raise_in_wait_leaves_the_list_as_the_policy_does(tmp_path, policy: str, left: int) -> None:
-    run = stress_run(tmp_path, "--policy", policy, "--fault", "raise-in-wait:0:1s", "--duration", "8s")
+    run = stress_run(tmp_path, "--policy", policy, "--fault", "raise-in-wait:0:1s", "--duration", "8s", *FORK)
     assert run.proc.returncode == EXIT_RUN_FAILED
     failure = _failure(run, 0)
     assert "injected fault: wait() on isend to rank 1 raised" in failure["message"]
@@ -79,7 +100,7 @@ def test_raise_in_wait_leaves_the_list_as_the_policy_does(tmp_path, policy: str,
 
 def test_lag_and_a_short_stall_slow_drain_but_do_not_fail_it(tmp_path) -> None:
     run = stress_run(
-        tmp_path, "--policy", "drain", "--fault", "lag:1:2", "--fault", "stall:1:2s:1s", "--duration", "6s"
+        tmp_path, "--policy", "drain", "--fault", "lag:1:2", "--fault", "stall:1:2s:1s", "--duration", "6s", *FORK
     )
     assert run.proc.returncode == 0, run.proc.stderr
     assert run.report["status"] == "completed"
@@ -90,7 +111,7 @@ def test_lag_and_a_short_stall_slow_drain_but_do_not_fail_it(tmp_path) -> None:
 
 
 def test_idle_skip_stays_consistent_and_sends_only_when_busy(tmp_path) -> None:
-    run = stress_run(tmp_path, "--policy", "idle-skip", "--workload", "idle", "--duration", "5s")
+    run = stress_run(tmp_path, "--policy", "idle-skip", "--workload", "idle", "--duration", "5s", *FORK)
     assert run.proc.returncode == 0, run.proc.stderr
     assert run.report["pp_consistency"]["consistent"]
     assert run.report["pp_consistency"]["checked_rounds"] > 0

@@ -8,14 +8,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.integration.helpers import hicache
+from tests.integration.helpers import FORK, hicache
 
 pytestmark = pytest.mark.slow
 
 
 def test_check_fails_reap_fast_with_junit(tmp_path) -> None:
     junit = tmp_path / "reap.xml"
-    args = ("check", "--policy", "reap", "--pp", "2", "--max-duration", "60s", "--no-live")
+    args = ("check", "--policy", "reap", "--pp", "2", "--max-duration", "60s", "--no-live", *FORK)
     proc = hicache(*args, "--junit", str(junit), "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "hicache check FAIL" in proc.stdout and "LEAK settled after" in proc.stdout
@@ -41,7 +41,8 @@ def test_check_passes_drain(drain_gate: subprocess.CompletedProcess[str]) -> Non
 def test_compare_two_policies(tmp_path) -> None:
     """Two runs; `adaptive`, named too, is not applicable on gloo: listed with why, never run."""
     bundle, md = tmp_path / "bundle.json", tmp_path / "table.md"
-    args = ("compare-policies", "--policies", "reap,batched,adaptive", "--pp", "2", "--duration", "4s", "--no-live")
+    args = ("compare-policies", "--policies", "reap,batched,adaptive", "--pp", "2", "--duration", "4s", "--no-live",
+            *FORK)  # fmt: skip
     proc = hicache(
         *args, "--output", str(bundle), "--markdown", str(md), "--run-dir", str(tmp_path / "c"), cwd=tmp_path
     )

@@ -12,7 +12,7 @@ import pytest
 from hicache_cli.analysis.report import load_report
 from hicache_cli.present.html import render
 from tests.cli.test_html_page import Page
-from tests.integration.helpers import hicache
+from tests.integration.helpers import FORK, hicache
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def test_a_real_run_writes_its_page_at_the_end(tmp_path: Path) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out.html"
     args = ["--pp", "2", "--policy", "reap", "--duration", "3s", "--no-live", "--run-dir", str(run_dir)]
-    proc = hicache("stress", *args, "--html", str(out), cwd=tmp_path)
+    proc = hicache("stress", *args, *FORK, "--html", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[-2:] == [f"report: {run_dir / 'report.json'}", f"html: {out}"]

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from hicache_cli.sample import decode_lines
-from tests.integration.helpers import REPO
+from tests.integration.helpers import FORK, REPO
 
 pytestmark = pytest.mark.slow
 
-STRESS = [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--duration", "1s"]
+STRESS = [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--duration", "1s", *FORK]
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hicache_cli.sglang_target.locate import CLASS_FILES, VERSION_FILE, cache_dir
-from tests.integration.helpers import Run, TracedStress, hicache, stress_run
+from tests.integration.helpers import FORK, Run, TracedStress, hicache, stress_run
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,8 @@ def leaky(sglang_leaky: TracedStress) -> Run:
 
 @pytest.fixture(scope="session")
 def fixed(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return stress_run(tmp_path_factory.mktemp("sglang-fixed"), "--target", f"sglang=={FIXED}", "--duration", "5s")
+    tmp = tmp_path_factory.mktemp("sglang-fixed")
+    return stress_run(tmp, "--target", f"sglang=={FIXED}", "--duration", "5s", *FORK)
 
 
 def test_the_release_that_reaps_leaks_on_pp0(leaky: Run) -> None:
@@ -83,7 +84,7 @@ def test_a_patched_checkout_is_tested_as_it_stands(leaky: Run, tmp_path: Path) -
     assert text.count(polled) == 1
     module.write_text(text.replace(polled, "self.work_list[count].wait()"), encoding="utf-8")
 
-    run = stress_run(tmp_path, "--target", f"sglang:{tmp_path / 'checkout'}", "--duration", "6s")
+    run = stress_run(tmp_path, "--target", f"sglang:{tmp_path / 'checkout'}", "--duration", "6s", *FORK)
 
     assert run.proc.returncode == 0, run.proc.stderr
     assert run.report["target"]["origin"] == "path"

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from tests.integration.helpers import REPO, Run, hicache, stress_run
+from tests.integration.helpers import FORK, REPO, Run, hicache, stress_run
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def test_drain_keeps_depth_to_one_round(drain_pp2: Run) -> None:
 
 
 def test_pp4_every_stage_but_the_last_accumulates(tmp_path) -> None:
-    run = stress_run(tmp_path, "--pp", "4", "--policy", "reap", "--workload", "idle", "--duration", "4s")
+    run = stress_run(tmp_path, "--pp", "4", "--policy", "reap", "--workload", "idle", "--duration", "4s", *FORK)
     assert run.proc.returncode == 0, run.proc.stderr
     depths = [r["work_list"]["final"] for r in run.report["ranks"]]
     assert all(d > 100 for d in depths[:3]), depths
@@ -88,7 +88,7 @@ def test_pp4_every_stage_but_the_last_accumulates(tmp_path) -> None:
 
 
 def test_tp2_pp2_all_reduces_within_pp0_stage(tmp_path) -> None:
-    run = stress_run(tmp_path, "--pp", "2", "--tp", "2", "--policy", "batched", "--duration", "4s")
+    run = stress_run(tmp_path, "--pp", "2", "--tp", "2", "--policy", "batched", "--duration", "4s", *FORK)
     assert run.proc.returncode == 0, run.proc.stderr
     ranks = run.report["ranks"]
     assert [(r["pp_rank"], r["tp_rank"]) for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -150,7 +150,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args) -> None:
 
 def test_live_dashboard_under_a_pseudo_terminal(tmp_path) -> None:
     run_dir = tmp_path / "run"
-    cmd = f"{sys.executable} -m hicache_cli stress --pp 2 --policy reap --duration 4s --run-dir {run_dir}"
+    options = f"--pp 2 --policy reap --duration 4s {' '.join(FORK)} --run-dir {run_dir}"
+    cmd = f"{sys.executable} -m hicache_cli stress {options}"
     proc = subprocess.run(
         ["script", "-qefc", cmd, "/dev/null"],
         cwd=tmp_path,
