@@ -43,6 +43,7 @@ ANSWER_S = 30.0  # how long an injected process has to reach a safe point and an
 POLL_S = 0.05
 RETRIES = 4  # attach --follow: injections into a process that had no process group yet, at most
 RETRY_YOUNGER_S = 300.0  # ... while it is younger than this (a launcher never makes a group)
+YOUNG_S = 10.0  # attach --follow: a process this young is left to start first
 
 
 @dataclass
@@ -126,6 +127,8 @@ class AttachSession:
             old = tried.get((pid, start))
             if old is not None and not self._try_again(old):
                 continue  # known: nothing of it is read again (a rank's maps are megabytes)
+            if procs.age_s(pid) < YOUNG_S:
+                continue  # starting (importing torch, meeting its peers): not stopped by gdb now, next scan
             info = _inspect_quietly(pid)
             if info is None or not (info.is_python and info.torch):
                 continue  # (not yet: torch may still be loading; looked at again next time)
