@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from hicache_cli.records import Record, field_spec
 
 
+def place_text(file: object, line: object, function: object) -> str:
+    """Where a Work was made, as the report, the metrics and the lines say it: `relay.py:29 in
+    forward` with the file's whole path."""
+    return f"{file}:{line} in {function}"
+
+
 @dataclass(frozen=True)
 class HolderCount(Record):
     """One holder of Works, named by the path that reaches it (`Scheduler.sync_works`), at

@@ -13,6 +13,7 @@ from typing import Any
 
 from hicache_cli.analysis.causes import judge
 from hicache_cli.analysis.messages import PeerFlow, peer_flows
+from hicache_cli.attached import place_text
 from hicache_cli.config import RunConfig
 from hicache_cli.histogram import BUCKETS_PER_DECADE
 from hicache_cli.sample import Sample
@@ -48,7 +49,7 @@ class HolderMetrics:
             works=int(line.get("works") or 0),
             per_hour=float(per_hour) if isinstance(per_hour, int | float) else None,
             growing=bool(line.get("growing")),
-            site=f"{top[0]}:{top[1]} in {top[2]}" if top else "",
+            site=place_text(*top[:3]) if top else "",
         )
 
 
@@ -150,7 +151,7 @@ def last_sites(series: list[Sample]) -> tuple[SiteMetrics, ...]:
             k: int(site.get(k) or 0) if isinstance(site.get(k), int) else 0
             for k in ("created", "waited", "dropped", "live")
         }
-        where = f"{site.get('file', '?')}:{site.get('line', '?')} in {site.get('function', '?')}"
+        where = place_text(site.get("file", "?"), site.get("line", "?"), site.get("function", "?"))
         out.append(SiteMetrics(where, str(site.get("op") or ""), **count))
     return tuple(out)
 

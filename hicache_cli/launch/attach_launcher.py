@@ -25,7 +25,7 @@ from hicache_cli.attach import protocol
 from hicache_cli.attach.exits import ExitWatch
 from hicache_cli.attach.protocol import Census
 from hicache_cli.attach.session import AttachSession, Target, check
-from hicache_cli.attached import AttachedPid, CensusCost, HolderCount, PolledBefore, ProcessEnd
+from hicache_cli.attached import AttachedPid, CensusCost, HolderCount, PolledBefore, ProcessEnd, place_text
 from hicache_cli.config import RunConfig
 from hicache_cli.files import open_regular
 from hicache_cli.launch.supervisor import ProcessTree, Stop, Watchdog
@@ -260,9 +260,7 @@ def holders(start: Census | None, end: Census | None) -> list[HolderCount]:
                 completed_end=(last.completed if last else 0) if end is not None else None,
                 growth=works_end - works if works_end is not None else None,
                 per_hour=round((works_end - works) / hours, 1) if works_end is not None and hours else None,
-                sites=[f"{file}:{line} in {function}" for file, line, function, *_ in (last.sites or [])]
-                if last is not None
-                else [],
+                sites=[place_text(*site[:3]) for site in (last.sites or [])] if last is not None else [],
             )
         )
     return sorted(out, key=lambda h: -h.held)
