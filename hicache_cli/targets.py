@@ -277,6 +277,10 @@ class FollowedProcess(AttachedProcess):
     progress_every_s: ClassVar[float] = 60.0  # a sidecar's log: a line a minute, for days
     census_every_s: float = 15.0
     window_s: float = 10.0  # the tracer's hooks on, once a holder grows with no line known
+    # how long hicache waits for the injected text to run before going on: one whose main thread
+    # comes back to Python later (a rank in init_process_group waiting for its peers) is
+    # attached then, its answer looked for at every scan
+    answer_s: float = 5.0
 
     def title(self, duration_s: float | None, sep: str = "  ") -> str:
         return f"attach --follow: pid {', '.join(map(str, self.pids))}"

@@ -41,9 +41,11 @@ from hicache_cli.rundir import touch_run_file
 ROOT = str(Path(hicache_cli.__file__).resolve().parent.parent)
 ANSWER_S = 30.0  # how long an injected process has to reach a safe point and answer
 POLL_S = 0.05
-RETRIES = 4  # attach --follow: injections into a process that had no process group yet, at most
-RETRY_YOUNGER_S = 300.0  # ... while it is younger than this (a launcher never makes a group)
-YOUNG_S = 10.0  # attach --follow: a process this young is left to start first
+# attach --follow: a process that had no process group yet is injected again once its age has
+# doubled (a rank waiting for peers on other nodes makes its group late; a launcher never
+# does), while it is younger than RETRY_YOUNGER_S: at ages 10, 20, 40, 80 and 160 s at most
+RETRY_YOUNGER_S = 300.0
+YOUNG_S = 10.0  # attach --follow: a process this young is still importing: looked at next scan
 
 
 @dataclass
@@ -59,7 +61,10 @@ class Target:
     # from then on nothing more of it is read or waited for
     unreadable: str | None = None
     attached: bool = False  # its agent said so (it stays True once detached: a census was taken)
-    tries: int = 1  # injections (attach --follow tries a young process again that had no group yet)
+    tried_at_s: float = 0.0  # its age when last injected (attach --follow tries a young one again)
+    # attach --follow: injected, its main thread not back in Python yet (a rank in
+    # init_process_group waiting for its peers): its answer is looked for at every scan
+    waiting: bool = False
 
     @property
     def pid(self) -> int:
@@ -67,6 +72,16 @@ class Target:
 
     def alive(self) -> bool:
         return self.start is not None and process_start(self.pid) == self.start
+
+
+def retry_due(target: Target, age_s: float) -> bool:
+    """attach --follow: inject again a process that answered it had no process group yet, once
+    its age has doubled since, while it is young: a rank between importing torch and
+    init_process_group, however long its peers take to come (a launcher never makes one: a
+    few tries, then left alone)."""
+    if target.refusal not in (protocol.NO_GROUP, protocol.NO_TORCH) or target.unreadable:
+        return False
+    return 2 * target.tried_at_s <= age_s < RETRY_YOUNGER_S
 
 
 class AttachSession:
@@ -98,7 +113,7 @@ class AttachSession:
         AttachRefused (one line, exit 2) when none could be attached (a follow's: none yet). A stop signal
         (KeyboardInterrupt) ends every debugger still running within seconds, then goes on up."""
         candidates = resolve(self.pids)
-        self.targets = [Target(info, process_start(info.pid)) for info in candidates]
+        self.targets = [Target(info, process_start(info.pid), tried_at_s=procs.age_s(info.pid)) for info in candidates]
         self._make_agent_dir()
         pool = ThreadPoolExecutor(max_workers=min(8, len(self.targets)))
         try:
@@ -119,26 +134,30 @@ class AttachSession:
         """Processes started below the pids since (a rank started later, one its launcher
         restarted), and those that had no process group yet when last tried: injected as
         `start` does; the newly attached. Never raises for one that cannot be attached."""
+        answered = [t for t in self.targets if t.waiting and self._answered(t)]
+        for target in answered:
+            target.waiting = False
         tried = {(t.pid, t.start): t for t in self.targets}
         uid = self.targets[0].info.uid if self.targets else None
         fresh, retried = [], []
         for pid in _tree(self.pids):
             start = process_start(pid)
             old = tried.get((pid, start))
-            if old is not None and not self._try_again(old):
+            if old is not None and not retry_due(old, procs.age_s(pid)):
                 continue  # known: nothing of it is read again (a rank's maps are megabytes)
-            if procs.age_s(pid) < YOUNG_S:
+            age = procs.age_s(pid)
+            if age < YOUNG_S:
                 continue  # starting (importing torch, meeting its peers): not stopped by gdb now, next scan
             info = _inspect_quietly(pid)
             if info is None or not (info.is_python and info.torch):
                 continue  # (not yet: torch may still be loading; looked at again next time)
             if old is None:
-                fresh.append(Target(info, start, refusal=_other_user(info, uid)))
+                fresh.append(Target(info, start, refusal=_other_user(info, uid), tried_at_s=age))
             else:  # torch was imported, its group not made yet
                 retried.append(old)
-                fresh.append(Target(info, start, tries=old.tries + 1))
+                fresh.append(Target(info, start, tried_at_s=age))
         if not fresh:
-            return []
+            return [t for t in answered if t.attached]
         for old in retried:  # its agent's answer was a refusal: the next answer is the new agent's
             with contextlib.suppress(OSError):
                 protocol.status_file(self.run_dir, old.pid).unlink()
@@ -148,14 +167,7 @@ class AttachSession:
             if target.refusal is None:
                 self._inject(target)
         self._await_answers([t for t in fresh if t.injected is not None])
-        return [t for t in fresh if t.attached]
-
-    def _try_again(self, target: Target) -> bool:
-        """A process that answered it had no process group yet, while it is young: a rank
-        between importing torch and init_process_group (not a launcher, which never has one)."""
-        if target.refusal not in (protocol.NO_GROUP, protocol.NO_TORCH) or target.unreadable:
-            return False
-        return target.tries < RETRIES and procs.age_s(target.pid) < RETRY_YOUNGER_S
+        return [t for t in answered + fresh if t.attached]
 
     def _make_agent_dir(self) -> None:
         """The agents' one directory, made here (never one that was there) and handed to the
@@ -193,21 +205,28 @@ class AttachSession:
         deadline = time.monotonic() + self.answer_s
         waiting = list(targets)
         while waiting and time.monotonic() < deadline:
-            for target in list(waiting):
-                status = self._status(target)
-                if status is not None or target.unreadable is not None:
-                    waiting.remove(target)
-                    remote = inject.remote_script(self.run_dir, target.pid)
-                    with contextlib.suppress(OSError):
-                        remote.unlink()
-                elif not target.alive():
-                    target.refusal = f"{target.info.label} exited before it answered"
-                    waiting.remove(target)
+            waiting = [t for t in waiting if not self._answered(t)]
             time.sleep(POLL_S)
         for target in waiting:
+            if self.boot.follow_s is not None and target.alive():  # followed: asked again at each scan
+                target.waiting = True
+                target.refusal = f"{target.info.label} has not answered yet: {self._silence()}; attached when it does"
+                continue
             target.refusal = f"{target.info.label} did not answer within {self.answer_s:.0f} s: " + self._silence()
             with contextlib.suppress(OSError):  # (a full disk: it then finds hicache gone, and refuses)
                 touch_run_file(protocol.cancel_file(self.run_dir, target.pid))  # if it ever runs, it refuses
+
+    def _answered(self, target: Target) -> bool:
+        """Whether an injected process is done with: its agent answered (or left what hicache
+        will not read), or it exited first. The text it ran is removed once it has answered."""
+        if self._status(target) is not None or target.unreadable is not None:
+            with contextlib.suppress(OSError):
+                inject.remote_script(self.run_dir, target.pid).unlink()
+            return True
+        if not target.alive():
+            target.refusal = f"{target.info.label} exited before it answered"
+            return True
+        return False
 
     def _silence(self) -> str:
         """Why an injected process has not answered: its agent cannot write where it answers,
@@ -318,6 +337,9 @@ class AttachSession:
         # the attached, and any that attached while start() was cut short (Ctrl-C); one that has
         # not run the text yet never will attach: it finds the stop file and refuses
         pending = [t for t in self.targets if t.attached or self._says_attached(t)]
+        for target in self.targets:
+            if target.waiting and not target.attached:  # reported as not having run the text
+                target.waiting, target.refusal = False, None
         while pending and time.monotonic() < deadline:
             for target in list(pending):
                 status = self._status(target)

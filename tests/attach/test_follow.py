@@ -1,6 +1,7 @@
 """attach --follow inside the target (attach/follow.py): when a holder counts as growing, when
 the tracer's window opens and closes, how its line reaches the holder; and the census
-counting a holder's Works by the site that made them. Fake hooks and clock; real objects."""
+counting a holder's Works by the site that made them; and, on hicache's side, when a process
+that had no process group yet is injected again. Fake hooks and clock; real objects."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from typing import Any
 
 import pytest
 
+from hicache_cli.attach import protocol
 from hicache_cli.attach.census import take_census
 from hicache_cli.attach.follow import CPU_SHARE, GROWING, MIN_GROWTH, RETRY_CENSUSES, Follower, Hooks, Trend
+from hicache_cli.attach.procs import ProcessInfo
 from hicache_cli.attach.protocol import Census, CensusCost, Holder
+from hicache_cli.attach.session import RETRY_YOUNGER_S, Target, retry_due
 from hicache_cli.attach.walk import Walker
 from tests.conftest import assert_refused
 
@@ -198,3 +202,20 @@ def test_bad_follow_options_are_one_line(
 ) -> None:  # fmt: skip
     monkeypatch.chdir(tmp_path)
     assert_refused(["attach", "--follow", *extra, str(os.getpid())], start, capsys, fake_execute, tmp_path)
+
+
+def test_a_process_without_a_group_is_tried_again_each_time_its_age_doubles_while_young() -> None:
+    """A rank waiting for peers on other nodes makes its group minutes after importing torch:
+    it is still attached. torchrun's own agent never makes one: five tries, then left."""
+    info = ProcessInfo(42, "python", 0, 1, "/usr/bin/python3", None, (3, 11), True, True, 4)
+    tries, tried_at, age = [], 10.0, 10.0
+    while age < 2 * RETRY_YOUNGER_S:
+        if retry_due(Target(info, "1", refusal=protocol.NO_GROUP, tried_at_s=tried_at), age):
+            tries.append(age)
+            tried_at = age
+        age += 5.0  # the sidecar's rescans
+    assert tries == [20.0, 40.0, 80.0, 160.0]  # (and the first, at 10 s)
+    assert not retry_due(Target(info, "1", refusal=protocol.NO_TORCH, tried_at_s=10.0), 15.0)
+    assert retry_due(Target(info, "1", refusal=protocol.NO_TORCH, tried_at_s=10.0), 20.0)
+    assert not retry_due(Target(info, "1", refusal="another reason", tried_at_s=10.0), 100.0)
+    assert not retry_due(Target(info, "1", refusal=protocol.NO_GROUP, unreadable="a link", tried_at_s=10.0), 100.0)

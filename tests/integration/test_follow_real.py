@@ -1,7 +1,9 @@
 """`hicache attach --follow` on a real service: a launcher (programs/late_ranks.py) whose two
-gloo ranks start after the sidecar is attached, and whose leak switches on mid-run (the relay's
-"fast path", programs/late_leak.py: Works kept in a dict and only polled). The sidecar must
-attach to the ranks when they come, raise the alerting rule's expression (deploy/prometheus)
+gloo ranks start after the sidecar is attached, one of them 40 s late to the group, and whose
+leak switches on mid-run (the relay's "fast path", programs/late_leak.py: Works kept in a dict
+and only polled). The sidecar must attach to the ranks when they come (rank 0 waiting in
+init_process_group, in C code, answers once its group is made, later than an attach waits;
+rank 1, sleeping before it has one, answers that it has none and is tried again), raise the alerting rule's expression (deploy/prometheus)
 with the holder and the line soon after the leak starts, detach on SIGTERM leaving nothing of
 hicache in the ranks, and say the holder and the line in its report."""
 
@@ -55,7 +57,7 @@ def test_a_sidecar_follows_late_ranks_and_raises_the_alert_with_the_holder_and_t
     stop = tmp_path / "stop"
     launcher = subprocess.Popen(
         [sys.executable, str(PROGRAMS / "late_ranks.py"), "--ranks-after", "4", "--",
-         "--stop-file", str(stop), "--leak-after", "15"],
+         "--stop-file", str(stop), "--leak-after", "15", "--peer-late", "40"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=(tmp_path / "launcher.err").open("w"), text=True,
     )  # fmt: skip
     lines: list[tuple[float, str]] = []
@@ -64,6 +66,9 @@ def test_a_sidecar_follows_late_ranks_and_raises_the_alert_with_the_holder_and_t
         assert launcher.stdout is not None
         for line in launcher.stdout:
             lines.append((time.monotonic(), line))
+
+    def said() -> str:
+        return "".join(line for _, line in lines)
 
     threading.Thread(target=read, daemon=True).start()
     run_dir = tmp_path / "run"
@@ -79,7 +84,9 @@ def test_a_sidecar_follows_late_ranks_and_raises_the_alert_with_the_holder_and_t
         url = re.search(r"http://\S+", sidecar.text("out"))[0]  # type: ignore[index]
 
         # the ranks come after the sidecar attached (to the launcher, which has no process group)
-        wait_for(lambda: sum("relaying" in line for _, line in lines) == 2, 120, "the ranks")
+        # (torchrun runs its ranks with `python -u`: print's text and its newline are two writes,
+        # so one rank's line may run into the other's)
+        wait_for(lambda: all(f"rank {r}: relaying" in said() for r in (0, 1)), 120, "the ranks")
         ranks = sorted(p for p in procs.descendants(launcher.pid) if procs.inspect(p).torch and _is_rank(p))
         assert len(ranks) == 2
         wait_for(lambda: sum(f"pid {pid} " in sidecar.text("out") and "attached" in sidecar.text("out")

@@ -176,7 +176,9 @@ def test_sglangs_own_leak_matches_the_stress_runs_depth_and_names_sglangs_line(s
     depth = sglang_leaky.stress.report["ranks"][0]["work_list"]["final"]
     rank0 = next(r for r in run.report["ranks"] if r["rank"] == 0)
     live = rank0["works"]["live_final"]
-    assert depth > 10_000
+    rounds = sglang_leaky.stress.report["ranks"][0]["rounds"]
+    # every round keeps its Works (two a round on rank 0), whatever rounds a busy machine allowed
+    assert rounds > 1000 and depth >= rounds, (rounds, depth)
     assert abs(live - depth) <= depth * 0.01
     top = rank0["works"]["sites"][0]
     assert (Path(top["file"]).name, top["function"], top["op"]) == ("hiradix_cache.py", "_pp_sync", "isend")

@@ -8,6 +8,9 @@ is never, so ``inflight`` grows from then on. Stage 1 receives every header.
 
     torchrun --standalone --nproc-per-node 2 late_leak.py --stop-file /tmp/stop --leak-after 60
 
+With ``--peer-late S`` rank 1 comes S seconds late to the group (a peer on another node still
+starting): rank 0 waits in ``init_process_group`` meanwhile, in C code.
+
 Runs until the stop file appears (or SIGTERM).
 """
 
@@ -45,7 +48,10 @@ def main() -> None:
     parser.add_argument("--stop-file", required=True)
     parser.add_argument("--leak-after", type=float, default=60.0, help="seconds before the fast path is on")
     parser.add_argument("--interval", type=float, default=0.005, help="pause between batches (s)")
+    parser.add_argument("--peer-late", type=float, default=0.0, help="seconds rank 1 comes late to the group")
     args = parser.parse_args()
+    if os.environ.get("RANK") == "1":
+        time.sleep(args.peer_late)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     relay = Relay(args.leak_after)
