@@ -3,9 +3,10 @@ gloo ranks start after the sidecar is attached, one of them 40 s late to the gro
 leak switches on mid-run (the relay's "fast path", programs/late_leak.py: Works kept in a dict
 and only polled). The sidecar must attach to the ranks when they come (rank 0 waiting in
 init_process_group, in C code, answers once its group is made, later than an attach waits;
-rank 1, sleeping before it has one, answers that it has none and is tried again), raise the alerting rule's expression (deploy/prometheus)
-with the holder and the line soon after the leak starts, detach on SIGTERM leaving nothing of
-hicache in the ranks, and say the holder and the line in its report."""
+rank 1, sleeping before it has one, answers that it has none and is tried again), raise the
+alerting rule's expression (deploy/prometheus) with the holder and the line soon after the
+leak starts, detach on SIGTERM leaving nothing of hicache in the ranks, and say the holder and
+the line in its report."""
 
 from __future__ import annotations
 
