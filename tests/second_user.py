@@ -25,9 +25,11 @@ from pathlib import Path
 import psutil
 
 from hicache_cli.attach import procs
+from hicache_cli.attach.session import out_of_reach
 
 HERE = Path(__file__).resolve().parent
 ATTACKER = HERE / "attach" / "attacker.py"
+NOBODY = procs.ProcessInfo(0, "", 65534, 0, "", None, None, True, False, 1, gid=65534)
 
 
 def unavailable() -> str | None:
@@ -40,6 +42,8 @@ def unavailable() -> str | None:
         return "needs gdb (apt-get install gdb)"
     if _python() is None:
         return f"no Python {sys.version_info.major}.{sys.version_info.minor} another user can run"
+    if (why := out_of_reach(NOBODY)) is not None:
+        return f"another user cannot import hicache from this checkout: {why}"
     return None
 
 
@@ -108,8 +112,7 @@ def procs_user(name: str) -> tuple[int, int]:
 def _python() -> str | None:
     """A Python of this version that a user other than root can execute."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    nobody = procs.ProcessInfo(0, "", 65534, 0, "", None, None, True, False, 1, gid=65534)
     for candidate in (os.path.realpath(sys.executable), f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"):
-        if os.path.exists(candidate) and procs.can_reach(Path(candidate), nobody, read=True) is None:
+        if os.path.exists(candidate) and procs.can_reach(Path(candidate), NOBODY, read=True) is None:
             return candidate
     return None

@@ -92,29 +92,30 @@ def state_refusal(target: ProcessInfo, proc: Path = PROC) -> str | None:
 
 def can_reach(path: Path, who: ProcessInfo, *, read: bool = False) -> str | None:
     """Why the user of `who` could not reach `path` (each directory on the way searchable by
-    it; the file itself readable with `read`), in words; None when it could. Judged from the
-    modes as the kernel would for that uid and its groups (root passes everywhere)."""
+    it; with `read`, the file itself readable, or a directory listable - Python's import lists
+    each directory on sys.path), in words; None when it could. Judged from the modes as the
+    kernel would for that uid and its groups (root passes everywhere)."""
     if who.uid == 0:
         return None
     resolved = path.resolve()
     for directory in [*reversed(resolved.parents), resolved] if not read else reversed(resolved.parents):
         if not _allows(directory, who, 0o1):
             return f"{directory} ({_mode_text(directory)}) does not let uid {who.uid} pass"
-    if read and not _allows(resolved, who, 0o4):
+    if read and not _allows(resolved, who, 0o4 | (0o1 if resolved.is_dir() else 0)):
         return f"{resolved} ({_mode_text(resolved)}) is not readable by uid {who.uid}"
     return None
 
 
-def _allows(path: Path, who: ProcessInfo, bit: int) -> bool:
+def _allows(path: Path, who: ProcessInfo, bits: int) -> bool:
     try:
         found = os.stat(path)
     except OSError:
         return False
     if found.st_uid == who.uid:
-        return bool(found.st_mode & (bit << 6))
+        return found.st_mode & (bits << 6) == bits << 6
     if found.st_gid == who.gid or found.st_gid in who.groups:
-        return bool(found.st_mode & (bit << 3))
-    return bool(found.st_mode & bit)
+        return found.st_mode & (bits << 3) == bits << 3
+    return found.st_mode & bits == bits
 
 
 def _mode_text(path: Path) -> str:

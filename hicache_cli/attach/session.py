@@ -48,6 +48,19 @@ RETRY_YOUNGER_S = 300.0
 YOUNG_S = 10.0  # attach --follow: a process this young is still importing: looked at next scan
 
 
+def out_of_reach(who: ProcessInfo) -> str | None:
+    """Why `who` could not import hicache's agent from ROOT: the boot script must be readable and
+    ROOT and each package directory below it listable (the import lists each one), in words."""
+    package = Path(hicache_cli.__file__).resolve().parent
+    places = [
+        inject.BOOT,
+        Path(ROOT),
+        package,
+        *sorted(d for d in package.rglob("*") if d.is_dir() and d.name != "__pycache__"),
+    ]
+    return next((why for path in places if (why := procs.can_reach(path, who, read=True)) is not None), None)
+
+
 @dataclass
 class Target:
     """One process hicache tried to attach to."""
@@ -189,7 +202,7 @@ class AttachSession:
                 f"cannot attach to {who.label}: it runs as uid {who.uid}, and {blocked} to the run directory; "
                 "choose a --run-dir that user can pass through (e.g. a new directory under /tmp)"
             )
-        if (unreadable := procs.can_reach(inject.BOOT, who, read=True)) is not None:
+        if (unreadable := out_of_reach(who)) is not None:
             raise AttachRefused(
                 f"cannot attach to {who.label}: it runs as uid {who.uid}, and hicache's own code, which it must "
                 f"import, is out of its reach ({unreadable}); install hicache where that user can read it"

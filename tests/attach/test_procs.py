@@ -134,6 +134,10 @@ def test_reach_is_judged_by_the_other_user_s_modes(proc: Path) -> None:
         assert "is not readable by uid 1000" in str(procs.can_reach(run / "boot.py", other, read=True))
         os.chmod(run / "boot.py", 0o644)
         assert procs.can_reach(run / "boot.py", other, read=True) is None
+        # a directory on sys.path must be listable too: passable alone, its modules are not found
+        assert "is not readable by uid 1000" in str(procs.can_reach(run, other, read=True))
+        os.chmod(run, 0o755)
+        assert procs.can_reach(run, other, read=True) is None
         os.chmod(closed, 0o700)
         assert procs.can_reach(run, procs.inspect(11, proc)) is None  # uid 0 passes everywhere
     finally:
