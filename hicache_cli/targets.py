@@ -21,6 +21,7 @@ from hicache_cli.records import Record, ShapeError, field_spec, spec
 
 DEFAULT_POLICY = "reap"  # the incident's: hicache's model leaks under it
 MAX_WORLD_SIZE = 64
+MAX_ROUND_TIME_S = 10.0  # --round-time: a round of a server, not a pause of minutes
 DEVICES = ("auto", "cpu", "cuda")
 PP_BACKENDS = ("gloo", "nccl")
 # SGLang's methods that free the PP sync's Works, and how (sglang_target/extract takes them).
@@ -95,6 +96,7 @@ class RankedTarget(Target):
     pp_backend: str = "gloo"  # the TP and PP-sync groups': gloo (as SGLang) or nccl (CUDA tensors)
     stop_grace_s: float = 1.5  # how long a rank blocked at the deadline gets to finish its round
     faults: tuple[str, ...] = ()  # --fault specs, see hicache_model/faults.py
+    round_time_s: float = 0.0  # each round lasts at least this long (a forward's GPU time); 0: as fast as it runs
 
     @property
     def world_size(self) -> int:
@@ -127,6 +129,8 @@ class RankedTarget(Target):
         ):
             if value is not None and not 0.0 <= value <= 1.0:
                 raise UsageError(f"--{name} must be between 0 and 1, got {value}")
+        if not (math.isfinite(self.round_time_s) and 0 <= self.round_time_s <= MAX_ROUND_TIME_S):
+            raise UsageError(f"--round-time must be 0 to {MAX_ROUND_TIME_S:g} s, got {self.round_time_s!r}")
         if self.device not in DEVICES:
             raise UsageError(f"--device: {self.device!r}; choose one of: {', '.join(DEVICES)}")
         if self.pp_backend not in PP_BACKENDS:

@@ -154,6 +154,8 @@ def test_a_wrong_config_is_one_line(data: dict[str, Any], message: str) -> None:
         ({"duration_s": True}, "--duration must be a number or None, got True"),
         ({"warmup_s": "2"}, "--warmup must be a number or None, got '2'"),
         ({"faults": "kill:1:2"}, "--fault must be a list of text, got 'kill:1:2'"),
+        ({"round_time_s": -0.001}, "--round-time must be 0 to 10 s, got -0.001"),
+        ({"round_time_s": float("nan")}, "--round-time must be 0 to 10 s, got nan"),
     ],
 )
 def test_validate_checks_types_first_in_the_clis_words(settings: dict[str, Any], message: str) -> None:

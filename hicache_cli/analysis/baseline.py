@@ -33,6 +33,7 @@ WORKLOAD_KEYS = (
     "prefix_sharing",
     "idle_fraction",
     "seed",
+    "round_time_s",  # a round's least time sets the rates
     "device",
     "pp_backend",  # gloo's and NCCL's Works complete differently: another transport, another run
 )

@@ -30,6 +30,7 @@ from hicache_cli.present.metrics_exporter import check_metrics_options
 from hicache_cli.rundir import output_problem
 from hicache_cli.sglang_target.locate import parse_target
 from hicache_cli.sglang_target.resolve import CLASS_CHOICES
+from hicache_cli.targets import MAX_ROUND_TIME_S
 from hicache_cli.units import MAX_TIMEOUT_S, parse_duration, parse_rate_mb_per_h
 from hicache_model.policies import POLICIES
 
@@ -79,6 +80,7 @@ def ranks_config(
         seed=ranks.seed,
         wait_timeout_s=parse_duration(ranks.wait_timeout, "wait-timeout", MAX_TIMEOUT_S),
         faults=tuple(ranks.faults),
+        round_time_s=parse_duration(ranks.round_time, "round-time", MAX_ROUND_TIME_S) if ranks.round_time else 0.0,
         device=ranks.device,
         pp_backend=ranks.pp_backend,
         launcher=ranks.launcher,

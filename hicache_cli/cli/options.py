@@ -101,6 +101,13 @@ class Ranks(Group):
         seconds(_SHAPE.wait_timeout_s), "--wait-timeout", help="bounded-drain: longest a round's drain may wait."
     )
     faults: tuple[str, ...] = option((), "--fault", help=FAULT_HELP)
+    round_time: str | None = option(
+        None,
+        "--round-time",
+        help="Each round lasts at least this long (e.g. 5ms): the time a GPU server's forward pass takes, waited "
+        "out by the CPU. Rates (Works/s, MB/h) then read as on a server that runs so many rounds a second. "
+        "Default: as fast as the CPU runs them.",
+    )
     device: str = option(_SHAPE.device, "--device", help="auto (a GPU when there is one), cpu or cuda.")
     pp_backend: str = option(
         _SHAPE.pp_backend,

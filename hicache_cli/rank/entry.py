@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
     exit_code = 0
     try:
         clock_offset = time.perf_counter() - time.monotonic()
-        run_loop(loop, stats, started + clock_offset + duration, injector, started + clock_offset)
+        run_loop(loop, stats, started + clock_offset + duration, injector, started + clock_offset, target.round_time_s)
         probe.finish("done", probe.stop_reason)
     except Exception as exc:  # noqa: BLE001 - recorded in the final line, then the rank exits
         traceback.print_exc()
@@ -241,8 +241,10 @@ def build_sglang(target, topo, device):  # noqa: ANN001, ANN201
     return loop, read, traffic
 
 
-def run_loop(loop, stats, deadline: float, injector=None, origin: float = 0.0) -> None:  # noqa: ANN001
-    """Run rounds until `deadline` (a time.perf_counter() value) or until the probe says stop.
+def run_loop(loop, stats, deadline: float, injector=None, origin: float = 0.0, round_time: float = 0.0) -> None:  # noqa: ANN001
+    """Run rounds until `deadline` (a time.perf_counter() value) or until the probe says stop;
+    with `round_time`, each round is waited out to at least that long (--round-time: a
+    forward pass's time, part of the round's latency).
 
     The hot path of the measurement: kept to what each round must do.
     """
@@ -264,6 +266,10 @@ def run_loop(loop, stats, deadline: float, injector=None, origin: float = 0.0) -
             began += clock() - paused  # the fault's own time is not the round's
             stats.round_started = began
         run_round()
+        if round_time:
+            rest = began + round_time - clock()
+            if rest > 0:
+                time.sleep(rest)
         ring[rounds & RING_MASK] = clock() - began  # LoopStats.record, inlined
         rounds += 1
         stats.rounds = rounds

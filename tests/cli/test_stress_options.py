@@ -43,6 +43,7 @@ def test_good_options_build_a_config() -> None:
             idle_fraction=1.0,
             warmup="30s",
             leak_threshold=50.0,
+            round_time="5ms",
         )
     )
     assert config == StressConfig(
@@ -59,6 +60,7 @@ def test_good_options_build_a_config() -> None:
         wait_timeout_s=0.25,
         warmup_s=30.0,
         leak_threshold_mb_per_h=50.0,
+        round_time_s=0.005,
     )
     assert config.target.world_size == 8
 
@@ -70,6 +72,7 @@ def test_defaults_leave_presets_and_warm_up_to_the_run() -> None:
     ) * 4
     assert config.duration_s == 15.0
     assert config.target.wait_timeout_s == 5.0
+    assert config.target.round_time_s == 0.0  # rounds as fast as the CPU runs them
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
@@ -106,6 +109,9 @@ def test_the_largest_world_is_accepted() -> None:
         ({"duration": "0"}, "--duration"),
         ({"duration": "-5s"}, "--duration"),
         ({"wait_timeout": "5x"}, "--wait-timeout"),
+        ({"round_time": "0s"}, "--round-time"),
+        ({"round_time": "fast"}, "--round-time"),
+        ({"round_time": "11s"}, "--round-time"),
         ({"warmup": "soon"}, "--warmup"),
         ({"warmup": "15s"}, "--warmup"),
         ({"warmup": "1m", "duration": "30s"}, "--warmup"),

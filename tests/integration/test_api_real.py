@@ -61,7 +61,7 @@ def test_a_report_the_cli_wrote_reads_back_typed_and_round_trips(reap_pp2: Run) 
 
 
 def test_samples_follow_the_run_and_the_settler_stops_it_early(tmp_path: Path) -> None:
-    config = hc.StressConfig(pp=2, policy="reap", duration_s=120.0, launcher="fork")
+    config = hc.StressConfig(pp=2, policy="reap", duration_s=120.0, launcher="fork", round_time_s=0.002)
     seen: list[float] = []
     started = time.monotonic()
     report = hc.run(config, run_dir=tmp_path / "run", early_stop=hc.Settler(config),
@@ -90,7 +90,8 @@ def test_ctrl_c_during_a_run_gives_an_interrupted_report_not_an_exception(tmp_pa
     code = textwrap.dedent(
         """
         import hicache_cli as hc
-        report = hc.run(hc.StressConfig(pp=2, policy="drain", duration_s=120.0, launcher="fork"), run_dir="run")
+        report = hc.run(hc.StressConfig(pp=2, policy="drain", duration_s=120.0, launcher="fork", round_time_s=0.002),
+                        run_dir="run")
         print(report.status, (report.interruption.signal, report.interruption.to), flush=True)
         """
     )

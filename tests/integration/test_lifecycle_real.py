@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.helpers import REPO
+from tests.integration.helpers import PACED, REPO
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def _start(tmp_path: Path, command: list[str] | None = None, cwd: Path | None = 
     run_dir = tmp_path / "run"
     base = command or [sys.executable, "-m", "hicache_cli"]
     proc = subprocess.Popen(
-        [*base, "stress", "--no-live", "--run-dir", str(run_dir), "--duration", "60s"],
+        [*base, "stress", "--no-live", "--run-dir", str(run_dir), "--duration", "60s", *PACED],
         cwd=cwd or tmp_path,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         stdout=subprocess.PIPE,
@@ -138,7 +138,7 @@ def test_modules_in_the_users_directory_do_not_shadow_hicaches(tmp_path: Path) -
     (tmp_path / "hicache_cli" / "__init__.py").write_text("raise ImportError('the user package was imported')\n")
     run_dir = tmp_path / "run"
     proc = subprocess.run(
-        [str(script), "stress", "--no-live", "--run-dir", str(run_dir), "--duration", "2s"],
+        [str(script), "stress", "--no-live", "--run-dir", str(run_dir), "--duration", "2s", *PACED],
         cwd=tmp_path,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         capture_output=True,

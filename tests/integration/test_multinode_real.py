@@ -17,7 +17,7 @@ import pytest
 
 from hicache_cli.launch.node_messages import BAD_LINES
 from hicache_cli.launch.node_wire import NOT_THE_PROTOCOL, REFUSED_PROOF, UNPROVEN
-from tests.integration.helpers import REPO
+from tests.integration.helpers import PACED, REPO
 from tests.outsider import forge, send_raw
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def _two_free_ports() -> int:
 
 
 def _node(tmp: Path, node: int, port: int, *args: str, pp: int = 4) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--pp", str(pp), "--nnodes", "2"]
+    cmd = [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--pp", str(pp), "--nnodes", "2", *PACED]
     cmd += ["--node-rank", str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-dir", str(tmp / f"node{node}")]
     return subprocess.Popen(
         [*cmd, *args],

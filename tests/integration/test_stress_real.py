@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from tests.integration.helpers import FORK, REPO, Run, hicache, stress_run
+from tests.integration.helpers import FORK, PACED, REPO, Run, hicache, stress_run
 
 pytestmark = pytest.mark.slow
 
@@ -104,8 +104,9 @@ def test_tp2_pp2_all_reduces_within_pp0_stage(tmp_path) -> None:
 
 def test_ctrl_c_stops_every_rank_and_keeps_a_report(tmp_path) -> None:
     run_dir = tmp_path / "run"
+    stress = ("stress", "--no-live", "--run-dir", str(run_dir), "--duration", "60s", *PACED)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hicache_cli", "stress", "--no-live", "--run-dir", str(run_dir), "--duration", "60s"],
+        [sys.executable, "-m", "hicache_cli", *stress],
         cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         stdout=subprocess.PIPE,
