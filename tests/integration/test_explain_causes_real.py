@@ -39,7 +39,7 @@ def test_a_deque_of_unwaited_works_fails_the_gate_by_the_works_it_drops(tmp_path
     """Both ranks drop the Work the deque lets go of, never waited: on gloo the messages are lost
     and each dropped Work leaves its state behind. The verdict names the drops (was: INCONCLUSIVE,
     "memory grows, not from Works or messages"), and `check` fails it."""
-    run = check(tmp_path, *torchrun("stats_ring.py", "--seconds", "14"), duration="24s")
+    run = check(tmp_path, *torchrun("stats_ring.py", "--seconds", "8"), duration="16s")
     assert run.proc.returncode == 1, run.proc.stdout + run.proc.stderr
     monitor = run.rank(1)
     assert (monitor["verdict"], monitor["cause"]["kind"]) == ("LEAK", "dropped"), monitor["verdict_reason"]
@@ -60,7 +60,7 @@ def test_a_deque_of_unwaited_works_fails_the_gate_by_the_works_it_drops(tmp_path
 
 
 def test_its_twin_that_waits_each_work_before_the_deque_drops_it_passes(tmp_path: Path) -> None:
-    run = check(tmp_path, *torchrun("stats_ring.py", "--seconds", "14", "--wait-oldest"), duration="60s")
+    run = check(tmp_path, *torchrun("stats_ring.py", "--seconds", "8", "--wait-oldest"), duration="60s")
     assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
     for rank in (0, 1):
         r = run.rank(rank)
@@ -73,8 +73,8 @@ def test_a_send_loop_that_drops_each_isend_work_leaks_by_them_and_then_hangs(tmp
     """The first report lost wedges the connection: nothing after it arrives, the dashboard
     waits in recv for good and the trainer's last blocking send never completes. Both are
     said to be stuck where they are; the trainer's memory grew by its drops."""
-    run = trace(tmp_path, *torchrun("progress_beacon.py", "--seconds", "12"),
-                options=("--duration", "24s", "--stall-timeout", "3s"))  # fmt: skip
+    run = trace(tmp_path, *torchrun("progress_beacon.py", "--seconds", "6"),
+                options=("--duration", "15s", "--stall-timeout", "3s"))  # fmt: skip
     trainer, dashboard = run.rank(0), run.rank(1)
     assert (trainer["verdict"], trainer["cause"]["kind"]) == ("LEAK", "dropped"), trainer["verdict_reason"]
     line = line_of("progress_beacon.py", "work = dist.isend(")
@@ -85,7 +85,7 @@ def test_a_send_loop_that_drops_each_isend_work_leaks_by_them_and_then_hangs(tmp
 
 
 def test_its_twin_that_waits_each_send_ends_clean(tmp_path: Path) -> None:
-    run = trace(tmp_path, *torchrun("progress_beacon.py", "--seconds", "8", "--wait"),
+    run = trace(tmp_path, *torchrun("progress_beacon.py", "--seconds", "5", "--wait"),
                 options=("--duration", "60s", "--stall-timeout", "3s"))  # fmt: skip
     assert run.proc.returncode == 0, run.proc.stderr
     for rank in (0, 1):
@@ -98,7 +98,7 @@ def test_a_request_reply_exchange_that_drops_the_request_s_work_hangs_and_is_sai
     """The client's isend goes out before the server has posted its next receive, is queued,
     and is lost with its Work: the server waits for the request, the client for the reply.
     No Work, no message for the rest of the run: `check` cannot pass it."""
-    run = check(tmp_path, *torchrun("ping_ack.py", "--rounds", "2000"), duration="20s", stall="3s")
+    run = check(tmp_path, *torchrun("ping_ack.py", "--rounds", "2000"), duration="15s", stall="3s")
     assert run.proc.returncode == 3, run.proc.stdout + run.proc.stderr
     client, server = run.rank(0), run.rank(1)
     assert client["works"]["dropped"] < 2000  # it hung before the last round
@@ -134,7 +134,7 @@ def test_a_hung_collective_is_said_stuck_on_both_ranks(tmp_path: Path) -> None:
     """Rank 1's loader dies; rank 1 waits on its queue, rank 0 in a blocking all_reduce: no
     Work reaches the program, no message, for the rest of the run (was: BOUNDED, no hint)."""
     run = trace(tmp_path, *torchrun("loader_stall.py", "--steps", "3000", "--loader-dies-after", "200"),
-                options=("--duration", "20s", "--stall-timeout", "3s"))  # fmt: skip
+                options=("--duration", "15s", "--stall-timeout", "3s"))  # fmt: skip
     for rank in (0, 1):
         r = run.rank(rank)
         assert r["stuck"] is not None and r["stuck"]["for_s"] > 3, r["verdict_reason"]
