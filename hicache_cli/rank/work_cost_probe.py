@@ -240,6 +240,9 @@ class Probe:
             rounds += 1
         self.store.set(key, "1")
         self.sync()
+        # a wedged connection is not idle: its sender spins a core for as long as the group
+        # lives (docs/verdicts.md), which every later case would pay for
+        self.dist.destroy_process_group(group)
         return {"rounds": rounds, "of": n, "hung": rounds < n}
 
     def _lands(self, buf: Any, key: str) -> bool:
