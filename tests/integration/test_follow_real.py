@@ -1,9 +1,10 @@
 """`hicache attach --follow` on a real service: a launcher (programs/late_ranks.py) whose two
-gloo ranks start after the sidecar is attached, one of them 40 s late to the group, and whose
+gloo ranks start after the sidecar is attached, one of them 25 s late to the group, and whose
 leak switches on mid-run (the relay's "fast path", programs/late_leak.py: Works kept in a dict
 and only polled). The sidecar must attach to the ranks when they come (rank 0 waiting in
 init_process_group, in C code, answers once its group is made, later than an attach waits;
-rank 1, sleeping before it has one, answers that it has none and is tried again), raise the
+rank 1, sleeping before it has one, answers that it has none and is tried again: at ages 10
+and 20 s without a group, at 40 s with one, never on the edge of its making), raise the
 alerting rule's expression (deploy/prometheus) with the holder and the line soon after the
 leak starts, detach on SIGTERM leaving nothing of hicache in the ranks, and say the holder and
 the line in its report."""
@@ -58,7 +59,7 @@ def test_a_sidecar_follows_late_ranks_and_raises_the_alert_with_the_holder_and_t
     stop = tmp_path / "stop"
     launcher = subprocess.Popen(
         [sys.executable, str(PROGRAMS / "late_ranks.py"), "--ranks-after", "4", "--",
-         "--stop-file", str(stop), "--leak-after", "15", "--peer-late", "40"],
+         "--stop-file", str(stop), "--leak-after", "15", "--peer-late", "25"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=(tmp_path / "launcher.err").open("w"), text=True,
     )  # fmt: skip
     lines: list[tuple[float, str]] = []
