@@ -73,7 +73,8 @@ def report(result: dict[str, Any], rows: list[dict[str, Any]], most: int) -> str
     by_file: collections.Counter[str] = collections.Counter()
     for row in rows:
         by_file[row["test"].split("::")[0]] += cpu(row)
-    failed = sorted(f"{r['outcome']}: {r['test']}" for r in rows if r.get("outcome") in ("failed", "error"))
+    failed = sorted(f"{r['outcome']}: {r['test']}" + "".join(f"\n      {why}" for why in r.get("why", "").splitlines())
+                    for r in rows if r.get("outcome") in ("failed", "error"))  # fmt: skip
     lines += ["not passed:", *("  " + line for line in failed)] if failed else []
     lines.append("costliest files (CPU-s):")
     lines += [f"  {seconds:7.1f}  {name}" for name, seconds in by_file.most_common(most)]

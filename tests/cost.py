@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 COST_ENV = "HICACHE_TEST_COST"
+WHY_LINES = 12  # of a failure's report, kept beside its test's line
 
 
 def _cpu() -> tuple[float, float]:
@@ -27,10 +28,12 @@ class CostRecorder:
     def __init__(self, folder: Path) -> None:
         self.out = (folder / f"cost-{os.getpid()}.jsonl").open("a", encoding="utf-8")
         self.outcome: dict[str, str] = {}  # test id -> passed, failed, error (in setup or teardown), skipped
+        self.why: dict[str, str] = {}  # test id -> the failure's last lines (what a suite_cost run shows)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
             self.outcome[report.nodeid] = "failed" if report.when == "call" else "error"
+            self.why[report.nodeid] = "\n".join(str(report.longrepr).splitlines()[-WHY_LINES:])
         elif report.skipped:
             self.outcome.setdefault(report.nodeid, "skipped")
 
@@ -43,6 +46,8 @@ class CostRecorder:
         line = {"test": item.nodeid, "slow": slow, "wall_s": round(time.monotonic() - wall, 3),
                 "own_s": round(after_own - own, 3), "children_s": round(after_children - children, 3),
                 "outcome": self.outcome.pop(item.nodeid, "passed")}  # fmt: skip
+        if item.nodeid in self.why:
+            line["why"] = self.why.pop(item.nodeid)
         self.out.write(json.dumps(line) + "\n")
         self.out.flush()
 

@@ -98,7 +98,7 @@ def test_a_request_reply_exchange_that_drops_the_request_s_work_hangs_and_is_sai
     """The client's isend goes out before the server has posted its next receive, is queued,
     and is lost with its Work: the server waits for the request, the client for the reply.
     No Work, no message for the rest of the run: `check` cannot pass it."""
-    run = check(tmp_path, *torchrun("ping_ack.py", "--rounds", "2000"), duration="15s", stall="3s")
+    run = check(tmp_path, *torchrun("ping_ack.py", "--rounds", "2000"), duration="20s", stall="3s")
     assert run.proc.returncode == 3, run.proc.stdout + run.proc.stderr
     client, server = run.rank(0), run.rank(1)
     assert client["works"]["dropped"] < 2000  # it hung before the last round
