@@ -33,6 +33,8 @@ from typing import Any
 
 SETTLE_S = 0.3  # for messages in flight to land before buffers are read
 IDLE_S = 1.0  # a receiver that sees nothing new for this long stops waiting
+ROUND_TRIP_S = 3.0  # the lock-step cases: a message not landed this long after its round began is lost
+PEER_PAUSE_S = 0.002  # the lock-step peer's moment between its ack and its next receive
 WARMUP = 500  # operations before each baseline: first-time allocations settle
 
 
@@ -220,9 +222,12 @@ class Probe:
 
     def lockstep(self, wait_send: bool) -> dict[str, Any]:
         """Rank 0 isends a message, then receives the peer's ack; rank 1 receives the message,
-        then sends the ack (blocking). Dropping the isend's Work (wait_send False) is the
-        exchange that hung. (Each receive is posted and watched, so a lost message ends the
-        case after IDLE_S rather than hanging it.)"""
+        sends the ack (blocking) and takes a moment (PEER_PAUSE_S, as a server logging the
+        request does) before it posts its next receive, so rank 0's next isend goes out first.
+        Dropping the isend's Work (wait_send False) is the exchange that hung. (Each receive is
+        posted and watched, so a lost message ends the case after ROUND_TRIP_S rather than
+        hanging it; without the pause, whether a round gets through is a race that a loaded
+        machine sometimes lets all of them win.)"""
         group, n, key = self.group(), self.rounds, f"probe/lockstep/{wait_send}"
         rounds, posted = 0, []
         for i in range(n):
@@ -233,10 +238,11 @@ class Probe:
                 del work
             buf = self.buffer()
             posted.append(self.dist.irecv(buf, 1 - self.rank, group=group))  # hicache: ignore[HC004] - seen landing
-            if not self._lands(buf, key):
+            if not self._lands(buf, key, ROUND_TRIP_S):
                 break
             if self.rank == 1:
                 self.dist.send(self.message(i), 0, group=group)
+                time.sleep(PEER_PAUSE_S)
             rounds += 1
         self.store.set(key, "1")
         self.sync()
@@ -245,9 +251,9 @@ class Probe:
         self.dist.destroy_process_group(group)
         return {"rounds": rounds, "of": n, "hung": rounds < n}
 
-    def _lands(self, buf: Any, key: str) -> bool:
-        """Whether the message lands in `buf` before IDLE_S pass (or the peer gave up)."""
-        until = time.monotonic() + IDLE_S
+    def _lands(self, buf: Any, key: str, within_s: float) -> bool:
+        """Whether the message lands in `buf` within `within_s` (or the peer gave up)."""
+        until = time.monotonic() + within_s
         while buf.item() < 0:
             if time.monotonic() > until or self.store.check([key]):
                 return buf.item() >= 0
