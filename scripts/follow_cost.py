@@ -210,7 +210,9 @@ def main() -> None:
         detect(args)
         return
     tmp = Path(tempfile.mkdtemp(prefix="follow-cost-"))
-    total = args.cycles * (2 * args.window + 30) + args.window + 60
+    # the service outlives the measurement (ended below): a cycle also waits for the sidecar's
+    # attach and first census, which took 64 s beside a 60 s window pair on the trainer
+    total = args.cycles * (2 * args.window + 300) + args.window + 300
     service = Service(args.program, total, tmp)
     windows: list[tuple[str, dict[str, float]]] = []
     taken: list[dict[str, float]] = []
@@ -242,9 +244,14 @@ def main() -> None:
             time.sleep(SETTLE_S)
             print(f"cycle {cycle + 1}/{args.cycles} done ({time.monotonic() - began:.0f} s)", flush=True)
         windows.append(("off", service.window(args.window)))
+    except (OSError, subprocess.SubprocessError) as exc:  # a rank gone, a sidecar that hung: say the cycles done
+        print(f"stopped early ({type(exc).__name__}: {exc}); the cycles finished before it:", flush=True)
+        if windows and windows[-1][0] == "on":
+            windows.pop()  # an attached window with no unattached one after it
     finally:
         service.end()
-    report(args, windows, taken, agent_cpu, gil, sidecar_cpu)
+    if any(kind == "on" for kind, _ in windows):
+        report(args, windows, taken, agent_cpu, gil, sidecar_cpu)
 
 
 Windows = list[tuple[str, dict[str, float]]]

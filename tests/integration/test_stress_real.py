@@ -84,6 +84,12 @@ def test_pp4_every_stage_but_the_last_accumulates(tmp_path) -> None:
     depths = [r["work_list"]["final"] for r in run.report["ranks"]]
     assert all(d > 100 for d in depths[:3]), depths
     assert depths[3] == 0
+    # --round-time 2ms (FORK): no rank runs more than 500 rounds a second, and the wait is in
+    # each round's latency
+    assert run.report["config"]["target"]["round_time_s"] == 0.002
+    rates = [r["rounds_per_s"] for r in run.report["ranks"]]
+    assert all(0 < rate <= 500 for rate in rates), rates
+    assert all(r["loop_latency_ms"]["p50"] >= 2.0 for r in run.report["ranks"])
     _ended_on_time(run)
 
 

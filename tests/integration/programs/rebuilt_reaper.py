@@ -10,8 +10,8 @@ On gloo a send's Work says ``is_completed() == False`` until someone calls ``wai
 so the list is rebuilt every step and never shrinks. ``--drain`` waits the previous
 step's sends before shipping (the fix); the list then holds at most one.
 
-``--ballast N`` keeps N small objects alive first (a big application's heap: caches,
-configs, parsed requests), so the process tracks millions of objects.
+``--ballast N`` makes stage 0 keep N small objects alive first (a big application's heap:
+caches, configs, parsed requests), so that process tracks millions of objects.
 
     torchrun --standalone --nproc-per-node 2 rebuilt_reaper.py --stop-file /tmp/stop
 
@@ -46,11 +46,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stop-file", required=True)
     parser.add_argument("--drain", action="store_true")
-    parser.add_argument("--ballast", type=int, default=0, help="small objects to keep alive")
+    parser.add_argument("--ballast", type=int, default=0, help="small objects stage 0 keeps alive")
     parser.add_argument("--interval", type=float, default=0.002)
     args = parser.parse_args()
 
-    ballast = [{"id": i, "tags": [i]} for i in range(args.ballast // 2)]  # a dict and a list each
+    stage0 = os.environ.get("RANK", "0") == "0"
+    ballast = [{"id": i, "tags": [i]} for i in range(args.ballast // 2 if stage0 else 0)]  # a dict and a list each
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     print(f"rank {rank}/{world}: serving\n", end="", flush=True)
