@@ -33,7 +33,7 @@ from typing import Any
 
 SETTLE_S = 0.3  # for messages in flight to land before buffers are read
 IDLE_S = 1.0  # a receiver that sees nothing new for this long stops waiting
-ROUND_TRIP_S = 3.0  # the lock-step cases: a message not landed this long after its round began is lost
+ROUND_TRIP_S = 3.0  # the lock-step cases: a message not landed this long after its receive was posted is lost
 PEER_PAUSE_S = 0.002  # the lock-step peer's moment between its ack and its next receive
 WARMUP = 500  # operations before each baseline: first-time allocations settle
 
@@ -238,7 +238,7 @@ class Probe:
                 del work
             buf = self.buffer()
             posted.append(self.dist.irecv(buf, 1 - self.rank, group=group))  # hicache: ignore[HC004] - seen landing
-            if not self._lands(buf, key, ROUND_TRIP_S):
+            if not self._lands(buf, key):
                 break
             if self.rank == 1:
                 self.dist.send(self.message(i), 0, group=group)
@@ -251,9 +251,9 @@ class Probe:
         self.dist.destroy_process_group(group)
         return {"rounds": rounds, "of": n, "hung": rounds < n}
 
-    def _lands(self, buf: Any, key: str, within_s: float) -> bool:
-        """Whether the message lands in `buf` within `within_s` (or the peer gave up)."""
-        until = time.monotonic() + within_s
+    def _lands(self, buf: Any, key: str) -> bool:
+        """Whether the message lands in `buf` within ROUND_TRIP_S (or the peer gave up)."""
+        until = time.monotonic() + ROUND_TRIP_S
         while buf.item() < 0:
             if time.monotonic() > until or self.store.check([key]):
                 return buf.item() >= 0

@@ -51,12 +51,15 @@ def test_the_work_cost_probe_measures_what_gloo_does(tmp_path) -> None:
     assert "error" not in result, result
     c = result["cases"]
     dropped, kept = c["send_dropped_peer_behind"], c["send_kept_then_waited"]
-    assert dropped["delivered"] == 0 and dropped["bytes_per_work"] > 50
+    # a dropped message is lost with everything after it on its connection; one whose data
+    # moved before its Work was let go (a race the first one or two win on a loaded machine:
+    # 1 of 500 receives in a whole-suite run) is delivered
+    assert dropped["delivered"] < dropped["of"] / 10 and dropped["bytes_per_work"] > 50
     assert kept["delivered"] == kept["of"] and kept["bytes_per_work"] > 2 * dropped["bytes_per_work"]
     assert kept["freed_per_work_by_wait"] > kept["bytes_per_work"] / 2
     assert c["send_dropped_peer_waiting"]["delivered"] == c["send_dropped_peer_waiting"]["of"]
     assert abs(c["send_dropped_peer_waiting"]["bytes_per_work"]) < 50
-    assert c["recv_dropped"]["delivered"] == 0 and c["recv_dropped"]["bytes_per_work"] > 50
+    assert c["recv_dropped"]["delivered"] < c["recv_dropped"]["of"] / 10 and c["recv_dropped"]["bytes_per_work"] > 50
     assert c["all_reduce_dropped"]["delivered"] == c["all_reduce_dropped"]["of"]
     assert abs(c["all_reduce_dropped"]["bytes_per_work"]) < 50 < c["all_reduce_kept"]["bytes_per_work"]
     for waited in ("send_waited", "recv_waited", "all_reduce_waited"):
