@@ -82,6 +82,8 @@ class Sample:
     message: str | None = None  # final lines: how the rank stopped
     signal: str | None = None  # final lines: the signal that stopped it (e.g. "SIGTERM"), if one did
     exit_code: int | None = None  # final lines of an observed program: the code it said it exits with
+    # final lines of an observed program that exited: whether its default process group was still up
+    group_left_up: bool | None = None
     # final lines of a rank that raised: what kind of error (protocol.ErrorKind), and the peer it concerns
     error_kind: str | None = None
     error_peer: int | None = None
@@ -118,6 +120,7 @@ EVENT_FIELDS: dict[str, Any] = {
     "message": None,
     "signal": None,
     "exit_code": None,
+    "group_left_up": None,
     "error_kind": None,
     "error_peer": None,
 }

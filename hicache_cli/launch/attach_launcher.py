@@ -181,12 +181,14 @@ class AttachedProcesses:
             return None
         if status is not None and status.state == protocol.DETACHED and status.detach_reason != EXITED:
             return None  # detached while it ran: whatever came later is not this run's
+        last = final_line(self.launch.run_dir, target, status)
         if (seen := self.exits.ended(target.pid)) is not None:
             if seen.signal is not None:
-                return ProcessEnd("killed", signal=seen.signal, told_by="kernel")
+                return ProcessEnd(
+                    "killed", signal=seen.signal, told_by="kernel", note=killed_after_exit(seen.signal, last)
+                )
             return ProcessEnd("exited", exit_code=seen.exit_code, told_by="kernel")
         why_not = self.exits.refusal or "the kernel's process events did not report it"
-        last = final_line(self.launch.run_dir, target, status)
         if last is None or last.get("kind") != "final":
             note = f"it left no last line (a signal or a crash?), and {why_not}; it is not hicache's child"
             return ProcessEnd("unknown", told_by="nobody", note=note)
@@ -264,6 +266,21 @@ def holders(start: Census | None, end: Census | None) -> list[HolderCount]:
             )
         )
     return sorted(out, key=lambda h: -h.held)
+
+
+def killed_after_exit(signal: str, last: dict[str, object] | None) -> str | None:
+    """Where a process killed after its exit hooks had run (its last line: the process exited)
+    died: as its interpreter finalized. SIGABRT there with a gloo process group left up is
+    torch's exit race: a gloo worker thread drops the last Work of a collective just completed,
+    the tensor's Python object needs the GIL, the finalizing interpreter ends the thread inside
+    a C++ destructor, and std::terminate aborts the process (docs/attach.md)."""
+    if last is None or last.get("kind") != "final" or last.get("message") != EXITED:
+        return None
+    said = "after its exit hooks had run (its last line: the process exited), as its interpreter finalized"
+    if signal != "SIGABRT" or last.get("group_left_up") is not True:
+        return said
+    return (f"{said}, its process group left up: torch's exit race aborts such a program without hicache too "
+            "(pytorch/pytorch#190489); destroy_process_group() before exit avoids it")  # fmt: skip
 
 
 def final_line(run_dir: Path, target: Target, status: protocol.AgentStatus | None) -> dict[str, object] | None:

@@ -96,6 +96,7 @@ class TracedProbe(Probe):
         self._stopped = threading.Event()
         self._sites_at = 0.0
         self.exit_code: int | None = None  # the code the program leaves with, where it says (the final line)
+        self.group_left_up: bool | None = None  # its default process group was up as it exited (the final line)
 
     def round_age(self) -> float:
         """Only a call of the --loop function under way has an age: between calls the
@@ -114,7 +115,10 @@ class TracedProbe(Probe):
         if kind == "final" or now - self._sites_at >= SITES_EVERY_S:
             self._sites_at = now
             sites = self.table.top_sites(FINAL_SITES if kind == "final" else SITES_REPORTED)
-            taken = replace(taken, sites=sites, exit_code=self.exit_code if kind == "final" else None)
+            if kind == "final":
+                taken = replace(taken, sites=sites, exit_code=self.exit_code, group_left_up=self.group_left_up)
+            else:
+                taken = replace(taken, sites=sites)
         return taken
 
     def _run(self) -> None:
@@ -282,10 +286,22 @@ class Session:
             self.probe.exit_code = 1  # Python's exit code after an uncaught exception
             self.probe.close("error", self.error)
         else:
+            self.probe.group_left_up = default_group_up()
             self.probe.close("done", EXITED)
         self.probe.join(JOIN_AT_EXIT_S)
         if self._stacks is not None:
             self._stacks.close()
+
+
+def default_group_up() -> bool | None:
+    """Whether the program's default process group is still up (None: torch cannot say). A
+    gloo group left up at exit can abort the process as its interpreter finalizes (torch's
+    exit race: docs/attach.md#a-program-that-exits-while-attached)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist.is_available() and dist.is_initialized()) if dist is not None else None
+    except Exception:  # noqa: BLE001 - the program is leaving: nothing of ours may stop it
+        return None
 
 
 def _arm_stack_dumps(run_dir: Path, slot: int) -> IO[str] | None:

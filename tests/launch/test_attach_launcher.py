@@ -145,6 +145,21 @@ def test_the_kernel_s_word_on_how_it_ended_comes_first(tmp_path: Path) -> None:
     assert _gone(tmp_path, EXITED_STATUS, final, Exit(4242, 0, 0.0)).short() == "exited with code 0"
 
 
+def test_a_process_killed_after_its_exit_hooks_ran_is_told_where_it_died(tmp_path: Path) -> None:
+    final = {"t": 2, "wall": 3, "kind": "final", "message": "the process exited", "group_left_up": True}
+    aborted = _gone(tmp_path, EXITED_STATUS, final, Exit(4242, 6, 0.0))
+    assert aborted.note.startswith("after its exit hooks had run (its last line: the process exited), as its interp")
+    assert "its process group left up: torch's exit race" in aborted.note
+    assert "(pytorch/pytorch#190489); destroy_process_group() before exit avoids it" in aborted.note
+    where = "after its exit hooks had run (its last line: the process exited), as its interpreter finalized"
+    torn_down = _gone(tmp_path, EXITED_STATUS, {**final, "group_left_up": False}, Exit(4242, 6, 0.0))
+    assert torn_down.note == where  # its group was destroyed: not torch's race
+    assert _gone(tmp_path, EXITED_STATUS, final, Exit(4242, 15, 0.0)).note == where  # its launcher's SIGTERM
+    midway = {"t": 2, "wall": 3, "kind": "final", "message": "the process left with os._exit(3)", "exit_code": 3}
+    assert _gone(tmp_path, EXITED_STATUS, midway, Exit(4242, 6, 0.0)).note is None
+    assert _gone(tmp_path, EXITED_STATUS, {"t": 2, "wall": 3}, Exit(4242, 9, 0.0)).note is None  # killed mid-run
+
+
 def test_without_the_kernel_the_process_s_last_line_says_what_it_knew(tmp_path: Path) -> None:
     said = _gone(tmp_path, EXITED_STATUS, {"t": 2, "wall": 3, "kind": "final", "message": "the process exited"}, None)
     assert (said.how, said.exit_code, said.told_by) == ("exited", None, "process")

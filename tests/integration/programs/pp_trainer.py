@@ -4,7 +4,8 @@ Every rank builds the same model from one seed and keeps its own stage; rank 0 f
 batch, the last rank computes the loss. The run lasts ``--seconds`` (rank 0's clock,
 broadcast each step so every stage stops at the same step), then each rank prints its step
 count and the script ends, as training scripts usually do: without tearing the process
-group down (``--destroy`` does).
+group down (``--destroy`` does). Left up, the gloo group aborts rank 0 as its interpreter
+finalizes in about 1 run in 4 here (torch's exit race: docs/attach.md).
 
     torchrun --standalone --nproc-per-node 2 pp_trainer.py --seconds 20
 """
