@@ -11,7 +11,12 @@ follow is meant to stay for days, so between two findings it hooks nothing:
    dashboard and `--metrics-port` read them as they read everything else.
 2. **Growth, by holder.** A holder whose count set a new high in each of the last GROWING
    censuses, by MIN_GROWTH Works in all, is growing: a bounded population stops making new
-   highs however it fluctuates; a leak never does.
+   highs however it fluctuates; a leak never does. A holder whose count went past every
+   count before it by MIN_GROWTH Works, early in such a run (not yet GROWING new highs), is
+   *rising*: the next census comes `every_s` after, not at the spaced-out interval, so that
+   where a census is dear (a slow machine, a big heap: a minute between two) a leak is told
+   growing seconds after its first new high, not minutes. At most GROWING - 1 censuses a run
+   are hurried so; a bounded population stops going past its peak once its range is seen.
 3. **The line, only when something grows.** The tracer's hooks go on for `window_s`
    (tracer/works.py); every Work made meanwhile is known by its creation site. The next
    census finds those Works in their holder and names the line. Then the hooks come off and
@@ -52,11 +57,15 @@ class Trend:
     highs: int = 0  # new highs in a row, up to the last census
     sites: list[list[Any]] = field(default_factory=list)  # [file, line, function, works]
     unexplained: int = 0  # censuses since a window that did not name its line
+    peak: int | None = None  # the most Works it held at any census
+    jump: int = 0  # how far the last census went past the peak before it (0: it did not)
 
     def add(self, at: float, works: int) -> None:
         best = max((n for _, n in self.counts), default=None)
         self.highs = self.highs + 1 if best is not None and works > best else 0
         self.counts.append((at, works))
+        self.jump = works - self.peak if self.peak is not None and works > self.peak else 0
+        self.peak = works if self.peak is None else max(self.peak, works)
 
     @property
     def growing(self) -> bool:
@@ -64,6 +73,12 @@ class Trend:
             return False
         recent = list(self.counts)[-GROWING - 1 :]
         return recent[-1][1] - recent[0][1] >= MIN_GROWTH
+
+    @property
+    def rising(self) -> bool:
+        """The last census went past every count before it by MIN_GROWTH Works, early in a
+        run of new highs (not yet GROWING of them)."""
+        return 0 < self.highs < GROWING and self.jump >= MIN_GROWTH
 
     @property
     def per_hour(self) -> float | None:
@@ -116,7 +131,6 @@ class Follower:
         opened when a holder grows that no line explains yet."""
         now = self.clock()
         self.interval = max(self.every_s, census.cost.cpu_s / CPU_SHARE)
-        self.next_at = now + self.interval
         seen = set()
         for holder in census.holders:
             trend = self.trends.setdefault(holder.path, Trend())
@@ -136,6 +150,8 @@ class Follower:
                 if trend.growing and not trend.sites:
                     trend.unexplained = 1
         self.latest, self.fresh = census, True
+        rising = any(t.rising and not t.sites for t in self.trends.values())
+        self.next_at = now + (self.every_s if rising else self.interval)
         if self.window_until is None and not self.explaining and self._wants_window():
             self.hooks.on()
             self.windows += 1

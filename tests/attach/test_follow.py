@@ -219,3 +219,34 @@ def test_a_process_without_a_group_is_tried_again_each_time_its_age_doubles_whil
     assert retry_due(Target(info, "1", refusal=protocol.NO_TORCH, tried_at_s=10.0), 20.0)
     assert not retry_due(Target(info, "1", refusal="another reason", tried_at_s=10.0), 100.0)
     assert not retry_due(Target(info, "1", refusal=protocol.NO_GROUP, unreadable="a link", tried_at_s=10.0), 100.0)
+
+
+def test_a_rising_holder_hurries_the_next_censuses_where_they_are_spaced_out() -> None:
+    """A census of 0.3 s of CPU is spaced out to a minute: a leak's first new high brings the
+    next census every_s later, until it is growing (its window then) - not three minutes."""
+    clock, fake = Clock(), FakeHooks()
+    follower = Follower(4.0, 3.0, fake.hooks(), clock)
+    spaced = 0.3 / CPU_SHARE
+
+    def take(works: int) -> float:
+        follower.took(Census(1, 0, 0.0, works, census(works).holders, CensusCost(cpu_s=0.3)))
+        waited, clock.now = follower.next_at - clock.now, follower.next_at
+        return waited
+
+    assert [take(n) for n in (1, 1)] == [spaced, spaced]  # nothing rises
+    assert take(4000) == 4.0 and take(4500) == 4.0  # the first and second new highs: hurried
+    assert fake.calls == []
+    assert take(5000) == spaced and fake.calls == ["on"]  # the third: growing, its window open
+    assert take(3000) == spaced  # (a fall ends the run)
+
+
+def test_a_bounded_population_hurries_few_censuses() -> None:
+    rng = random.Random(3)
+    clock, fake = Clock(), FakeHooks()
+    follower = Follower(4.0, 3.0, fake.hooks(), clock)
+    hurried = 0
+    for _ in range(500):  # a drained list: 1 to 64 Works at any census, its censuses spaced out
+        follower.took(Census(1, 0, 0.0, 0, census(rng.randint(1, 64)).holders, CensusCost(cpu_s=0.3)))
+        hurried += follower.next_at - clock.now == 4.0
+        clock.now = follower.next_at
+    assert hurried <= GROWING - 1 and fake.calls == []  # its first fill, at most
