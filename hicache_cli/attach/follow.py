@@ -78,7 +78,7 @@ class Trend:
     def rising(self) -> bool:
         """The last census went past every count before it by MIN_GROWTH Works, early in a
         run of new highs (not yet GROWING of them)."""
-        return 0 < self.highs < GROWING and self.jump >= MIN_GROWTH
+        return self.jump >= MIN_GROWTH and self.highs < GROWING  # (a jump is a new high too)
 
     @property
     def per_hour(self) -> float | None:

@@ -193,6 +193,12 @@ class Command:
     def text(self, stream: str = "out") -> str:
         return "".join(line for _, line in getattr(self, stream))
 
+    def wait_for_census(self, timeout: float = 180) -> None:
+        """Until an attach has printed its census (it is attached), or has ended."""
+        wait_for(
+            lambda: self.first("census cost", "out") is not None or self.proc.poll() is not None, timeout, "census"
+        )
+
 
 def start_hicache(*args: str, cwd: Path, sigint_default: bool = False) -> Command:
     """The real CLI; with `sigint_default`, SIGINT reaches it as a terminal's Ctrl-C would."""

@@ -55,7 +55,7 @@ def attach_then_signal(pid: int, run_dir: Path, tmp: Path, signo: int) -> tuple[
     whether the process was still running when hicache had exited."""
     command = start_hicache("attach", "--duration", "10m", "--no-live", "--run-dir", str(run_dir), str(pid),
                             cwd=tmp, sigint_default=True)  # fmt: skip
-    wait_for(lambda: command.first("census cost", "out") is not None or command.proc.poll() is not None, 180, "census")
+    command.wait_for_census()
     wait_for(lambda: bool(sample_files(run_dir)), 60, "samples")
     time.sleep(1.0)
     command.proc.send_signal(signo)

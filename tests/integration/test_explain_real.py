@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.attach_helpers import PROGRAMS, TORCHRUN, hicache_run, start_hicache, start_program, wait_for
+from tests.integration.attach_helpers import PROGRAMS, TORCHRUN, hicache_run, start_hicache, start_program
 from tests.integration.test_trace_real import trace
 
 pytestmark = pytest.mark.slow
@@ -286,8 +286,7 @@ def test_a_process_that_aborts_as_its_interpreter_finalizes_is_told_where_it_die
         run_dir = tmp_path / "attach"
         command = start_hicache("attach", "--duration", "120s", "--no-live", "--run-dir", str(run_dir),
                                 str(program.pid), cwd=tmp_path)  # fmt: skip
-        attached = command.first  # its census is out once attached
-        wait_for(lambda: attached("census cost", "out") is not None or command.proc.poll() is not None, 180, "census")
+        command.wait_for_census()
         stop.touch()
         assert program.wait(60) == -signal.SIGABRT
         assert command.wait(120) == 0, command.text("err")
