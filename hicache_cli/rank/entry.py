@@ -18,6 +18,7 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hicache_cli.files import open_run_file, run_file
 from hicache_cli.lifecycle import Lifeline
@@ -35,7 +36,27 @@ from hicache_cli.protocol import (
 )
 from hicache_cli.rank.probe import RING_MASK, wait_for_signal
 
+if TYPE_CHECKING:
+    from hicache_cli.rank.probe import LoopStats, Probe
+
 END_SKEW_S = 0.5
+STOP_TAKEN_S = 2.0  # after a lost connection, how long an early stop already sent may take to be seen
+
+
+def _asked_to_stop(stats: LoopStats, probe: Probe) -> bool:
+    """Whether the rank had been asked to stop when its last round failed (its deadline, or an
+    early stop). A neighbour that stopped first closes their pair at once, while this rank's
+    probe may not yet have taken the same request: beside a CPU hog its thread waited a second
+    for a core. An early stop still pending, or taken within STOP_TAKEN_S, counts."""
+    until = time.monotonic() + STOP_TAKEN_S
+    while True:
+        if stats.stop_requested or time.monotonic() >= probe.deadline - END_SKEW_S:
+            return True
+        if EARLY_STOP in signal.sigpending():
+            return True
+        if time.monotonic() >= until:
+            return False
+        time.sleep(0.05)
 
 
 def _redirect_output(log_path: Path) -> None:
@@ -131,7 +152,7 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         # Ranks leave at their own deadline; a neighbour that left a moment earlier
         # (the ranks' clocks start together to within milliseconds) closes the pair.
-        if stats.stop_requested or time.monotonic() >= probe.deadline - END_SKEW_S:
+        if _asked_to_stop(stats, probe):
             probe.finish("done", f"stopped at the deadline; last round ended with: {_one_line(exc)}")
         else:
             probe.finish("error", _one_line(exc), error=error_kind(exc))
