@@ -108,6 +108,11 @@ def test_lag_and_a_short_stall_slow_drain_but_do_not_fail_it(tmp_path) -> None:
     assert rank0["loop_latency_ms"]["max"] >= 900  # PP0 waited out PP1's 1 s stall (backpressure)
     assert rank0["work_list"]["max"] <= 2
     assert run.report["pp_consistency"]["consistent"]
+    # PP1 lags 2 ms a round: PP0's sends wait in its backlog, seen in the series and at the stop
+    rank1 = run.report["ranks"][1]
+    assert max(u for u in rank1["series"]["unreceived"] if u is not None) > 0
+    unreceived = rank1["backlog_at_stop"]["unreceived_messages"]
+    assert rank0["messages"]["sent"] == rank1["messages"]["received"] + unreceived
 
 
 def test_idle_skip_stays_consistent_and_sends_only_when_busy(tmp_path) -> None:

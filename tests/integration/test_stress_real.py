@@ -50,9 +50,11 @@ def test_reap_stops_on_time_and_records_backlog(reap_pp2: Run) -> None:
     assert rank0["backlog_at_stop"]["outstanding_sends"] == rank0["work_list"]["final"]
     unreceived = rank1["backlog_at_stop"]["unreceived_messages"]
     assert unreceived == rank0["messages"]["sent"] - rank1["messages"]["received"]
-    # rank 0 outruns rank 1, so a backlog builds; under load (rank 0 slowed by a CPU hog)
-    # rank 1 may have caught up by the stop, so it is looked for over the run
-    assert max(u for u in rank1["series"]["unreceived"] if u is not None) > 0
+    # rank 0 may outrun rank 1 (a backlog in the series) or not: beside a CPU hog rank 1 kept
+    # up through a whole run. A backlog that certainly builds is read in the lagged run of
+    # test_faults_real; here the series is there from rank 0's first sample on.
+    series = rank1["series"]["unreceived"]
+    assert series[-1] is not None and all(u >= 0 for u in series if u is not None)
     assert "Traceback" not in reap_pp2.proc.stdout + reap_pp2.proc.stderr
 
 
