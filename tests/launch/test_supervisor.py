@@ -107,3 +107,42 @@ def test_trace_stops_a_daemon_its_program_double_forked_at_once(tmp_path: Path, 
     daemons.append(pid := int(pid_file.read_text()))
     assert report.program_exit_code == 0
     assert not alive(pid)
+
+
+def test_the_tree_is_read_from_children_files_and_a_walk_of_proc_finds_what_they_miss(
+    monkeypatch: pytest.MonkeyPatch, daemons: list[int]
+) -> None:
+    """Between two walks of all of /proc, each held process's children file: a grandchild is
+    found with no walk at all; a child another thread forked (one still running: a thread's
+    children go to the main thread when it ends) waits for the next walk."""
+    from hicache_cli.launch import supervisor
+
+    program = (
+        "import subprocess, threading, time\n"
+        "subprocess.Popen(['bash', '-c', 'sleep 60 & wait'])\n"  # a child, and its own child
+        "threading.Thread(target=lambda: [subprocess.Popen(['sleep', '61']), time.sleep(60)]).start()\n"
+        "time.sleep(60)\n"
+    )
+    tree = ProcessTree()
+    root = subprocess.Popen([sys.executable, "-c", program])
+    daemons.append(root.pid)
+    tree.add_root(root.pid)
+    tree.refresh(force=True)  # a walk, as the run starts
+    monkeypatch.setattr(supervisor, "SCAN_EVERY_S", float("inf"))
+    monkeypatch.setattr(supervisor.psutil, "process_iter", lambda *_a, **_k: pytest.fail("walked all of /proc"))
+    names: set[str] = set()
+    deadline = time.monotonic() + 20
+    while names != {"bash", "sleep 60"} and time.monotonic() < deadline:
+        time.sleep(supervisor.REFRESH_EVERY_S)
+        tree.refresh()
+        names = {" ".join(p.cmdline()[:2]) for pid, p in tree.known.items() if pid != root.pid and p.is_running()}
+        names = {"bash" if n.startswith("bash") else n for n in names}
+    daemons.extend(tree.known)
+    assert names == {"bash", "sleep 60"}, names  # the thread's child is not among them
+    monkeypatch.undo()
+    monkeypatch.setattr(supervisor, "SCAN_EVERY_S", 0.0)
+    time.sleep(supervisor.REFRESH_EVERY_S)
+    tree.refresh()
+    assert "sleep 61" in {" ".join(p.cmdline()) for p in tree.known.values() if p.is_running()}
+    daemons.extend(tree.known)
+    assert tree.end(LADDER)
