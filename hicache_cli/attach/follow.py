@@ -17,6 +17,8 @@ follow is meant to stay for days, so between two findings it hooks nothing:
    where a census is dear (a slow machine, a big heap: a minute between two) a leak is told
    growing seconds after its first new high, not minutes. At most GROWING - 1 censuses a run
    are hurried so; a bounded population stops going past its peak once its range is seen.
+   A holder first found after the first census held none at the census before: a leak that
+   starts in a new container is rising at its first count.
 3. **The line, only when something grows.** The tracer's hooks go on for `window_s`
    (tracer/works.py); every Work made meanwhile is known by its creation site. The next
    census finds those Works in their holder and names the line. Then the hooks come off and
@@ -41,11 +43,13 @@ MIN_GROWTH = 16  # ... and the Works it gained over them, at least
 HISTORY = 16  # censuses kept per holder (for its rate)
 RETRY_CENSUSES = 4  # a growing holder still without a line gets another window after this many
 # The censuses' share of a core, at most: where one census costs more CPU than every_s allows,
-# the next one waits longer. A census costs about 0.4-0.7 s of CPU per million tracked objects
-# here (0.06 s on a 0.17 M-object loop, 0.18 s on a 0.29 M-object pipelining trainer: counted
-# every 36 s; a 3 M-object heap every few minutes), and holds the GIL for most of it: half a
-# percent of a core keeps what the program's threads can lose to it under 1%.
-CPU_SHARE = 0.005
+# the next one waits longer. A census costs about 0.4-1 s of CPU per million tracked objects
+# here (0.06 s on a 0.17 M-object loop, 0.18-0.28 s on a 0.29 M-object pipelining trainer:
+# counted every ~2 minutes; a 3 M-object heap every 15 minutes), and holds the GIL for most of
+# it. A quarter of a percent: on a trainer whose two ranks fill both cores and wait for each
+# other, each rank's census stalls both, and the sidecar's and probes' own share comes on top
+# (docs/performance.md); a rising holder hurries the next censuses (Trend.rising).
+CPU_SHARE = 0.0025
 SITES_PER_HOLDER = 3
 
 
@@ -112,6 +116,7 @@ class Follower:
         self.clock = clock
         self.trends: dict[str, Trend] = {}
         self.latest: Census | None = None
+        self.census_at: float | None = None  # when the latest census was taken (the clock's time)
         self.fresh = False  # a census whose holder lines are not made yet
         self._lines: list[dict[str, Any]] | None = None
         self.next_at = clock()
@@ -133,7 +138,11 @@ class Follower:
         self.interval = max(self.every_s, census.cost.cpu_s / CPU_SHARE)
         seen = set()
         for holder in census.holders:
-            trend = self.trends.setdefault(holder.path, Trend())
+            trend = self.trends.get(holder.path)
+            if trend is None:
+                trend = self.trends[holder.path] = Trend()
+                if self.census_at is not None:  # not there at the census before: it held none then
+                    trend.add(self.census_at, 0)  # (a leak that starts in a new holder is rising at once)
             trend.add(now, holder.works)
             seen.add(holder.path)
             if holder.sites:
@@ -149,7 +158,7 @@ class Follower:
             for trend in self.trends.values():
                 if trend.growing and not trend.sites:
                     trend.unexplained = 1
-        self.latest, self.fresh = census, True
+        self.latest, self.fresh, self.census_at = census, True, now
         rising = any(t.rising and not t.sites for t in self.trends.values())
         self.next_at = now + (self.every_s if rising else self.interval)
         if self.window_until is None and not self.explaining and self._wants_window():

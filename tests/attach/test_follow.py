@@ -240,6 +240,27 @@ def test_a_rising_holder_hurries_the_next_censuses_where_they_are_spaced_out() -
     assert take(3000) == spaced  # (a fall ends the run)
 
 
+def test_a_holder_that_appears_with_a_leak_is_rising_at_once_one_there_at_attach_is_not() -> None:
+    """A leak that starts in a holder no census had seen (a dict the fast path fills) held
+    none at the census before: its first count is a jump, and the censuses hurry from there
+    (a late-onset leak was told growing 111 s after it began with a 69 s interval, not ~45 s)."""
+    clock, fake = Clock(), FakeHooks()
+    follower = Follower(4.0, 3.0, fake.hooks(), clock)
+    spaced = 0.3 / CPU_SHARE
+
+    def take(works: int) -> float:
+        follower.took(Census(1, 0, 0.0, works, census(works).holders, CensusCost(cpu_s=0.3)))
+        waited, clock.now = follower.next_at - clock.now, follower.next_at
+        return waited
+
+    assert [take(n) for n in (0, 0)] == [spaced, spaced]  # no holder yet
+    assert take(1500) == 4.0 and take(4000) == 4.0  # it appears: rising, then a second new high
+    assert take(6000) == spaced and fake.calls == ["on"]  # growing at the third census it is in
+    attached_to_a_leak = Follower(4.0, 3.0, FakeHooks().hooks(), Clock())
+    attached_to_a_leak.took(Census(1, 0, 0.0, 1500, census(1500).holders, CensusCost(cpu_s=0.3)))
+    assert attached_to_a_leak.next_at == spaced  # the first census: what was there all along
+
+
 def test_a_bounded_population_hurries_few_censuses() -> None:
     rng = random.Random(3)
     clock, fake = Clock(), FakeHooks()
