@@ -8,9 +8,10 @@ A 2-rank service runs under torchrun for the whole measurement: the tight isend/
 (scripts/tight_p2p.py) or a torch.distributed.pipelining trainer (scripts/pipeline_steps.py,
 a round is a training step); rank 0 prints its round count twice a second. Each cycle is a
 window with nothing attached, then the real sidecar, `hicache attach --follow` on torchrun's
-pid (both ranks below it attached by gdb), left for one window after its census settled,
+pid (both ranks below it attached by gdb), left for one census interval after its first
+census (at least a window; a trainer's census is spaced out to ~2 minutes by its CPU budget),
 then stopped with SIGTERM as an operator's service manager stops it. So the attached windows
-hold what a follow does in steady state: the censuses (every --census-every), the probe's
+hold what a follow does in steady state: a census per interval, the probe's
 samples, the sidecar's own reading of the files; the attach itself (gdb's stop, the first
 census) falls before the window, as it does once in a process's life.
 
@@ -46,6 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from hicache_cli.attach import procs  # noqa: E402
+from hicache_cli.attach.follow import CPU_SHARE  # noqa: E402
+from hicache_cli.units import parse_duration  # noqa: E402
 from scripts.benchmarks import LOOPS  # noqa: E402
 from scripts.intervals import median_interval  # noqa: E402
 
@@ -53,6 +56,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 HICACHE = [sys.executable, "-m", "hicache_cli"]
 TICK = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 3.0  # after the sidecar's first census, before the attached window
+CENSUS_MARGIN_S = 10.0  # an attached window lasts the census interval and this: it holds one census
 
 
 def main_thread_cpu(pid: int) -> float:
@@ -116,12 +120,20 @@ def follow(service: Service, run_dir: Path, census_every: str) -> subprocess.Pop
                                env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if all((run_dir / "agent" / f"census-{pid}-live.json").exists() for pid in service.ranks):
+        if all((run_dir / "agent" / f"census-{pid}.json").exists() for pid in service.ranks):  # the first census
             return sidecar
         if sidecar.poll() is not None:
             raise SystemExit(f"the sidecar ended: {sidecar.stderr.read() if sidecar.stderr else ''}")
         time.sleep(0.2)
     raise SystemExit("the sidecar did not attach to both ranks within 120 s")
+
+
+def census_interval(run_dir: Path, ranks: list[int], census_every: str) -> float:
+    """When the agents' next census comes after their first (attach/follow.py: --census-every,
+    or longer where a census costs more than CPU_SHARE of a core): an attached window at least
+    that long holds a census, as the follow's steady state does."""
+    costs = [json.loads((run_dir / "agent" / f"census-{pid}.json").read_text())["cost"]["cpu_s"] for pid in ranks]
+    return max(parse_duration(census_every, "census-every"), max(costs) / CPU_SHARE)
 
 
 def censuses(run_dir: Path, ranks: list[int], stop: threading.Event, into: list[dict[str, float]]) -> None:
@@ -226,11 +238,12 @@ def main() -> None:
             run_dir = tmp / f"run-{cycle}"
             sidecar = follow(service, run_dir, args.census_every)
             time.sleep(SETTLE_S)
+            attached_s = max(args.window, census_interval(run_dir, service.ranks, args.census_every) + CENSUS_MARGIN_S)
             stop = threading.Event()
             watcher = threading.Thread(target=censuses, args=(run_dir, service.ranks, stop, taken), daemon=True)
             watcher.start()
             cpu0, t0, before = process_cpu(sidecar.pid), time.monotonic(), len(taken)
-            windows.append(("on", service.window(args.window)))
+            windows.append(("on", service.window(attached_s)))
             elapsed = time.monotonic() - t0
             sidecar_cpu.append((process_cpu(sidecar.pid) - cpu0) / elapsed * 100)
             stop.set()
@@ -278,7 +291,10 @@ def report(
               f"{after['rate']:.0f}; main-thread CPU a round, rank 0: {before['main_us_0']:.1f} -> "
               f"{values['main_us_0']:.1f} us, rank 1: {before['main_us_1']:.1f} -> "
               f"{values['main_us_1']:.1f} us")  # fmt: skip
-    print(f"{args.program}: {len(ratios['rate'])} cycles of {args.window:g} s, census every {args.census_every}")
+    print(
+        f"{args.program}: {len(ratios['rate'])} cycles of {args.window:g} s unattached and one census interval "
+        f"(at least {args.window:g} s) attached, --census-every {args.census_every}"
+    )
     for key, label in (("rate", "rounds/s, following / not"), ("main_us_0", "rank 0 main-thread CPU a round"),
                        ("main_us_1", "rank 1 main-thread CPU a round")):  # fmt: skip
         low, high = median_interval(ratios[key])
