@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,44 +222,46 @@ def test_a_process_without_a_group_is_tried_again_each_time_its_age_doubles_whil
     assert not retry_due(Target(info, "1", refusal=protocol.NO_GROUP, unreadable="a link", tried_at_s=10.0), 100.0)
 
 
-def test_a_rising_holder_hurries_the_next_censuses_where_they_are_spaced_out() -> None:
-    """A census of 0.3 s of CPU is spaced out to a minute: a leak's first new high brings the
-    next census every_s later, until it is growing (its window then) - not three minutes."""
+SPACED = 0.3 / CPU_SHARE  # the interval after a census of 0.3 s of CPU
+
+
+def spaced_out() -> tuple[Callable[[int], float], FakeHooks]:
+    """A follower every 4 s whose censuses cost 0.3 s of CPU; `take(works)` gives it a census
+    of one holder with that many Works (none for 0), moves the clock to the next census and
+    says how long that was."""
     clock, fake = Clock(), FakeHooks()
     follower = Follower(4.0, 3.0, fake.hooks(), clock)
-    spaced = 0.3 / CPU_SHARE
 
     def take(works: int) -> float:
         follower.took(Census(1, 0, 0.0, works, census(works).holders, CensusCost(cpu_s=0.3)))
         waited, clock.now = follower.next_at - clock.now, follower.next_at
         return waited
 
-    assert [take(n) for n in (1, 1)] == [spaced, spaced]  # nothing rises
+    return take, fake
+
+
+def test_a_rising_holder_hurries_the_next_censuses_where_they_are_spaced_out() -> None:
+    """A census of 0.3 s of CPU is spaced out to a minute: a leak's first new high brings the
+    next census every_s later, until it is growing (its window then) - not three minutes."""
+    take, fake = spaced_out()
+    assert [take(n) for n in (1, 1)] == [SPACED, SPACED]  # nothing rises
     assert take(4000) == 4.0 and take(4500) == 4.0  # the first and second new highs: hurried
     assert fake.calls == []
-    assert take(5000) == spaced and fake.calls == ["on"]  # the third: growing, its window open
-    assert take(3000) == spaced  # (a fall ends the run)
+    assert take(5000) == SPACED and fake.calls == ["on"]  # the third: growing, its window open
+    assert take(3000) == SPACED  # (a fall ends the run)
 
 
 def test_a_holder_that_appears_with_a_leak_is_rising_at_once_one_there_at_attach_is_not() -> None:
     """A leak that starts in a holder no census had seen (a dict the fast path fills) held
     none at the census before: its first count is a jump, and the censuses hurry from there
     (a late-onset leak was told growing 111 s after it began with a 69 s interval, not ~45 s)."""
-    clock, fake = Clock(), FakeHooks()
-    follower = Follower(4.0, 3.0, fake.hooks(), clock)
-    spaced = 0.3 / CPU_SHARE
-
-    def take(works: int) -> float:
-        follower.took(Census(1, 0, 0.0, works, census(works).holders, CensusCost(cpu_s=0.3)))
-        waited, clock.now = follower.next_at - clock.now, follower.next_at
-        return waited
-
-    assert [take(n) for n in (0, 0)] == [spaced, spaced]  # no holder yet
+    take, fake = spaced_out()
+    assert [take(n) for n in (0, 0)] == [SPACED, SPACED]  # no holder yet
     assert take(1500) == 4.0 and take(4000) == 4.0  # it appears: rising, then a second new high
-    assert take(6000) == spaced and fake.calls == ["on"]  # growing at the third census it is in
+    assert take(6000) == SPACED and fake.calls == ["on"]  # growing at the third census it is in
     attached_to_a_leak = Follower(4.0, 3.0, FakeHooks().hooks(), Clock())
     attached_to_a_leak.took(Census(1, 0, 0.0, 1500, census(1500).holders, CensusCost(cpu_s=0.3)))
-    assert attached_to_a_leak.next_at == spaced  # the first census: what was there all along
+    assert attached_to_a_leak.next_at == SPACED  # the first census: what was there all along
 
 
 def test_a_bounded_population_hurries_few_censuses() -> None:
