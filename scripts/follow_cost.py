@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from hicache_cli.attach import procs  # noqa: E402
-from hicache_cli.attach.follow import CPU_SHARE  # noqa: E402
+from hicache_cli.attach.follow import census_interval  # noqa: E402
 from hicache_cli.units import parse_duration  # noqa: E402
 from scripts.benchmarks import LOOPS  # noqa: E402
 from scripts.intervals import median_interval  # noqa: E402
@@ -128,12 +128,12 @@ def follow(service: Service, run_dir: Path, census_every: str) -> subprocess.Pop
     raise SystemExit("the sidecar did not attach to both ranks within 120 s")
 
 
-def census_interval(run_dir: Path, ranks: list[int], census_every: str) -> float:
-    """When the agents' next census comes after their first (attach/follow.py: --census-every,
-    or longer where a census costs more than CPU_SHARE of a core): an attached window at least
-    that long holds a census, as the follow's steady state does."""
+def next_census_s(run_dir: Path, ranks: list[int], census_every: str) -> float:
+    """When the agents' next census comes after their first (attach/follow.py's interval for
+    the dearer of the two): an attached window at least that long holds a census, as the
+    follow's steady state does."""
     costs = [json.loads((run_dir / "agent" / f"census-{pid}.json").read_text())["cost"]["cpu_s"] for pid in ranks]
-    return max(parse_duration(census_every, "census-every"), max(costs) / CPU_SHARE)
+    return census_interval(parse_duration(census_every, "census-every"), max(costs))
 
 
 def censuses(run_dir: Path, ranks: list[int], stop: threading.Event, into: list[dict[str, float]]) -> None:
@@ -238,7 +238,7 @@ def main() -> None:
             run_dir = tmp / f"run-{cycle}"
             sidecar = follow(service, run_dir, args.census_every)
             time.sleep(SETTLE_S)
-            attached_s = max(args.window, census_interval(run_dir, service.ranks, args.census_every) + CENSUS_MARGIN_S)
+            attached_s = max(args.window, next_census_s(run_dir, service.ranks, args.census_every) + CENSUS_MARGIN_S)
             stop = threading.Event()
             watcher = threading.Thread(target=censuses, args=(run_dir, service.ranks, stop, taken), daemon=True)
             watcher.start()

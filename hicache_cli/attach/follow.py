@@ -53,6 +53,12 @@ CPU_SHARE = 0.0025
 SITES_PER_HOLDER = 3
 
 
+def census_interval(every_s: float, cpu_s: float) -> float:
+    """How long after a census of `cpu_s` the next one comes: every_s, or longer where that
+    would take more than CPU_SHARE of a core."""
+    return max(every_s, cpu_s / CPU_SHARE)
+
+
 @dataclass
 class Trend:
     """One holder's counts over the last censuses, and the lines that made its Works."""
@@ -135,7 +141,7 @@ class Follower:
         """A census was taken: the trends updated, the lines it found kept, and a window
         opened when a holder grows that no line explains yet."""
         now = self.clock()
-        self.interval = max(self.every_s, census.cost.cpu_s / CPU_SHARE)
+        self.interval = census_interval(self.every_s, census.cost.cpu_s)
         seen = set()
         for holder in census.holders:
             trend = self.trends.get(holder.path)

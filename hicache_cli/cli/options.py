@@ -218,7 +218,10 @@ class Follow(Group):
         "below the pid are attached too. For production: docs/attach.md.",
     )
     census_every: str = option(
-        seconds(_FOLLOW.census_every_s), "--census-every", help="With --follow: how often the Works held are counted."
+        seconds(_FOLLOW.census_every_s),
+        "--census-every",
+        help="With --follow: how often the Works held are counted, at most: where one census costs more than a "
+        "quarter of a percent of a core (a big heap), they are spaced out; a growing holder brings them back.",
     )
     window: str = option(
         seconds(_FOLLOW.window_s),
