@@ -5,7 +5,8 @@ batch, the last rank computes the loss. The run lasts ``--seconds`` (rank 0's cl
 broadcast each step so every stage stops at the same step), then each rank prints its step
 count and the script ends, as training scripts usually do: without tearing the process
 group down (``--destroy`` does). Left up, the gloo group aborts rank 0 as its interpreter
-finalizes in about 1 run in 4 here (torch's exit race: docs/attach.md).
+finalizes in about 1 run in 4 here (torch's exit race: docs/attach.md). ``--interval S``
+sleeps S a step on every rank, as a step waiting on a GPU's compute would.
 
     torchrun --standalone --nproc-per-node 2 pp_trainer.py --seconds 20
 """
@@ -33,6 +34,7 @@ def main():
     parser.add_argument("--microbatches", type=int, default=4)
     parser.add_argument("--log-every", type=int, default=50, help="steps between two loss lines")
     parser.add_argument("--destroy", action="store_true", help="destroy the process group at the end")
+    parser.add_argument("--interval", type=float, default=0.0, help="each rank's sleep per step (s): a GPU's compute")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -62,6 +64,8 @@ def main():
         else:
             schedule.step()
         optimizer.step()
+        if args.interval:
+            time.sleep(args.interval)
         steps += 1
         if steps % args.log_every == 0:  # the last stage has the loss; rank 0 logs it
             loss = torch.stack(losses).mean().reshape(1) if rank == world - 1 else torch.zeros(1)
