@@ -1,7 +1,8 @@
 """Why memory grows, on real traced programs written the way users write them
 (tests/integration/programs): a sender that outruns its receiver, its flow-controlled twin,
 a loop that keeps every step's metrics, and a PP sync that returns with its last send
-unwaited. Real torchrun, real gloo ranks, the real CLI; seconds of workload each."""
+unwaited. Real gloo ranks (forked by programs/fork_launch.py, torch imported once), the real
+CLI; seconds of workload each."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_trace_real import TORCHRUN, program, trace
+from tests.integration.test_trace_real import FORK_LAUNCH, program, trace
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,7 @@ def test_a_sender_that_drops_its_send_works_is_a_leak_by_them_its_backlog_said(t
     """The deque(maxlen=8) lets each send Work go unwaited; the first let go before the
     collector posted its receive is lost, and nothing after it arrives: the drops are the
     cause, the backlog they leave (sent, never received) is said beside them."""
-    run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("telemetry_stream.py"), "--seconds", "6")
+    run = trace(tmp_path, *FORK_LAUNCH, "--nproc-per-node", "2", program("telemetry_stream.py"), "--seconds", "6")
     sender = run.rank(0)
     assert sender["verdict"] == "LEAK", sender["verdict_reason"]
     cause = sender["cause"]
@@ -43,7 +44,7 @@ def test_a_sender_that_drops_its_send_works_is_a_leak_by_them_its_backlog_said(t
 
 
 def test_its_flow_controlled_twin_is_bounded(tmp_path: Path) -> None:
-    run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("telemetry_stream.py"),
+    run = trace(tmp_path, *FORK_LAUNCH, "--nproc-per-node", "2", program("telemetry_stream.py"),
                 "--seconds", "12", "--ack-every", "8")  # fmt: skip
     assert run.proc.returncode == 0, run.proc.stderr
     for rank in (0, 1):
@@ -57,7 +58,7 @@ def test_its_flow_controlled_twin_is_bounded(tmp_path: Path) -> None:
 def test_memory_that_grows_without_works_or_messages_is_said_so(tmp_path: Path) -> None:
     """One run serves both: `check -- COMMAND` traces as `trace` does (the same report), then
     gates. A step takes 1 ms (--interval), as a training step takes some: ~1 MB/s kept."""
-    gate = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("metrics_history.py"),
+    gate = trace(tmp_path, *FORK_LAUNCH, "--nproc-per-node", "2", program("metrics_history.py"),
                  "--seconds", "12", "--interval", "0.001", verb="check")  # fmt: skip
     for rank in (0, 1):
         r = gate.rank(rank)
@@ -67,7 +68,7 @@ def test_memory_that_grows_without_works_or_messages_is_said_so(tmp_path: Path) 
 
 
 def test_a_program_that_returns_with_its_last_send_unwaited_is_named(tmp_path: Path) -> None:
-    run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("drain_at_round_start.py"))
+    run = trace(tmp_path, *FORK_LAUNCH, "--nproc-per-node", "2", program("drain_at_round_start.py"))
     line = line_of("drain_at_round_start.py", "dist.isend(")
     expected = f"rank 0 ended with 1 send to rank 1 never waited (drain_at_round_start.py:{line})"
     assert run.rank(0)["shutdown"]["lines"][0] == expected

@@ -1,6 +1,8 @@
 """Issue 38: the cause, the pairing and the end that `hicache trace` and `check -- COMMAND` say,
 on programs written afresh the way users write them (programs/), each beside a twin that does
-the same work carefully and stays clean. Real torchrun, real gloo ranks, the real CLI.
+the same work carefully and stays clean. Real gloo ranks forked by a launcher of the kind
+users write (programs/fork_launch.py, torch.multiprocessing), the real CLI; torchrun itself
+is traced in test_trace_real and test_explain_real.
 
 - stats_ring.py: both ranks keep their last 64 Works in a deque(maxlen=64), never waited;
 - progress_beacon.py: a send loop that lets each isend's Work go;
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_trace_real import TORCHRUN, Traced, program, trace
+from tests.integration.test_trace_real import FORK_LAUNCH, TORCHRUN, Traced, program, trace
 
 pytestmark = pytest.mark.slow
 
@@ -26,8 +28,8 @@ def line_of(name: str, text: str) -> int:
     return 1 + next(i for i, line in enumerate(source) if text in line)
 
 
-def torchrun(name: str, *args: str) -> tuple[str, ...]:
-    return (*TORCHRUN, "--nproc-per-node", "2", program(name), *args)
+def two_ranks(name: str, *args: str) -> tuple[str, ...]:
+    return (*FORK_LAUNCH, "--nproc-per-node", "2", program(name), *args)
 
 
 def check(tmp: Path, *command: str, duration: str, stall: str | None = None) -> Traced:
@@ -39,7 +41,7 @@ def test_a_deque_of_unwaited_works_fails_the_gate_by_the_works_it_drops(tmp_path
     """Both ranks drop the Work the deque lets go of, never waited: on gloo the messages are lost
     and each dropped Work leaves its state behind. The verdict names the drops (was: INCONCLUSIVE,
     "memory grows, not from Works or messages"), and `check` fails it."""
-    run = check(tmp_path, *torchrun("stats_ring.py", "--seconds", "8"), duration="16s")
+    run = check(tmp_path, *two_ranks("stats_ring.py", "--seconds", "8"), duration="16s")
     assert run.proc.returncode == 1, run.proc.stdout + run.proc.stderr
     monitor = run.rank(1)
     assert (monitor["verdict"], monitor["cause"]["kind"]) == ("LEAK", "dropped"), monitor["verdict_reason"]
@@ -60,7 +62,7 @@ def test_a_deque_of_unwaited_works_fails_the_gate_by_the_works_it_drops(tmp_path
 
 
 def test_its_twin_that_waits_each_work_before_the_deque_drops_it_passes(tmp_path: Path) -> None:
-    run = check(tmp_path, *torchrun("stats_ring.py", "--seconds", "8", "--wait-oldest"), duration="60s")
+    run = check(tmp_path, *two_ranks("stats_ring.py", "--seconds", "8", "--wait-oldest"), duration="60s")
     assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
     for rank in (0, 1):
         r = run.rank(rank)
@@ -75,7 +77,7 @@ def test_a_send_loop_that_drops_each_isend_work_leaks_by_them_and_then_hangs(tmp
     said to be stuck where they are; the trainer's memory grew by its drops. The trace's
     duration counts torchrun's start-up, 6 s of training and 3 s stuck: 15 s was too short
     beside the whole suite on a slow machine of this kind (torch's import 1.5 CPU-s)."""
-    run = trace(tmp_path, *torchrun("progress_beacon.py", "--seconds", "6"),
+    run = trace(tmp_path, *two_ranks("progress_beacon.py", "--seconds", "6"),
                 options=("--duration", "20s", "--stall-timeout", "3s"))  # fmt: skip
     trainer, dashboard = run.rank(0), run.rank(1)
     assert (trainer["verdict"], trainer["cause"]["kind"]) == ("LEAK", "dropped"), trainer["verdict_reason"]
@@ -87,7 +89,7 @@ def test_a_send_loop_that_drops_each_isend_work_leaks_by_them_and_then_hangs(tmp
 
 
 def test_its_twin_that_waits_each_send_ends_clean(tmp_path: Path) -> None:
-    run = trace(tmp_path, *torchrun("progress_beacon.py", "--seconds", "5", "--wait"),
+    run = trace(tmp_path, *two_ranks("progress_beacon.py", "--seconds", "5", "--wait"),
                 options=("--duration", "60s", "--stall-timeout", "3s"))  # fmt: skip
     assert run.proc.returncode == 0, run.proc.stderr
     for rank in (0, 1):
@@ -100,7 +102,7 @@ def test_a_request_reply_exchange_that_drops_the_request_s_work_hangs_and_is_sai
     """The client's isend goes out before the server has posted its next receive, is queued,
     and is lost with its Work: the server waits for the request, the client for the reply.
     No Work, no message for the rest of the run: `check` cannot pass it."""
-    run = check(tmp_path, *torchrun("ping_ack.py", "--rounds", "2000"), duration="20s", stall="3s")
+    run = check(tmp_path, *two_ranks("ping_ack.py", "--rounds", "2000"), duration="20s", stall="3s")
     assert run.proc.returncode == 3, run.proc.stdout + run.proc.stderr
     client, server = run.rank(0), run.rank(1)
     assert client["works"]["dropped"] < 2000  # it hung before the last round
@@ -112,7 +114,7 @@ def test_a_request_reply_exchange_that_drops_the_request_s_work_hangs_and_is_sai
 
 
 def test_its_twin_that_waits_the_request_s_send_runs_to_the_end(tmp_path: Path) -> None:
-    run = check(tmp_path, *torchrun("ping_ack.py", "--rounds", "2000", "--wait-send"), duration="90s", stall="3s")
+    run = check(tmp_path, *two_ranks("ping_ack.py", "--rounds", "2000", "--wait-send"), duration="90s", stall="3s")
     assert run.report["program_exit_code"] == 0, run.proc.stdout + run.proc.stderr
     assert [r["stuck"] for r in run.report["ranks"]] == [None, None]
     assert run.rank(0)["works"]["waited"] == 2000
@@ -123,7 +125,9 @@ def test_a_receiver_that_ended_normally_is_no_shutdown_hazard(tmp_path: Path, wa
     """The receiver's last sample caught it in recv (it spends its rounds there), then it got
     the last count, acknowledged it and exited normally: no hazard of its own. The sender's
     last send, never waited, is one; its twin waits it."""
-    run = trace(tmp_path, *torchrun("last_count.py", "--rounds", "300", *(["--wait-last"] if wait_last else [])))
+    # under torchrun: how a rank's process ended is read (a forked rank leaves with os._exit)
+    run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("last_count.py"), "--rounds", "300",
+                *(["--wait-last"] if wait_last else []))  # fmt: skip
     assert run.proc.returncode == 0, run.proc.stderr
     assert run.rank(1)["shutdown"] is None
     assert run.rank(1)["stop"] == "the process exited"
@@ -137,7 +141,7 @@ def test_a_hung_collective_is_said_stuck_on_both_ranks(tmp_path: Path) -> None:
     Work reaches the program, no message, for the rest of the run (was: BOUNDED, no hint).
     30 s: the duration counts torchrun's start-up, which took all but 1 s of 15 beside a CPU
     hog; the hung ranks wait without spinning, so the rest costs only the probes."""
-    run = trace(tmp_path, *torchrun("loader_stall.py", "--steps", "3000", "--loader-dies-after", "200"),
+    run = trace(tmp_path, *two_ranks("loader_stall.py", "--steps", "3000", "--loader-dies-after", "200"),
                 options=("--duration", "30s", "--stall-timeout", "3s"))  # fmt: skip
     for rank in (0, 1):
         r = run.rank(rank)
@@ -147,7 +151,7 @@ def test_a_hung_collective_is_said_stuck_on_both_ranks(tmp_path: Path) -> None:
 
 
 def test_its_twin_whose_loader_lives_trains_to_the_end(tmp_path: Path) -> None:
-    run = trace(tmp_path, *torchrun("loader_stall.py", "--steps", "1500"), options=("--stall-timeout", "3s"))
+    run = trace(tmp_path, *two_ranks("loader_stall.py", "--steps", "1500"), options=("--stall-timeout", "3s"))
     assert run.proc.returncode == 0, run.proc.stderr
     assert [r["stuck"] for r in run.report["ranks"]] == [None, None]
     assert "rank 0: trained" in run.proc.stdout
@@ -156,7 +160,7 @@ def test_its_twin_whose_loader_lives_trains_to_the_end(tmp_path: Path) -> None:
 def test_forkserver_helpers_in_their_own_world_are_paired_with_each_other(tmp_path: Path) -> None:
     """Helper 0 sends 3,000 messages to helper 1, its world's rank 1; torchrun's rank 1 gets
     none. Paired by rank number alone, "3000 sent, 0 received by rank 1"; by world, none behind."""
-    run = trace(tmp_path, *torchrun("worker_world.py", "--messages", "3000"))
+    run = trace(tmp_path, *two_ranks("worker_world.py", "--messages", "3000"))
     assert run.proc.returncode == 0, run.proc.stderr
     processes = run.report["ranks"]
     assert len(processes) == 4 and len({r["slot"] for r in processes}) == 4
