@@ -1,8 +1,9 @@
 """What a user reads first, on programs written the way users write them (programs/): the
 line (through a decorator's wrapper), the holder (however often the program rebinds it), the
 why (a polling reaper, and where it polls), and how an attached program ended (attaching
-never changes it). Real torchrun, real gloo ranks, the real CLI; each leaky shape has a
-draining twin that stays clean."""
+never changes it). Real torchrun (the attached programs), ranks forked by a launcher users
+write (programs/fork_launch.py: the traced ones), real gloo ranks, the real CLI; each leaky
+shape has a draining twin that stays clean."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.integration.attach_helpers import PROGRAMS, TORCHRUN, hicache_run, start_hicache, start_program
-from tests.integration.test_trace_real import trace
+from tests.integration.test_trace_real import FORK_LAUNCH, trace
 
 pytestmark = pytest.mark.slow
 STAYS_FALSE = "which stays False on gloo until wait()"
@@ -52,7 +53,7 @@ def gathered(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
     out = []
     for twin in ((), ("--wait",)):
         tmp = tmp_path_factory.mktemp("gather")
-        traced = trace(tmp, *TORCHRUN, "--nproc-per-node", "2", program("stats_gather.py"), "--stop-file",
+        traced = trace(tmp, *FORK_LAUNCH, "--nproc-per-node", "2", program("stats_gather.py"), "--stop-file",
                        str(tmp / "stop"), *twin, options=("--duration", "15s"))  # fmt: skip
         out.append(traced.report)
     return out[0], out[1]
@@ -189,7 +190,7 @@ def test_the_programs_ran_on_and_ended_as_they_would_have(shipper: dict[str, Att
 def test_trace_says_the_polling_line_too(tmp_path: Path) -> None:
     # the duration counts torchrun's start-up: beside the whole suite on a slow machine of this
     # kind (torch's import 1.5 CPU-s) the ranks had not made their group 6 s in
-    traced = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "2", program("rebuilt_reaper.py"), "--stop-file",
+    traced = trace(tmp_path, *FORK_LAUNCH, "--nproc-per-node", "2", program("rebuilt_reaper.py"), "--stop-file",
                    str(tmp_path / "stop"), options=("--duration", "12s"))  # fmt: skip
     where = f"rebuilt_reaper.py:{line_of('rebuilt_reaper.py', '        self.pending = [w for w')} in ship"
     site = sites_by_op(traced.report, 0)["isend"]

@@ -1,7 +1,8 @@
 """`hicache trace` and `hicache check -- COMMAND` on real programs nobody shaped after hicache:
 small scripts written the way users write them (programs/), torch's own
 torch.distributed.pipelining schedules, torch.multiprocessing.spawn, and SGLang 0.5.14's
-own code (driven by `hicache stress`, itself traced). Real torchrun, real gloo ranks."""
+own code (driven by `hicache stress`, itself traced). Real torchrun, real gloo ranks; the
+programs whose verdicts alone are read start under programs/fork_launch.py (torch.multiprocessing)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 # how some users launch a single-node job instead (programs/fork_launch.py): the ranks forked
 # from one process that imported torch once, not torchrun's interpreter and one import a rank
-# (2.6 CPU-s and 2 s less a two-rank trace here); for the programs whose causes are read
+# (2.6 CPU-s and 2 s less a two-rank trace here): for the programs whose verdicts and causes
+# are read; torchrun's own path (its agent, its signals) is traced by the tests that say so
 FORK_LAUNCH = (sys.executable, str(PROGRAMS / "fork_launch.py"))
 
 
@@ -125,7 +127,7 @@ def test_a_draining_twin_passes_the_gate_stopped_at_its_duration(tmp_path: Path)
 
 
 def test_four_ranks_every_sending_rank_fails_the_gate_early(tmp_path: Path) -> None:
-    run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", "4", program("leaky_p2p.py"), "--seconds", "120",
+    run = trace(tmp_path, *FORK_LAUNCH, "--nproc-per-node", "4", program("leaky_p2p.py"), "--seconds", "120",
                 verb="check", options=("--max-duration", "60s"))  # fmt: skip
     assert run.proc.returncode == 1, run.proc.stdout + run.proc.stderr
     assert run.report["stopped_early"].startswith("LEAK settled after")
@@ -140,7 +142,7 @@ def test_four_ranks_every_sending_rank_fails_the_gate_early(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(("schedule", "stages"), [("gpipe", 2), ("1f1b", 4)])
 def test_torch_pipelining_training_is_not_a_leak(tmp_path: Path, schedule: str, stages: int) -> None:
-    run = trace(tmp_path, *TORCHRUN, "--nproc-per-node", str(stages), program("pipeline_train.py"),
+    run = trace(tmp_path, *FORK_LAUNCH, "--nproc-per-node", str(stages), program("pipeline_train.py"),
                 "--schedule", schedule, "--microbatches", "4", "--steps", "8")  # fmt: skip
     assert run.proc.returncode == 0, run.proc.stderr
     assert "step 7 loss" in run.proc.stdout
