@@ -3,6 +3,7 @@
     .venv/bin/python scripts/follow_cost.py --program tight      # 10 minutes: 5 cycles of 60 s + 60 s
     .venv/bin/python scripts/follow_cost.py --program pipeline --cycles 5 --window 60
     .venv/bin/python scripts/follow_cost.py --detect            # how soon a late-onset leak is named
+    .venv/bin/python scripts/follow_cost.py --program pipeline --paired --cycles 4   # two copies, one followed
 
 A 2-rank service runs under torchrun for the whole measurement: the tight isend/recv loop
 (scripts/tight_p2p.py) or a torch.distributed.pipelining trainer (scripts/pipeline_steps.py,
@@ -41,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -209,9 +211,58 @@ def detect(args: argparse.Namespace) -> None:
           f"began, with its line {line:.0f} s after")  # fmt: skip
 
 
+def paired(args: argparse.Namespace) -> None:
+    """--paired: two copies of the service side by side, one followed at a time, the other
+    its control in the same window (the same neighbours, the same clock speed), swapped each
+    cycle so that a difference between the two copies cancels over a pair of cycles. On a
+    machine whose speed drifts more than the effect (this VM: identical unattached windows
+    2.5-4.3 ms of CPU a step apart) this is the comparison that can see 1%. Read the CPU a
+    round: the two copies share the cores, so what the follow takes slows both copies' rounds
+    alike and the rate ratio understates it."""
+    tmp = Path(tempfile.mkdtemp(prefix="follow-paired-"))
+    total = args.cycles * (args.window + 300) + 300
+    services = [Service(args.program, total, tmp), Service(args.program, total, tmp)]
+    keys = ("main_us_0", "main_us_1", "rate")
+    ratios: dict[str, list[float]] = {key: [] for key in keys}
+    began = time.monotonic()
+    try:
+        for cycle in range(args.cycles):
+            followed, control = services[cycle % 2], services[1 - cycle % 2]
+            run_dir = tmp / f"run-{cycle}"
+            sidecar = follow(followed, run_dir, args.census_every)
+            time.sleep(SETTLE_S)
+            seconds = max(args.window, next_census_s(run_dir, followed.ranks, args.census_every) + CENSUS_MARGIN_S)
+            with ThreadPoolExecutor(2) as pool:  # both windows over the same seconds
+                on, off = pool.map(Service.window, (followed, control), (seconds, seconds))
+            for key in keys:
+                ratios[key].append(on[key] / off[key])
+            sidecar.send_signal(signal.SIGTERM)
+            sidecar.wait(60)
+            print(f"cycle {cycle + 1}/{args.cycles} (copy {'AB'[cycle % 2]} followed, {seconds:.0f} s): main-thread "
+                  f"CPU a round, followed / control: rank 0 {ratios['main_us_0'][-1]:.4f}, rank 1 "
+                  f"{ratios['main_us_1'][-1]:.4f}; rounds/s {ratios['rate'][-1]:.4f} "
+                  f"({time.monotonic() - began:.0f} s)", flush=True)  # fmt: skip
+            time.sleep(SETTLE_S)
+    finally:
+        for service in services:
+            service.end()
+    print(f"{args.program}, paired: {len(ratios['rate'])} cycles, followed / control in the same window")
+    for key, label in (("main_us_0", "rank 0 main-thread CPU a round"), ("main_us_1", "rank 1 main-thread CPU a round"),
+                       ("rate", "rounds/s (shared cores: understates)")):  # fmt: skip
+        values = ratios[key]
+        # a copy's own bias cancels in the geometric mean of a cycle with A followed and one with B
+        pairs = [(values[i] * values[i + 1]) ** 0.5 for i in range(0, len(values) - 1, 2)]
+        low, high = median_interval(values)
+        line = f"  {label}: median {statistics.median(values):.4f} [95% {low:.4f}-{high:.4f}]"
+        if pairs:
+            line += f"; per A/B pair {', '.join(f'{p:.4f}' for p in pairs)}"
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--detect", action="store_true", help="time the alert on a late-onset leak instead")
+    parser.add_argument("--paired", action="store_true", help="two copies side by side, one followed at a time")
     parser.add_argument("--leak-after", type=float, default=40.0, help="with --detect: when the leak begins (s)")
     parser.add_argument("--program", choices=sorted(LOOPS), default="tight")
     parser.add_argument("--cycles", type=int, default=5)
@@ -220,6 +271,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.detect:
         detect(args)
+        return
+    if args.paired:
+        paired(args)
         return
     tmp = Path(tempfile.mkdtemp(prefix="follow-cost-"))
     # the service outlives the measurement (ended below): a cycle also waits for the sidecar's
