@@ -9,7 +9,7 @@ is traced in test_trace_real and test_explain_real.
 - ping_ack.py: a request/reply exchange that lets the request's Work go, then waits for the reply;
 - last_count.py: the first stage returns with its last send unwaited; the receiver ends normally;
 - loader_stall.py: one rank's data loader dies, and the other waits in a blocking all_reduce;
-- worker_world.py: forkserver helpers that form a gloo world of their own beside torchrun's.
+- worker_world.py: forkserver helpers that form a gloo world of their own beside the launcher's.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def test_a_send_loop_that_drops_each_isend_work_leaks_by_them_and_then_hangs(tmp
     """The first report lost wedges the connection: nothing after it arrives, the dashboard
     waits in recv for good and the trainer's last blocking send never completes. Both are
     said to be stuck where they are; the trainer's memory grew by its drops. The trace's
-    duration counts torchrun's start-up, 6 s of training and 3 s stuck: 15 s was too short
-    beside the whole suite on a slow machine of this kind (torch's import 1.5 CPU-s)."""
+    duration counts the program's start-up, 6 s of training and 3 s stuck: 15 s was too short
+    under torchrun beside the whole suite on a slow machine of this kind (torch's import 1.5 CPU-s)."""
     run = trace(tmp_path, *two_ranks("progress_beacon.py", "--seconds", "6"),
                 options=("--duration", "20s", "--stall-timeout", "3s"))  # fmt: skip
     trainer, dashboard = run.rank(0), run.rank(1)
@@ -139,8 +139,8 @@ def test_a_receiver_that_ended_normally_is_no_shutdown_hazard(tmp_path: Path, wa
 def test_a_hung_collective_is_said_stuck_on_both_ranks(tmp_path: Path) -> None:
     """Rank 1's loader dies; rank 1 waits on its queue, rank 0 in a blocking all_reduce: no
     Work reaches the program, no message, for the rest of the run (was: BOUNDED, no hint).
-    30 s: the duration counts torchrun's start-up, which took all but 1 s of 15 beside a CPU
-    hog; the hung ranks wait without spinning, so the rest costs only the probes."""
+    30 s: the duration counts the program's start-up, which under torchrun took all but 1 s of
+    15 beside a CPU hog; the hung ranks wait without spinning, so the rest costs only the probes."""
     run = trace(tmp_path, *two_ranks("loader_stall.py", "--steps", "3000", "--loader-dies-after", "200"),
                 options=("--duration", "30s", "--stall-timeout", "3s"))  # fmt: skip
     for rank in (0, 1):
@@ -158,7 +158,7 @@ def test_its_twin_whose_loader_lives_trains_to_the_end(tmp_path: Path) -> None:
 
 
 def test_forkserver_helpers_in_their_own_world_are_paired_with_each_other(tmp_path: Path) -> None:
-    """Helper 0 sends 3,000 messages to helper 1, its world's rank 1; torchrun's rank 1 gets
+    """Helper 0 sends 3,000 messages to helper 1, its world's rank 1; the launcher's rank 1 gets
     none. Paired by rank number alone, "3000 sent, 0 received by rank 1"; by world, none behind."""
     run = trace(tmp_path, *two_ranks("worker_world.py", "--messages", "3000"))
     assert run.proc.returncode == 0, run.proc.stderr

@@ -49,7 +49,8 @@ def sites_by_op(report: dict[str, Any], rank: int) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def gathered(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
     """stats_gather.py traced: its handles kept, and its twin that waits them. 15 s: the
-    duration counts torchrun's start-up, which took most of 8 s beside the rest of the suite."""
+    duration counts the program's start-up, which under torchrun took most of 8 s beside the
+    rest of the suite."""
     out = []
     for twin in ((), ("--wait",)):
         tmp = tmp_path_factory.mktemp("gather")
@@ -188,8 +189,8 @@ def test_the_programs_ran_on_and_ended_as_they_would_have(shipper: dict[str, Att
 
 
 def test_trace_says_the_polling_line_too(tmp_path: Path) -> None:
-    # the duration counts torchrun's start-up: beside the whole suite on a slow machine of this
-    # kind (torch's import 1.5 CPU-s) the ranks had not made their group 6 s in
+    # the duration counts the program's start-up: under torchrun, beside the whole suite on a slow
+    # machine of this kind (torch's import 1.5 CPU-s), the ranks had not made their group 6 s in
     traced = trace(tmp_path, *FORK_LAUNCH, "--nproc-per-node", "2", program("rebuilt_reaper.py"), "--stop-file",
                    str(tmp_path / "stop"), options=("--duration", "12s"))  # fmt: skip
     where = f"rebuilt_reaper.py:{line_of('rebuilt_reaper.py', '        self.pending = [w for w')} in ship"
