@@ -67,7 +67,9 @@ def test_the_release_that_drains_keeps_one_round_of_works(fixed: Run) -> None:
     assert report["target"]["drain_method"] == "_drain_async_work"
     rank0 = report["ranks"][0]
     assert rank0["work_list"]["max"] <= 2
-    assert rank0["rounds"] > 1000
+    # Over hundreds of rounds (paced at 2 ms: up to 2,500 in 5 s, 841 under CI's load), a
+    # list that kept its two sends a round would have reached hundreds; this one held a round.
+    assert rank0["rounds"] > 200
     assert report["verdict"] != "LEAK"
 
 
