@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hicache_cli import stacks
 from hicache_cli.analysis.report import build_report, write_report
 from hicache_cli.analysis.results import Rebuilt, Report
 from hicache_cli.config import RunConfig
@@ -117,7 +118,7 @@ def execute(
     strategy = strategy_for(config, run_dir, launch)
     outcome = follow(strategy, on_tick, early_stop, refresh_s)
     with STOPS.finishing():  # a stop signal now must not cost the report
-        _drop_empty_stack_files(run_dir)
+        _tidy_stack_files(run_dir)
         if nodes is not None and not nodes.is_head:
             return RunResult(run_dir, None, None, outcome)
         outcome = outcome.with_run(launcher_cpu_s=time.process_time() - cpu_before)
@@ -181,8 +182,10 @@ def rebuild_report(run_dir: Path) -> Report:
     return replace(build_report(config, run, outcome, run_dir), rebuilt=rebuilt)
 
 
-def _drop_empty_stack_files(run_dir: Path) -> None:
-    """Every rank opens a stack file for the watchdog; only the ones written to matter."""
+def _tidy_stack_files(run_dir: Path) -> None:
+    """Every rank opens a stack file for the watchdog, and a FIFO to be asked through; only
+    the files written to matter."""
+    stacks.remove_asks(run_dir)
     for path in run_dir.glob(STACKS_GLOB):
         if path.lstat().st_size == 0:  # (a link someone put there is removed, never followed)
             path.unlink()

@@ -49,14 +49,14 @@ def log_file(run_dir: Path, rank: int) -> Path:
 
 
 def stacks_file(run_dir: Path, rank: int) -> Path:
-    """Every thread's stack, dumped by faulthandler when the watchdog asks (STACKS)."""
+    """Every thread's stack, written when the watchdog asks (hicache_cli.stacks)."""
     return run_dir / f"rank-{rank}.stacks.txt"
 
 
 # Signals. To a rank: SIGTERM, SIGINT, SIGHUP stop it now (interrupted); EARLY_STOP ends
-# its run as if the deadline had come (the verdict is settled); STACKS asks for its stacks.
+# its run as if the deadline had come (the verdict is settled); hicache_cli.stacks.SIGNAL
+# (SIGUSR1) asks for its stacks where its FIFO goes unanswered.
 EARLY_STOP = signal.SIGUSR2
-STACKS = signal.SIGUSR1
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, EARLY_STOP})
 LIFELINE_EVERY_S = 0.5  # how often a rank checks that hicache (and its parent) still run
 ORPHANED_EXIT = 128 + signal.SIGHUP  # a rank left behind ends as if its terminal hung up

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import random
@@ -189,9 +190,8 @@ class TorchrunRanks:
         self.tree = ProcessTree()
         hang_after = max(3.0, 20.0 / config.config.probe_hz)
         node = config.node_rank
-        self.watchdog: Watchdog | None = Watchdog(
-            config.config.stall_timeout_s, hang_after, lambda samples, rank: on_node(samples, rank, node)
-        )
+        here = functools.partial(on_node, node=node)
+        self.watchdog: Watchdog | None = Watchdog(config.run_dir, config.config.stall_timeout_s, hang_after, here)
         self.proc: subprocess.Popen[bytes] | None = None
         self.link: Head | Feeder | None = None
         self.all_started = False

@@ -24,13 +24,15 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import psutil
 
+from hicache_cli import stacks
 from hicache_cli.lifecycle import STOPS, child_subreaper
 from hicache_cli.outcome import RunOutcome
-from hicache_cli.protocol import STACKS, TREE_ENV
+from hicache_cli.protocol import TREE_ENV, stacks_file
 from hicache_cli.sample import Sample
 from hicache_cli.series import RunFollower
 from hicache_cli.watchdog import Stall, find_stalls
@@ -47,6 +49,7 @@ REFRESH_EVERY_S = 0.25  # the processes below those held: not at every poll of a
 # every second.
 SCAN_EVERY_S = 5.0
 WAIT_STEP_S = 0.05
+STACKS_WAIT_S = 1.5  # for a stuck process's stacks to be written (the signal's fallback at a third)
 
 
 def new_token() -> str:
@@ -207,14 +210,6 @@ def _carries(pid: int, token: str) -> bool:
         return False
 
 
-def request_stacks(pids: Iterable[int], settle_s: float = 0.5) -> None:
-    """SIGUSR1 each stuck process: faulthandler in it dumps every thread's stack to a file."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, STACKS)
-    time.sleep(settle_s)
-
-
 @dataclass(frozen=True)
 class Stop:
     """Why hicache ends the run itself."""
@@ -227,8 +222,10 @@ class Stop:
 @dataclass(frozen=True)
 class Watchdog:
     """Stalls and hangs read off the samples (watchdog.find_stalls); the stuck processes on
-    this machine are asked for their stacks before the run is stopped."""
+    this machine are asked for their stacks (hicache_cli.stacks, into the run directory's
+    stacks files) before the run is stopped."""
 
+    run_dir: Path
     stall_timeout_s: float
     hang_after_s: float
     here: Callable[[dict[int, list[Sample]], int], bool] = lambda samples, rank: True
@@ -237,7 +234,8 @@ class Watchdog:
         stalls = find_stalls(samples, time.time(), self.stall_timeout_s, self.hang_after_s)
         if not stalls:
             return None
-        request_stacks(s.pid for s in stalls if self.here(samples, s.rank))
+        stuck = {s.pid: stacks_file(self.run_dir, s.rank) for s in stalls if self.here(samples, s.rank)}
+        stacks.request(stuck, STACKS_WAIT_S)
         return Stop("watchdog: " + "; ".join(s.message for s in stalls), tuple(stalls))
 
 

@@ -132,7 +132,7 @@ class TracedProgram:
         self.follower = RunFollower(launch.run_dir)
         self.tree = ProcessTree()
         stall = launch.config.stall_timeout_s  # only with --loop does the program have rounds to time
-        self.watchdog: Watchdog | None = Watchdog(stall, float("inf")) if launch.target.loop else None
+        self.watchdog: Watchdog | None = Watchdog(launch.run_dir, stall, float("inf")) if launch.target.loop else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.relay: OutputRelay | None = None
         self.started = 0.0

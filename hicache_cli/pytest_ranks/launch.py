@@ -7,7 +7,7 @@ spawned rank, from the fork server, which gets it from pytest, for a forked one)
 watches pytest's pid itself. The test is over when every rank has reported; or, once the test
 is known to fail (a rank raised or died, held more live Works than allowed, or returned with
 sends it never waited: its peer may wait for them forever), FAIL_GRACE_S later; or at the
-timeout. Ranks still running then have their stacks dumped (SIGUSR1) and are stopped:
+timeout. Ranks still running then have their stacks dumped (hicache_cli.stacks) and are stopped:
 SIGTERM to their process group, SIGKILL after a grace, their descendants included (a daemon
 a rank double-forked is reparented to pytest, or to the fork server, and found by the tree's
 token). Whatever ends the wait (an exception, KeyboardInterrupt), nothing is left
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from hicache_cli import stacks
 from hicache_cli.files import run_file
 from hicache_cli.launch.supervisor import KILL_WAIT_S, ProcessTree, Stop, follow
 from hicache_cli.lifecycle import parent_death_signal
@@ -229,18 +230,8 @@ class TestRanks:
             self.tree.wait(grace, ended)
 
     def dump_stacks(self, ranks: list[int]) -> dict[int, str]:
-        """SIGUSR1 to each rank (its faulthandler writes every thread's stack), then read them."""
-        for rank in ranks:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self.procs[rank].pid, signal.SIGUSR1)
-        deadline = time.monotonic() + STACK_WAIT_S
-        sizes: dict[int, int] = {}
-        while time.monotonic() < deadline:
-            time.sleep(0.1)
-            now = {r: _size(stack_file(self.run_dir, r)) for r in ranks}
-            if all(now[r] > 0 and now[r] == sizes.get(r) for r in ranks):
-                break
-            sizes = now
+        """Ask each rank for every thread's stack (hicache_cli.stacks), then read them."""
+        stacks.request({self.procs[r].pid: stack_file(self.run_dir, r) for r in ranks}, STACK_WAIT_S)
         return {r: _read(stack_file(self.run_dir, r)) for r in ranks}
 
     def outcome(self, stop: Stop | None) -> RunOutcome:
@@ -272,6 +263,7 @@ def run_ranks(
     once (its peer may wait for them until the timeout)."""
     ranks = TestRanks(request, run_dir, failed_from_samples, server, unwaited_sends_fail)
     outcome = follow(ranks, poll_s=POLL_S, reraise_interrupt=True)
+    stacks.remove_asks(run_dir)
     ends = tuple(ranks.ends[r] for r in sorted(ranks.ends))
     return Launched(ends, ranks.follower.run, outcome.wall_s, ranks.spawned_wall, ranks.forked)
 
@@ -287,13 +279,6 @@ def _ended(run_dir: Path, rank: int, proc: RankProcess) -> RankEnd | None:
     if reported is None:
         return None
     return RankEnd(rank, proc.pid, STATUS.get(reported.status, RankOutcome.FAILED), reported=reported)
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _read(path: Path) -> str:

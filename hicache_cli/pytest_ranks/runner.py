@@ -6,7 +6,7 @@ Work tracer installed, calls the test body with rank and world_size, and writes 
 went. Then it waits for pytest's release and leaves with os._exit: a process-group teardown
 can block on Works the body never waited, and those are what is measured.
 
-Stack dumps are armed first thing (SIGUSR1 -> rank-N.stacks.txt), so a rank stuck anywhere,
+Stack dumps are armed first thing (hicache_cli.stacks -> rank-N.stacks.txt), so a rank stuck anywhere,
 the rendezvous included, can say where.
 """
 
@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import os
 import pickle
-import signal
 import sys
 import time
 import traceback
@@ -26,9 +25,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
-from hicache_cli.files import open_regular, run_file
+from hicache_cli import stacks
+from hicache_cli.files import open_regular
 from hicache_cli.lifecycle import owner_alive
 from hicache_cli.protocol import ErrorKind, connection_lost
 from hicache_cli.pytest_ranks.protocol import (
@@ -54,7 +54,7 @@ RUNNER_FILE = os.path.normcase(os.path.abspath(__file__))
 
 def main(argv: list[str]) -> NoReturn:
     run_dir, rank = Path(argv[1]), int(argv[2])
-    stacks = _arm_stack_dumps(run_dir, rank)
+    stacks.arm(stack_file(run_dir, rank))  # every thread's stack, when pytest asks
     faulthandler.enable()  # a fatal error (segfault, abort) prints its stack to the rank's log
     request = RankRequest.read(run_dir)
     sys.path[:] = [*request.sys_path, *(p for p in sys.path if p not in request.sys_path)]
@@ -62,7 +62,6 @@ def main(argv: list[str]) -> NoReturn:
     outcome = run(request, run_dir, rank)
     _finish(outcome, run_dir)
     _wait_for_release(run_dir, request)
-    stacks.close()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -214,12 +213,6 @@ def _wait_for_release(run_dir: Path, request: RankRequest) -> None:
 
 
 # -- reporting ------------------------------------------------------------------------
-
-
-def _arm_stack_dumps(run_dir: Path, rank: int) -> IO[str]:
-    stacks = run_file(stack_file(run_dir, rank), "truncate")
-    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
-    return stacks
 
 
 def _is_skip(exc: BaseException) -> bool:

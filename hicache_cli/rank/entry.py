@@ -20,6 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hicache_cli import stacks
 from hicache_cli.files import open_run_file, run_file
 from hicache_cli.lifecycle import Lifeline
 from hicache_cli.protocol import (
@@ -27,7 +28,6 @@ from hicache_cli.protocol import (
     LIFELINE_EVERY_S,
     NODE_ENV,
     ORPHANED_EXIT,
-    STACKS,
     STOP_SIGNALS,
     ErrorKind,
     connection_lost,
@@ -94,10 +94,9 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ["RANK"])
     _redirect_output(log_file(run_dir, rank))
     faulthandler.enable()  # a fatal signal leaves its stacks in the rank's log
-    # The watchdog asks a stuck rank for its stacks with SIGUSR1; faulthandler answers
-    # from C, so it works even when the loop is blocked inside gloo.
-    stacks = run_file(stacks_file(run_dir, rank), "truncate")
-    faulthandler.register(STACKS, file=stacks, all_threads=True)
+    # The watchdog asks a stuck rank for its stacks (hicache_cli.stacks: a thread of ours
+    # answers, holding the GIL, while the loop is blocked inside gloo)
+    stacks.arm(stacks_file(run_dir, rank))
 
     import numpy
     import torch.distributed as dist

@@ -13,7 +13,6 @@ the program's: nothing is blocked, no handler is replaced.
 from __future__ import annotations
 
 import atexit
-import faulthandler
 import os
 import signal
 import socket
@@ -26,7 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from hicache_cli.files import open_run_file, run_file
+from hicache_cli import stacks
+from hicache_cli.files import open_run_file
 from hicache_cli.lifecycle import Lifeline
 from hicache_cli.protocol import (
     DETACHED_PREFIX,
@@ -203,7 +203,7 @@ class Session:
         self.world_size = world_size
         self.slot, out = claim_rank_file(env.run_dir, rank, world_size)
         self.out = out
-        self._stacks = None if ending.guest else _arm_stack_dumps(env.run_dir, self.slot)
+        self._stacks = False if ending.guest else _arm_stack_dumps(env.run_dir, self.slot)
         self.error: str | None = None
         self.exiting = False  # the process is ending (its exit hooks, or os._exit)
         now = time.monotonic()
@@ -289,8 +289,8 @@ class Session:
             self.probe.group_left_up = default_group_up()
             self.probe.close("done", EXITED)
         self.probe.join(JOIN_AT_EXIT_S)
-        if self._stacks is not None:
-            self._stacks.close()
+        if self._stacks:
+            stacks.disarm()
 
 
 def default_group_up() -> bool | None:
@@ -304,17 +304,17 @@ def default_group_up() -> bool | None:
         return None
 
 
-def _arm_stack_dumps(run_dir: Path, slot: int) -> IO[str] | None:
-    """SIGUSR1 dumps every thread's stack for the watchdog, as in hicache's own ranks, but
-    only where the program left SIGUSR1 alone (whose default would kill it)."""
+def _arm_stack_dumps(run_dir: Path, slot: int) -> bool:
+    """Every thread's stack for the watchdog when it asks, as in hicache's own ranks, but
+    only where the program left SIGUSR1 alone (the fallback's signal, whose default would
+    kill it)."""
     if signal.getsignal(signal.SIGUSR1) != signal.SIG_DFL:
-        return None
+        return False
     try:
-        stacks = run_file(stacks_file(run_dir, slot), "truncate")
-        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+        stacks.arm(stacks_file(run_dir, slot))
     except (OSError, ValueError, RuntimeError):
-        return None
-    return stacks
+        return False
+    return True
 
 
 def _gpu_reader() -> Callable[[], tuple[int | None, str]]:

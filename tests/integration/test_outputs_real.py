@@ -81,7 +81,11 @@ def test_two_runs_started_at_once_on_one_run_dir(tmp_path: Path) -> None:
 
 
 def _modes(run_dir: Path) -> dict[str, int]:
-    return {p.name: stat.S_IMODE(p.lstat().st_mode) for p in run_dir.iterdir()}
+    """Each file's mode; every one a regular file (the stack FIFOs removed: one left would
+    hang a `grep -r` or an archiver)."""
+    found = {p.name: p.lstat().st_mode for p in run_dir.iterdir()}
+    assert all(stat.S_ISREG(mode) for mode in found.values()), found
+    return {name: stat.S_IMODE(mode) for name, mode in found.items()}
 
 
 def test_a_real_runs_directory_and_files_are_private(tmp_path: Path) -> None:

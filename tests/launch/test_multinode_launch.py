@@ -28,7 +28,7 @@ from hicache_cli.launch.launcher import (
 )
 from hicache_cli.launch.nodes import NodeSpec
 from hicache_cli.outcome import RunOutcome, WorkerExit
-from hicache_cli.protocol import NODE_ENV, REPORT_FILE, TORCHRUN_LOG, ErrorKind
+from hicache_cli.protocol import NODE_ENV, REPORT_FILE, TORCHRUN_LOG, ErrorKind, stacks_file
 from hicache_cli.protocol import samples_file as rank_file
 from hicache_cli.rank.probe import LoopStats, Probe, RankIdentity, Readings
 from hicache_cli.sample import Sample
@@ -210,13 +210,16 @@ def test_on_node() -> None:
 def test_stacks_are_requested_only_from_this_nodes_ranks(
     tmp_path: Path, kills: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The watchdog's stalls: SIGUSR1 only to the ranks here, and the run stopped for all."""
-    monkeypatch.setattr(supervisor.time, "sleep", lambda s: None)
+    """The watchdog's stalls: the stacks asked only of the ranks here (by SIGUSR1: these pids
+    answer no FIFO), and the run stopped for all."""
+    monkeypatch.setattr(supervisor, "STACKS_WAIT_S", 0.0)
     samples = two_node_samples()
     stalls = [Stall(rank=r, pid=1000 + r, kind="hang", since_t=0.2, message=f"rank {r} hung") for r in (1, 2)]
     monkeypatch.setattr(supervisor, "find_stalls", lambda *args: stalls)
     watchdog = ranks_on(tmp_path, NODE1).watchdog
     assert watchdog is not None
+    for rank in (1, 2):
+        stacks_file(watchdog.run_dir, rank).write_text("")  # armed: its faulthandler writes there
     stop = watchdog.check(samples)
     assert kills == [(1002, signal.SIGUSR1)]
     assert stop is not None and stop.stalls == tuple(stalls) and stop.reason.startswith("watchdog: rank 1 hung")
