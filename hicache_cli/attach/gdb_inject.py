@@ -31,6 +31,17 @@ GPRS = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10
 ARG_REGS = ("rdi", "rsi", "rdx", "rcx", "r8", "r9")
 RED_ZONE = 1024  # below the interrupted stack pointer: the red zone (128 bytes) and some room
 MAP_ANONYMOUS_PRIVATE, PROT_READ_WRITE = 0x22, 0x3
+# x86-64 system calls that wait under a signal mask of their own, put back by the kernel as
+# the call returns: a thread stopped in one (libuv's epoll_pwait in torch's TCPStore server
+# thread) jumped to a wild address after a call made there (measured: SIGSEGV at 0x11)
+MASKED = frozenset({
+    128,  # rt_sigtimedwait
+    130,  # rt_sigsuspend
+    270,  # pselect6
+    271,  # ppoll
+    281,  # epoll_pwait
+    441,  # epoll_pwait2
+})  # fmt: skip
 
 
 def step(name, *values):
@@ -97,11 +108,12 @@ def gdb_call(function, *args):
 
 def in_syscall_thread(main_pid):
     """A thread blocked in a system call, another than the main one if there is one (the
-    main thread may be inside the interpreter's pending-call lock where it was stopped)."""
+    main thread may be inside the interpreter's pending-call lock where it was stopped), and
+    not in one that swaps the thread's signal mask while it waits (MASKED)."""
     threads = sorted(gdb.selected_inferior().threads(), key=lambda t: (t.ptid[1] == main_pid, t.num))
     for thread in threads:
         select(thread)
-        if reg("orig_rax") >= 0:
+        if reg("orig_rax") >= 0 and reg("orig_rax") not in MASKED:
             return thread
     return None
 
