@@ -40,6 +40,7 @@ from hicache_cli.rundir import touch_run_file
 
 ROOT = str(Path(hicache_cli.__file__).resolve().parent.parent)
 ANSWER_S = 30.0  # how long an injected process has to reach a safe point and answer
+LAUNCHER_GRACE_S = 2.0  # ... a launcher whose ranks have all answered: this much after them
 POLL_S = 0.05
 # attach --follow: a process that had no process group yet is injected again once its age has
 # doubled (a rank waiting for peers on other nodes makes its group late; a launcher never
@@ -215,19 +216,41 @@ class AttachSession:
             target.refusal = str(exc)
 
     def _await_answers(self, targets: list[Target]) -> None:
+        """Until each injected process has answered, or `answer_s`. A launcher whose ranks
+        below it have answered (torch.multiprocessing's parent, its main thread waiting in
+        C for them to end, never back in Python) is waited for LAUNCHER_GRACE_S more, not
+        the whole answer time."""
         deadline = time.monotonic() + self.answer_s
         waiting = list(targets)
+        below = {t.pid: set(procs.descendants(t.pid)) for t in waiting}  # read once: /proc's whole walk
+        launchers_since: float | None = None
         while waiting and time.monotonic() < deadline:
             waiting = [t for t in waiting if not self._answered(t)]
+            if waiting and all(self._ranks_below(below[t.pid]) for t in waiting):
+                launchers_since = launchers_since or time.monotonic()
+                if time.monotonic() - launchers_since >= LAUNCHER_GRACE_S:
+                    break
+            else:
+                launchers_since = None
             time.sleep(POLL_S)
         for target in waiting:
+            silence = self._silence(self._ranks_below(below[target.pid]))
             if self.boot.follow_s is not None and target.alive():  # followed: asked again at each scan
                 target.waiting = True
-                target.refusal = f"{target.info.label} has not answered yet: {self._silence()}; attached when it does"
+                target.refusal = f"{target.info.label} has not answered yet: {silence}; attached when it does"
                 continue
-            target.refusal = f"{target.info.label} did not answer within {self.answer_s:.0f} s: " + self._silence()
+            waited = min(time.monotonic() - (deadline - self.answer_s), self.answer_s)
+            target.refusal = f"{target.info.label} did not answer within {waited:.0f} s: {silence}"
             with contextlib.suppress(OSError):  # (a full disk: it then finds hicache gone, and refuses)
                 touch_run_file(protocol.cancel_file(self.run_dir, target.pid))  # if it ever runs, it refuses
+
+    def _ranks_below(self, below: set[int]) -> list[Target]:
+        """The attached processes among `below` (a process's descendants) when each of those
+        hicache injected has answered; none: that process is no launcher whose ranks hicache has."""
+        tried = [t for t in self.targets if t.pid in below and t.injected is not None]
+        if not tried or any(not t.attached and t.refusal is None for t in tried):
+            return []
+        return [t for t in tried if t.attached]
 
     def _answered(self, target: Target) -> bool:
         """Whether an injected process is done with: its agent answered (or left what hicache
@@ -241,13 +264,18 @@ class AttachSession:
             return True
         return False
 
-    def _silence(self) -> str:
+    def _silence(self, ranks: list[Target]) -> str:
         """Why an injected process has not answered: its agent cannot write where it answers,
-        or (most often) its main thread has not come back to Python to run the text."""
+        or (most often) its main thread has not come back to Python to run the text - a
+        launcher waiting for its ranks, or one blocked in C code."""
         found = os.stat(protocol.agent_dir(self.run_dir))
         if not found.st_mode & stat.S_IWUSR:
             return (f"the agents' directory was made unwritable ({stat.S_IMODE(found.st_mode):04o}) by its owner "
                     "after hicache made it, so its agent could not answer")  # fmt: skip
+        if ranks:
+            pids = ", ".join(str(t.pid) for t in ranks)
+            return (f"a launcher whose main thread waits in C code for its ranks below it (pid {pids}, attached), "
+                    "never back in Python to run the injected code")  # fmt: skip
         return "its main thread has not returned to Python to run the injected code (blocked in C code?)"
 
     def _refusal(self) -> str:

@@ -24,11 +24,14 @@ from tests.integration.helpers import REPO
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 LEFTOVERS = REPO / "tests" / "attach" / "leftovers.py"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+# the ranks forked from one process that imported torch once (torch.multiprocessing, as users
+# write single-node launchers): no agent's interpreter, no import a rank
+FORK_LAUNCH = [sys.executable, str(PROGRAMS / "fork_launch.py")]
 
 
 @dataclass
 class Server:
-    """serving_p2p.py under torchrun: runs until its stop file appears."""
+    """A program under torchrun or the fork launcher: runs until its stop file appears."""
 
     proc: subprocess.Popen[str]
     stop_file: Path
@@ -39,7 +42,7 @@ class Server:
         return self.proc.pid
 
     def ranks(self) -> list[int]:
-        """The rank processes below torchrun (Python with torch loaded)."""
+        """The rank processes below the launcher (Python with torch loaded)."""
         return [p for p in procs.descendants(self.pid) if procs.inspect(p).torch]
 
     def running(self) -> bool:
@@ -50,8 +53,8 @@ class Server:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        """Every rank, then torchrun: it starts each rank in a session of its own, and ranks
-        left behind would go on leaking."""
+        """Every rank, then the launcher: torchrun starts each rank in a session of its own,
+        and ranks left behind would go on leaking."""
         for pid in procs.descendants(self.pid) if self.proc.poll() is None else []:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -60,18 +63,20 @@ class Server:
         self.proc.wait(30)
 
 
-def start_server(tmp: Path, policy: str, world: int = 2, timeout: float = 180) -> Server:
-    """programs/serving_p2p.py under torchrun, once every rank says it is serving."""
-    return start_program(tmp, "serving_p2p.py", ["--policy", policy], policy, world, timeout)
+def start_server(tmp: Path, policy: str, timeout: float = 180, launcher: list[str] = TORCHRUN) -> Server:
+    """programs/serving_p2p.py under torchrun (or `launcher`), once every rank says it is serving."""
+    return start_program(tmp, "serving_p2p.py", ["--policy", policy], policy, 2, timeout, launcher=launcher)
 
 
 def start_program(
-    tmp: Path, program: str, args: list[str], label: str, world: int = 2, timeout: float = 180, path: str = ""
-) -> Server:
-    """A program of programs/ that takes --stop-file and prints "serving" per rank; `path`:
-    its PYTHONPATH (none by default: then nothing of hicache is importable by it)."""
+    tmp: Path, program: str, args: list[str], label: str, world: int = 2, timeout: float = 180, path: str = "",
+    launcher: list[str] = TORCHRUN,
+) -> Server:  # fmt: skip
+    """A program of programs/ that takes --stop-file and prints "serving" per rank, under
+    `launcher` (torchrun, or FORK_LAUNCH); `path`: its PYTHONPATH (none by default: then
+    nothing of hicache is importable by it)."""
     stop = tmp / f"stop-{label}-{time.monotonic_ns()}"
-    command = [*TORCHRUN, "--nproc-per-node", str(world), str(PROGRAMS / program), *args, "--stop-file", str(stop)]
+    command = [*launcher, "--nproc-per-node", str(world), str(PROGRAMS / program), *args, "--stop-file", str(stop)]
     errors = (tmp / f"{stop.name}.stderr").open("w")  # torchrun's and the ranks' (an agent's failure too)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update({"PYTHONFAULTHANDLER": "1"}, **({"PYTHONPATH": path} if path else {}))  # a crash says where

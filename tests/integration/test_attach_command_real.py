@@ -25,6 +25,7 @@ from hicache_cli.analysis.results import AttachSection
 from hicache_cli.attach import protocol
 from hicache_cli.protocol import sample_files
 from tests.integration.attach_helpers import (
+    FORK_LAUNCH,
     PROGRAMS,
     Command,
     hicache_run,
@@ -170,7 +171,7 @@ class Draining:
 @pytest.fixture(scope="module")
 def draining(tmp_path_factory: pytest.TempPathFactory) -> Draining:
     tmp = tmp_path_factory.mktemp("attach-cli-drain")
-    server = start_server(tmp, "drain")
+    server = start_server(tmp, "drain", launcher=FORK_LAUNCH)
     try:
         time.sleep(1.0)
         gate = hicache_run("check", "--pid", str(server.pid), "--duration", "12s", "--no-live", "--json",

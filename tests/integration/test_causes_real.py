@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_trace_real import FORK_LAUNCH, program, trace
+from tests.integration.attach_helpers import FORK_LAUNCH
+from tests.integration.test_trace_real import program, trace
 
 pytestmark = pytest.mark.slow
 

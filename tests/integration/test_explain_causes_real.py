@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_trace_real import FORK_LAUNCH, TORCHRUN, Traced, program, trace
+from tests.integration.attach_helpers import FORK_LAUNCH, TORCHRUN
+from tests.integration.test_trace_real import Traced, program, trace
 
 pytestmark = pytest.mark.slow
 

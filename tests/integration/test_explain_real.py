@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.attach_helpers import PROGRAMS, TORCHRUN, hicache_run, start_hicache, start_program
-from tests.integration.test_trace_real import FORK_LAUNCH, trace
+from tests.integration.attach_helpers import FORK_LAUNCH, PROGRAMS, TORCHRUN, hicache_run, start_hicache, start_program
+from tests.integration.test_trace_real import trace
 
 pytestmark = pytest.mark.slow
 STAYS_FALSE = "which stays False on gloo until wait()"
@@ -105,7 +105,7 @@ class Attached:
 
 
 def attach_to(tmp: Path, name: str, args: list[str], label: str) -> Attached:
-    server = start_program(tmp, name, args, label, timeout=300)
+    server = start_program(tmp, name, args, label, timeout=300, launcher=FORK_LAUNCH)
     try:
         time.sleep(2.0)  # it has been running (and rebinding its list) before anyone looks
         run_dir = tmp / f"attach-{label}"

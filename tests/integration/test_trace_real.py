@@ -19,17 +19,16 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.integration.attach_helpers import FORK_LAUNCH, TORCHRUN
 from tests.integration.helpers import REPO, TracedStress
 
 pytestmark = pytest.mark.slow
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-# how some users launch a single-node job instead (programs/fork_launch.py): the ranks forked
-# from one process that imported torch once, not torchrun's interpreter and one import a rank
-# (2.6 CPU-s and 2 s less a two-rank trace here): for the programs whose verdicts and causes
-# are read; torchrun's own path (its agent, its signals) is traced by the tests that say so
-FORK_LAUNCH = (sys.executable, str(PROGRAMS / "fork_launch.py"))
+# FORK_LAUNCH (attach_helpers): how some users launch a single-node job instead, the ranks
+# forked from one process that imported torch once, not torchrun's interpreter and one import
+# a rank (2.6 CPU-s and 2 s less a two-rank trace here): for the programs whose verdicts and
+# causes are read; torchrun's own path (its agent, its signals) is traced by the tests that say so
 
 
 @dataclass
