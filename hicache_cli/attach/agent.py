@@ -102,7 +102,8 @@ class Agent:
             works.install(table, c10d.ProcessGroup, c10d.Work, c10d.get_global_rank)
         # samples go to the agents' directory; the stop file is hicache's, in the run directory
         env = TraceEnv(protocol.agent_dir(self.run_dir), self.boot.hz, None, self.boot.owner)
-        guest = Ending(str(self.run_dir / protocol.STOP_FILE), f"{DETACHED_PREFIX}hicache asked", guest=True)
+        stop, follows = str(self.run_dir / protocol.STOP_FILE), self.follower is not None
+        guest = Ending(stop, f"{DETACHED_PREFIX}hicache asked", guest=True, agent_ends=follows)
         where = (env, table, LoopStats(), self.status.rank, self.status.world_size, guest)
         self.session = Session(*where) if self.follower is None else FollowedSession(self.follower, *where)
         self.status.rank_file = f"rank-{self.session.slot}.jsonl"
@@ -139,9 +140,13 @@ class Agent:
             self.thread.join(EXIT_JOIN_S)
 
     def detach(self, reason: str) -> None:
-        """Undo, in the order that leaves nothing half done: the probe's final line, the
-        hooks, the weak references; each step on its own, so one failure skips no other."""
+        """Undo, in the order that leaves nothing half done: (a follow's census at detach,)
+        the probe's final line, the hooks, the weak references; each step on its own, so one
+        failure skips no other."""
         leftovers = self.status.leftovers
+        counted = self.boot.census and reason == "hicache asked"  # hicache waits for the census at detach
+        if counted and self.follower is not None:  # a follow's first: its count is the probe's last line's
+            leftovers += _guarded(lambda: self.census("end"), "the census at detach")
         if self.session is not None:
             leftovers += _guarded(lambda: self.session.detach(f"{DETACHED_PREFIX}{reason}"), "the probe")
         if self.follower is not None:
@@ -154,7 +159,7 @@ class Agent:
         self.session = self.table = None
         if reason != EXITED:  # at exit the hook is running: it goes with the process
             atexit.unregister(self.at_exit)
-        if self.boot.census and reason == "hicache asked":  # hicache waits for this one
+        if counted and self.follower is None:
             leftovers += _guarded(lambda: self.census("end"), "the census at detach")
         self.follower = None
         self.status.detach_reason = reason
@@ -171,8 +176,7 @@ class Agent:
         finally:
             self.walker = None
         if follower is not None:  # the lines found while following, at detach too
-            if when != "end":
-                follower.took(taken)
+            follower.took(taken, last=when == "end")
             taken = follower.explained(taken)
         protocol.write_json_atomic(protocol.census_file(self.run_dir, os.getpid(), when), taken.to_dict())
 

@@ -137,9 +137,10 @@ class Follower:
         """For the census: the creation site of a Work, while a window's table is kept."""
         return self.hooks.site_of if (self.window_until is not None or self.explaining) else None
 
-    def took(self, census: Census) -> None:
+    def took(self, census: Census, last: bool = False) -> None:
         """A census was taken: the trends updated, the lines it found kept, and a window
-        opened when a holder grows that no line explains yet."""
+        opened when a holder grows that no line explains yet (not after the `last`, taken
+        at detach: its count is the probe's final line's)."""
         now = self.clock()
         self.interval = census_interval(self.every_s, census.cost.cpu_s)
         seen = set()
@@ -165,6 +166,8 @@ class Follower:
                 if trend.growing and not trend.sites:
                     trend.unexplained = 1
         self.latest, self.fresh, self.census_at = census, True, now
+        if last:
+            return
         rising = any(t.rising and not t.sites for t in self.trends.values())
         self.next_at = now + (self.every_s if rising else self.interval)
         if self.window_until is None and not self.explaining and self._wants_window():

@@ -64,6 +64,9 @@ class Ending:
     stop_file: str = STOP_FILE  # in the run directory, or an absolute path (an attach's, in hicache's own directory)
     stop_message: str = STOPPED_AT_END
     guest: bool = False
+    # the stop file is the agent's to act on: it writes the final line itself (a follow's, after
+    # its census at detach, whose count that line carries)
+    agent_ends: bool = False
 
 
 TRACED = Ending()
@@ -149,7 +152,7 @@ class TracedProbe(Probe):
             if self._stopped.wait(max(0.0, next_at - time.monotonic())):
                 return
             now = time.monotonic()
-            if self.stop_file.exists():
+            if not self.ending.agent_ends and self.stop_file.exists():
                 self.finish("done", self.ending.stop_message)
                 return
             if self.lifeline is not None and now >= check_lifeline_at:

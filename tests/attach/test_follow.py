@@ -274,3 +274,13 @@ def test_a_bounded_population_hurries_few_censuses() -> None:
         hurried += follower.next_at - clock.now == 4.0
         clock.now = follower.next_at
     assert hurried <= GROWING - 1 and fake.calls == []  # its first fill, at most
+
+
+def test_the_census_at_detach_is_the_latest_and_opens_no_window() -> None:
+    """Its count is the probe's last line's; a window opened then would outlive the follow."""
+    follower, fake, clock = follow([1, 40, 80])
+    calls, next_at = list(fake.calls), follower.next_at
+    follower.took(census(5000), last=True)
+    assert follower.latest is not None and follower.latest.works == 5000
+    assert fake.calls == calls and follower.next_at == next_at
+    assert follower.trends["Relay.inflight"].growing

@@ -51,14 +51,16 @@ def rank(report: dict[str, Any], number: int) -> dict[str, Any]:
     return next(r for r in report["ranks"] if r["rank"] == number)
 
 
-def attach_then_signal(pid: int, run_dir: Path, tmp: Path, signo: int) -> tuple[Command, bool]:
-    """`hicache attach` with a long duration, stopped by `signo` once the census is out;
-    whether the process was still running when hicache had exited."""
-    command = start_hicache("attach", "--duration", "10m", "--no-live", "--run-dir", str(run_dir), str(pid),
+def attach_then_signal(
+    pid: int, run_dir: Path, tmp: Path, signo: int, how: tuple[str, ...] = ("--duration", "10m"), after_s: float = 1.0
+) -> tuple[Command, bool]:
+    """`hicache attach` with a long duration (or `how`), stopped by `signo` `after_s` after
+    its census is out; whether the process was still running when hicache had exited."""
+    command = start_hicache("attach", *how, "--no-live", "--run-dir", str(run_dir), str(pid),
                             cwd=tmp, sigint_default=True)  # fmt: skip
     command.wait_for_census()
     wait_for(lambda: bool(sample_files(run_dir)), 60, "samples")
-    time.sleep(1.0)
+    time.sleep(after_s)
     command.proc.send_signal(signo)
     command.wait(120)
     return command, _alive(pid)
@@ -76,6 +78,8 @@ class Leaky:
     terminated: tuple[Command, bool]
     interrupted: tuple[Command, bool]
     term_dir: Path
+    followed: tuple[Command, bool]
+    follow_dir: Path
     exit_code: int
     lines: list[str]
 
@@ -95,9 +99,13 @@ def leaky(tmp_path_factory: pytest.TempPathFactory, attached_references: dict[st
         rank0, rank1 = server.ranks()
         terminated = attach_then_signal(rank0, tmp / "term", tmp, signal.SIGTERM)
         interrupted = attach_then_signal(rank1, tmp / "int", tmp, signal.SIGINT)
+        # followed for less than one census interval: only the censuses at attach and at detach count its Works
+        # (its probe samples once a second: 10 s make the 8 points a verdict needs)
+        following = ("--follow", "--census-every", "10m", "--window", "3s")
+        followed = attach_then_signal(rank0, tmp / "follow", tmp, signal.SIGTERM, following, after_s=10.0)
         code = server.stop()
         return Leaky(reference, server.pid, attach, tmp / "attach", after_attach, gate, after_gate, terminated,
-                     interrupted, tmp / "term", code, sorted(server.lines))  # fmt: skip
+                     interrupted, tmp / "term", followed, tmp / "follow", code, sorted(server.lines))  # fmt: skip
     finally:
         server.kill()
 
@@ -115,6 +123,21 @@ def test_attach_names_the_holder_and_its_count_within_30_s(leaky: Leaky) -> None
     assert process["method"] == "gdb" and process["inject_s"] > 0 and process["detach_reason"] == "hicache asked"
     cost = process["cost"]
     assert cost["objects"] > 0 and cost["busy_s"] > 0 and cost["pause_per_million_s"] > 0
+
+
+def test_a_follow_shorter_than_a_census_interval_counts_the_works_at_detach(leaky: Leaky) -> None:
+    """No hook counts a follow's Works between censuses: its last line carries the census
+    taken at detach, so a leak followed for seconds reads as one (it read 'memory grows,
+    not from Works', INCONCLUSIVE, with the holder +16,815 while attached beside it)."""
+    command, running = leaky.followed
+    assert command.proc.returncode == 128 + signal.SIGTERM, command.text("err")
+    assert running
+    rank0 = rank(report_of(leaky.follow_dir), 0)
+    assert rank0["verdict"] == "LEAK", rank0["verdict_reason"]
+    assert rank0["verdict_reason"].startswith("live Works only grows")
+    assert "`Scheduler.sync_works` holds" in rank0["verdict_reason"]
+    process = next(p for p in report_of(leaky.follow_dir)["target"]["processes"] if p["rank"] == 0)
+    assert process["works_end"] > process["works"] > 0
 
 
 def test_attaching_by_torchrun_s_pid_covers_both_ranks(leaky: Leaky) -> None:
