@@ -56,6 +56,7 @@ class Totals:
     gpu_peak: int | None = None
     last_works: dict[str, Any] | None = None  # hicache trace: the last Work counts a sample had
     live_max: int = 0  # ... and the most live Works any sample with counts had
+    live_last: int = 0  # ... and the last one's (its depth: a follow's is its census's count, no hook's)
     last_sites: list[dict[str, Any]] | None = None
     site_live_max: int = 0  # the most live Works one creation site held, in any sample's sites
 
@@ -82,6 +83,7 @@ class Totals:
             self.gpu_peak = gpu if self.gpu_peak is None else max(self.gpu_peak, gpu)
         if (works := f["works"]) is not None:
             self.live_max = depth if self.last_works is None else max(self.live_max, depth)
+            self.live_last = depth
             self.last_works = works
         if (sites := f["sites"]) is not None:
             self.last_sites = sites

@@ -23,7 +23,7 @@ def works_summary(totals: Totals) -> Works | None:
         waited=last.get("waited", 0),
         completed=last.get("completed", 0),
         dropped=last.get("dropped", 0),
-        live_final=last.get("live", 0),
+        live_final=totals.live_last,
         live_max=totals.live_max,
         sites=sorted(sites, key=lambda s: (-s.live, -s.live_max, -s.created)),
     )

@@ -138,6 +138,7 @@ def test_a_follow_shorter_than_a_census_interval_counts_the_works_at_detach(leak
     assert "`Scheduler.sync_works` holds" in rank0["verdict_reason"]
     process = next(p for p in report_of(leaky.follow_dir)["target"]["processes"] if p["rank"] == 0)
     assert process["works_end"] > process["works"] > 0
+    assert rank0["works"]["live_final"] == process["works_end"]  # the table's live final: the last census's
 
 
 def test_attaching_by_torchrun_s_pid_covers_both_ranks(leaky: Leaky) -> None:
