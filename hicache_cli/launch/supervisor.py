@@ -49,7 +49,7 @@ REFRESH_EVERY_S = 0.25  # the processes below those held: not at every poll of a
 # every second.
 SCAN_EVERY_S = 5.0
 WAIT_STEP_S = 0.05
-STACKS_WAIT_S = 1.5  # for a stuck process's stacks to be written (the signal's fallback at a third)
+STACKS_WAIT_S = 3.0  # for a stuck process's stacks to be written (the signal's fallback at a third)
 
 
 def new_token() -> str:
