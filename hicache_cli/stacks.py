@@ -118,10 +118,10 @@ def ask(dump: Path) -> bool:
 
 def request(dumps: dict[int, Path], wait_s: float, poll_s: float = 0.05) -> None:
     """Ask each process (pid: its dump file) for its stacks and wait until every dump has
-    been written, or `wait_s`. The FIFO first; faulthandler's signal where the FIFO is not
-    there or, after a third of the wait, has not been answered - and only where the dump
-    file exists: `arm` registered faulthandler on it (a program that keeps SIGUSR1 for
-    itself is never sent one)."""
+    been written (a process that is gone is not waited for), or `wait_s`. The FIFO first;
+    faulthandler's signal where the FIFO is not there or, after a third of the wait, has not
+    been answered - and only where the dump file exists: `arm` registered faulthandler on it
+    (a program that keeps SIGUSR1 for itself is never sent one)."""
     before = {pid: _size(dump) for pid, dump in dumps.items()}
     unasked = {pid: dump for pid, dump in dumps.items() if not ask(dump)}
     _signal(unasked)
@@ -130,12 +130,23 @@ def request(dumps: dict[int, Path], wait_s: float, poll_s: float = 0.05) -> None
     while time.monotonic() < start + wait_s:
         time.sleep(poll_s)
         latest = {pid: _size(dump) for pid, dump in dumps.items()}
-        if all(latest[pid] > before[pid] and latest[pid] == sizes.get(pid) for pid in dumps):
-            return  # every dump written, and done growing
+        answering = [pid for pid in dumps if latest[pid] > before[pid] or _alive(pid)]  # the dead say nothing
+        if all(latest[pid] > before[pid] and latest[pid] == sizes.get(pid) for pid in answering):
+            return  # every dump written, and done growing (a killed rank's caller is not kept waiting)
         if late is not None and time.monotonic() >= late:
             late = None  # a thread stuck in C holds the GIL: only faulthandler can answer
             _signal({pid: d for pid, d in dumps.items() if pid not in unasked and latest[pid] == before[pid]})
         sizes = latest
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` can still answer: it exists and is no zombie (a killed rank its parent has
+    not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 def _signal(dumps: dict[int, Path]) -> None:

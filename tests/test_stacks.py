@@ -125,7 +125,24 @@ def test_a_thread_holding_the_gil_in_c_is_answered_by_faulthandler(tmp_path: Pat
         proc.wait()
 
 
-def test_request_waits_for_the_answer_and_signals_no_process_that_did_not_arm(tmp_path: Path) -> None:
+def test_a_process_that_is_gone_is_not_waited_for(tmp_path: Path) -> None:
+    """A killed rank (a zombie its parent has not reaped yet, here) says nothing: the watchdog
+    that asked it goes on at once, not after the whole wait (a crash was read as a hang so)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{dead.pid}/stat").read_text().split(") ")[1][0] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    dump = stacks_file(tmp_path, 0)
+    dump.write_text("")  # it had armed
+    try:
+        started = time.monotonic()
+        stacks.request({dead.pid: dump}, wait_s=20.0)
+        assert time.monotonic() - started < 10.0
+    finally:
+        dead.wait()
+
+
+def test_no_signal_goes_to_a_process_that_did_not_arm(tmp_path: Path) -> None:
     """No dump file (a program that keeps SIGUSR1 for itself was never armed): no signal."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
