@@ -213,6 +213,17 @@ def test_check_pid_on_a_draining_server_passes(draining: Draining) -> None:
     assert draining.exit_code == 0
 
 
+def test_a_torch_multiprocessing_launcher_is_not_waited_for_once_its_ranks_answer(draining: Draining) -> None:
+    """The draining server runs under programs/fork_launch.py (start_processes, fork): its
+    parent, checked by its pid, waits in C for its ranks and never runs the injected code."""
+    processes = draining.report["target"]["processes"]
+    (launcher,) = [p for p in processes if p["rank"] is None]
+    ranks = sorted(p["pid"] for p in processes if p["rank"] is not None)
+    said = f"a launcher whose main thread waits in C code for its ranks below it (pid {ranks[0]}, {ranks[1]}, attached)"
+    assert said in launcher["reason"], launcher
+    assert "did not answer within 30 s" not in launcher["reason"]  # not the whole answer time
+
+
 def test_the_api_attaches_without_a_census(draining: Draining) -> None:
     report = draining.by_api
     assert isinstance(report.target, AttachSection)
