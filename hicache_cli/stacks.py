@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from hicache_cli.files import run_file
+from hicache_cli.lifecycle import owner_alive
 
 SIGNAL = signal.SIGUSR1  # the fallback: faulthandler's dump from C
 MAX_FRAMES = 100  # faulthandler's own limit a thread
@@ -130,23 +131,14 @@ def request(dumps: dict[int, Path], wait_s: float, poll_s: float = 0.05) -> None
     while time.monotonic() < start + wait_s:
         time.sleep(poll_s)
         latest = {pid: _size(dump) for pid, dump in dumps.items()}
-        answering = [pid for pid in dumps if latest[pid] > before[pid] or _alive(pid)]  # the dead say nothing
+        # the dead (and zombies) say nothing: owner_alive of a bare pid
+        answering = [pid for pid in dumps if latest[pid] > before[pid] or owner_alive(f"{pid}:")]
         if all(latest[pid] > before[pid] and latest[pid] == sizes.get(pid) for pid in answering):
             return  # every dump written, and done growing (a killed rank's caller is not kept waiting)
         if late is not None and time.monotonic() >= late:
             late = None  # a thread stuck in C holds the GIL: only faulthandler can answer
             _signal({pid: d for pid, d in dumps.items() if pid not in unasked and latest[pid] == before[pid]})
         sizes = latest
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` can still answer: it exists and is no zombie (a killed rank its parent has
-    not reaped yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 def _signal(dumps: dict[int, Path]) -> None:

@@ -149,11 +149,10 @@ def group(module: str) -> str | None:
 FLOORS: tuple[frozenset[str], ...] = (
     # what everything names, importing nothing of ours
     frozenset({"errors", "files", "histogram", "protocol", "records", "version", "workflow_commands"}),
-    # single facts on those: a sample, a duration, a run directory, an attached pid, a run's end,
-    # a process's stacks on request
-    frozenset({"attached", "lifecycle", "rundir", "sample", "stacks", "units"}),
-    # what a run is made of: its samples in memory, its target, its stalls
-    frozenset({"series", "targets", "watchdog"}),
+    # single facts on those: a sample, a duration, a run directory, an attached pid, a run's end
+    frozenset({"attached", "lifecycle", "rundir", "sample", "units"}),
+    # what a run is made of: its samples in memory, its target, its stalls, its stacks on request
+    frozenset({"series", "stacks", "targets", "watchdog"}),
     # the run as a whole: its config, how it ended
     frozenset({"config", "outcome"}),
 )
