@@ -54,9 +54,12 @@ def arm(dump: Path) -> IO[str]:
     fifo = ask_path(dump)
     try:
         os.mkfifo(fifo, 0o600)
+        # read and write, opened before arm returns: an ask from then on finds a reader, and a
+        # writer of our own keeps the FIFO open, so asks never find it shut
+        fd = os.open(fifo, os.O_RDWR | os.O_NOFOLLOW)
     except OSError:
         return out
-    threading.Thread(target=_answer, args=(fifo, out), name=THREAD_NAME, daemon=True).start()
+    threading.Thread(target=_answer, args=(fd, out), name=THREAD_NAME, daemon=True).start()
     return out
 
 
@@ -68,11 +71,7 @@ def disarm() -> None:
         _ARMED.pop().close()
 
 
-def _answer(fifo: Path, out: IO[str]) -> None:
-    try:  # read and write: a writer of its own keeps the FIFO open, so asks never find it shut
-        fd = os.open(fifo, os.O_RDWR | os.O_NOFOLLOW)
-    except OSError:
-        return
+def _answer(fd: int, out: IO[str]) -> None:
     while os.read(fd, 64):  # waits without the GIL; asks close together are answered once
         with contextlib.suppress(OSError, ValueError):
             out.write(dump_text())
