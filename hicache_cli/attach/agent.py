@@ -124,6 +124,7 @@ class Agent:
             if self.session is not None and self.session.probe.join(0):
                 return "the probe stopped"  # it ended on its own (its failure): detach too
             if self.follower is not None:
+                self.follower.heap(sys.getallocatedblocks())
                 self.follower.tick()
                 if self.follower.due():
                     self.census("live")

@@ -15,7 +15,16 @@ import pytest
 
 from hicache_cli.attach import protocol
 from hicache_cli.attach.census import take_census
-from hicache_cli.attach.follow import CPU_SHARE, GROWING, MIN_GROWTH, RETRY_CENSUSES, Follower, Hooks, Trend
+from hicache_cli.attach.follow import (
+    CPU_SHARE,
+    GROWING,
+    MIN_GROWTH,
+    NUDGE_BLOCKS,
+    RETRY_CENSUSES,
+    Follower,
+    Hooks,
+    Trend,
+)
 from hicache_cli.attach.procs import ProcessInfo
 from hicache_cli.attach.protocol import Census, CensusCost, Holder
 from hicache_cli.attach.session import RETRY_YOUNGER_S, Target, retry_due
@@ -284,3 +293,59 @@ def test_the_census_at_detach_is_the_latest_and_opens_no_window() -> None:
     assert follower.latest is not None and follower.latest.works == 5000
     assert fake.calls == calls and follower.next_at == next_at
     assert follower.trends["Relay.inflight"].growing
+
+
+def nudged_follower() -> tuple[Follower, Clock, Callable[[int], float]]:
+    """A follower whose censuses (0.3 s of CPU) are spaced out to SPACED, at a heap of 100,000
+    blocks; `take(works)` takes the census due and says how long after the last it came."""
+    clock, fake = Clock(), FakeHooks()
+    follower = Follower(4.0, 3.0, fake.hooks(), clock)
+
+    def take(works: int) -> float:
+        last = follower.census_at or 0.0
+        clock.now = follower.next_at
+        follower.took(Census(1, 0, 0.0, works, census(works).holders, CensusCost(cpu_s=0.3)))
+        return clock.now - last
+
+    take(1)  # the first census (the agent reads the heap only after it)
+    follower.heap(100_000)
+    return follower, clock, take
+
+
+def test_a_heap_that_grows_between_spaced_out_censuses_brings_the_next_one_forward() -> None:
+    """A late-onset leak on a heap whose censuses come SPACED apart: its Works' blocks bring
+    the census forward, which finds the holder rising - told growing within seconds, where it
+    waited up to a whole interval (the follow test's alert missed its 2 minutes so)."""
+    follower, clock, take = nudged_follower()
+    clock.now = 10.0
+    follower.heap(100_000 + NUDGE_BLOCKS - 1)  # short of the step: nothing
+    assert follower.next_at == 0.0 + SPACED
+    follower.heap(100_000 + NUDGE_BLOCKS)
+    assert follower.next_at == 10.0  # now
+    assert take(900) == 10.0  # the holder is new: rising
+    clock.now += 1.0
+    follower.heap(200_000)  # the hurried census stays every_s after the last, whatever the heap
+    assert follower.next_at == 14.0
+    assert take(1800) == 4.0 and take(2700) == 4.0
+    assert follower.trends["Relay.inflight"].growing and follower.window_until is not None
+
+
+def test_a_heap_that_grows_without_works_costs_a_census_per_doubling() -> None:
+    """A cache filling: each nudge finds nothing rising and doubles the step, so a heap grown
+    by a million blocks brings ~10 censuses forward, not one per 1,024 blocks; once it stops
+    growing the step comes back down."""
+    follower, clock, take = nudged_follower()
+    blocks, censuses = 100_000, 0
+    for _ in range(2000):  # 2,000 s of a heap growing by 500 blocks a second, one Work held
+        clock.now += 1.0
+        blocks += 500
+        follower.heap(blocks)
+        if follower.next_at <= clock.now:
+            take(1)
+            censuses += 1
+    assert 1 <= follower.nudges <= 10 and follower.nudge_step == NUDGE_BLOCKS << follower.nudges
+    assert censuses <= 2000 / SPACED + 1 + follower.nudges
+    for _ in range(20):  # the heap grows no more: each regular census halves the step
+        take(1)
+        follower.heap(blocks)
+    assert follower.nudge_step == NUDGE_BLOCKS

@@ -103,7 +103,12 @@ def test_a_sidecar_follows_late_ranks_and_raises_the_alert_with_the_holder_and_t
             found[:] = [labels for labels in firing(url, metric, value) if labels.get("site")]
             return bool(found)
 
-        wait_for(alerted, ALERT_WITHIN_S + 10, "the alert's expression with a line")
+        try:
+            wait_for(alerted, ALERT_WITHIN_S + 10, "the alert's expression with a line")
+        except AssertionError as missed:  # what the sidecar said and served instead
+            served = urllib.request.urlopen(url, timeout=5).read().decode().splitlines()
+            holders = "\n".join(line for line in served if line.startswith("hicache_holder_"))
+            raise AssertionError(f"{missed}\n{sidecar.text('out')[-4000:]}\n{holders}\n{said()[-2000:]}") from None
         raised_after = time.monotonic() - onset
         assert raised_after <= ALERT_WITHIN_S, raised_after
         (labels,) = found
