@@ -90,7 +90,9 @@ def test_a_send_loop_that_drops_each_isend_work_leaks_by_them_and_then_hangs(tmp
 
 
 def test_its_twin_that_waits_each_send_ends_clean(tmp_path: Path) -> None:
-    run = trace(tmp_path, *two_ranks("progress_beacon.py", "--seconds", "5", "--wait"),
+    """BOUNDED needs seconds of data after the warm-up (5 s flat out read INCONCLUSIVE once
+    under the suite's load): 10 s, a step taking a millisecond as a model's would."""
+    run = trace(tmp_path, *two_ranks("progress_beacon.py", "--seconds", "10", "--wait", "--step-ms", "1"),
                 options=("--duration", "60s", "--stall-timeout", "3s"))  # fmt: skip
     assert run.proc.returncode == 0, run.proc.stderr
     for rank in (0, 1):

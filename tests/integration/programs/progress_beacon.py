@@ -7,7 +7,8 @@ The dashboard receives each report with a blocking ``dist.recv``. After
 stops when it receives it.
 
 ``--wait`` is the careful version: the trainer waits each send
-(``dist.isend(...).wait()``) before its next step.
+(``dist.isend(...).wait()``) before its next step. ``--step-ms`` gives each step
+that much more time, as a real model's forward and backward pass would take.
 
 Run it on CPU with gloo, for example::
 
@@ -22,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 
-def trainer(seconds: float, wait: bool) -> int:
+def trainer(seconds: float, wait: bool, step_s: float) -> int:
     weights = torch.randn(32, 32)
     deadline = time.monotonic() + seconds
     step = 0
@@ -32,6 +33,8 @@ def trainer(seconds: float, wait: bool) -> int:
         work = dist.isend(report, dst=1)
         if wait:
             work.wait()
+        if step_s:
+            time.sleep(step_s)
         step += 1
     dist.send(torch.tensor([-1.0, 0.0]), dst=1)
     return step
@@ -51,10 +54,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--wait", action="store_true", help="wait each report's send before the next step")
+    parser.add_argument("--step-ms", type=float, default=0.0, help="more time each step takes (a model's compute)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     if dist.get_rank() == 0:
-        print(f"trainer: {trainer(args.seconds, args.wait)} steps\n", end="", flush=True)
+        print(f"trainer: {trainer(args.seconds, args.wait, args.step_ms / 1000)} steps\n", end="", flush=True)
     else:
         print(f"dashboard: {dashboard()} reports\n", end="", flush=True)
     dist.destroy_process_group()
