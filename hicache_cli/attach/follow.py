@@ -20,9 +20,10 @@ follow is meant to stay for days, so between two findings it hooks nothing:
    A holder first found after the first census held none at the census before: a leak that
    starts in a new container is rising at its first count.
    Between censuses the agent reads the Python heap's size, `sys.getallocatedblocks()`
-   (20 us on a rank with torch loaded, 0.56 M blocks; 42 us at 3.6 M), five times a second; a Work kept costs two
-   or three blocks (its object, a dict's key). A heap past its high at the censuses by
-   NUDGE_BLOCKS brings the next census forward (never nearer than `every_s` to the last), so
+   (20 us on a rank with torch loaded, 0.56 M blocks; 42 us at 3.6 M), five times a
+   second; a Work kept costs two or three blocks (its object, a dict's key). A heap past
+   its high at the censuses by NUDGE_BLOCKS brings the next census forward (never nearer
+   than `every_s` to the last), so
    that a leak that starts between two spaced-out censuses is counted seconds after it
    starts, not up to an interval later (72 s on a 0.17 M-object relay). A heap that grows
    for other reasons (a cache filling) costs one census per doubling of the step: a nudged
