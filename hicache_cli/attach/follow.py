@@ -28,7 +28,10 @@ follow is meant to stay for days, so between two findings it hooks nothing:
    starts, not up to an interval later (72 s on a 0.17 M-object relay). A heap that grows
    for other reasons (a cache filling) costs one census per doubling of the step: a nudged
    census that finds no holder rising doubles it; a census that finds the heap no higher
-   than its high halves it again (down to NUDGE_BLOCKS).
+   than its high halves it again (down to NUDGE_BLOCKS). And a census is brought forward
+   only while the censuses of the last NUDGE_WINDOW_S, with one more, stay within
+   NUDGE_SHARE of a core: on a big heap (4 s of CPU a census at 3 M objects) a server
+   filling its caches is not censused over and over.
 3. **The line, only when something grows.** The tracer's hooks go on for `window_s`
    (tracer/works.py); every Work made meanwhile is known by its creation site. The next
    census finds those Works in their holder and names the line. Then the hooks come off and
@@ -61,6 +64,8 @@ RETRY_CENSUSES = 4  # a growing holder still without a line gets another window 
 # (docs/performance.md); a rising holder hurries the next censuses (Trend.rising).
 CPU_SHARE = 0.0025
 NUDGE_BLOCKS = 1024  # Python heap blocks past their high at the censuses that bring the next census forward
+NUDGE_SHARE = 0.01  # ... while the censuses' CPU over the last NUDGE_WINDOW_S stays within this share of a core
+NUDGE_WINDOW_S = 600.0
 SITES_PER_HOLDER = 3
 
 
@@ -145,6 +150,7 @@ class Follower:
         self.nudge_step = NUDGE_BLOCKS
         self.nudged = False  # the next census was brought forward by the heap
         self.nudges = 0
+        self.spent: deque[tuple[float, float]] = deque()  # (when, CPU seconds) of each census
 
     def due(self) -> bool:
         return self.clock() >= self.next_at
@@ -159,6 +165,7 @@ class Follower:
         at detach: its count is the probe's final line's)."""
         now = self.clock()
         self.interval = census_interval(self.every_s, census.cost.cpu_s)
+        self.spent.append((now, census.cost.cpu_s))
         seen = set()
         for holder in census.holders:
             trend = self.trends.get(holder.path)
@@ -204,9 +211,18 @@ class Follower:
         if last is None or self.nudged or self.window_until is not None or self.explaining:
             return
         soonest = max(self.clock(), last + self.every_s)
-        if blocks >= high + self.nudge_step and self.next_at > soonest:
+        if blocks >= high + self.nudge_step and self.next_at > soonest and self._affordable():
             self.next_at, self.nudged = soonest, True
             self.nudges += 1
+
+    def _affordable(self) -> bool:
+        """One more census (as dear as the last) keeps the last NUDGE_WINDOW_S's censuses
+        within NUDGE_SHARE of a core."""
+        since = self.clock() - NUDGE_WINDOW_S
+        while self.spent and self.spent[0][0] < since:
+            self.spent.popleft()
+        spent = sum(cpu for _, cpu in self.spent)
+        return spent + (self.spent[-1][1] if self.spent else 0.0) <= NUDGE_SHARE * NUDGE_WINDOW_S
 
     def _step_nudges(self, rising: bool) -> None:
         """After a census: a nudge that found nothing rising doubles the step, a heap no

@@ -20,6 +20,8 @@ from hicache_cli.attach.follow import (
     GROWING,
     MIN_GROWTH,
     NUDGE_BLOCKS,
+    NUDGE_SHARE,
+    NUDGE_WINDOW_S,
     RETRY_CENSUSES,
     Follower,
     Hooks,
@@ -349,3 +351,24 @@ def test_a_heap_that_grows_without_works_costs_a_census_per_doubling() -> None:
         take(1)
         follower.heap(blocks)
     assert follower.nudge_step == NUDGE_BLOCKS
+
+
+def test_on_a_big_heap_the_heap_brings_few_censuses_forward() -> None:
+    """4 s of CPU a census (3 M objects): a heap growing for minutes brings a census forward
+    only while the last ten minutes' censuses stay within a percent of a core."""
+    clock, fake = Clock(), FakeHooks()
+    follower = Follower(15.0, 10.0, fake.hooks(), clock)
+    dear = CensusCost(cpu_s=4.0)
+    follower.took(Census(1, 0, 0.0, 1, census(1).holders, dear))
+    blocks, spent = 5_000_000, [(0.0, 4.0)]
+    follower.heap(blocks)
+    for _ in range(3600):  # an hour of a heap growing by 2,000 blocks a second
+        clock.now += 1.0
+        blocks += 2000
+        follower.heap(blocks)
+        if follower.next_at <= clock.now:
+            follower.took(Census(1, 0, 0.0, 1, census(1).holders, dear))
+            spent.append((clock.now, 4.0))
+    for t, _ in spent:  # any ten minutes: at most a percent of a core
+        assert sum(cpu for u, cpu in spent if t <= u < t + NUDGE_WINDOW_S) <= NUDGE_SHARE * NUDGE_WINDOW_S
+    assert follower.nudges >= 1
