@@ -23,15 +23,14 @@ follow is meant to stay for days, so between two findings it hooks nothing:
    (20 us on a rank with torch loaded, 0.56 M blocks; 42 us at 3.6 M), five times a
    second; a Work kept costs two or three blocks (its object, a dict's key). A heap past
    its high at the censuses by NUDGE_BLOCKS brings the next census forward (never nearer
-   than `every_s` to the last), so
-   that a leak that starts between two spaced-out censuses is counted seconds after it
-   starts, not up to an interval later (72 s on a 0.17 M-object relay). A heap that grows
-   for other reasons (a cache filling) costs one census per doubling of the step: a nudged
-   census that finds no holder rising doubles it; a census that finds the heap no higher
-   than its high halves it again (down to NUDGE_BLOCKS). And a census is brought forward
-   only while the censuses of the last NUDGE_WINDOW_S, with one more, stay within
-   NUDGE_SHARE of a core: on a big heap (4 s of CPU a census at 3 M objects) a server
-   filling its caches is not censused over and over.
+   than `every_s` to the last), so that a leak that starts between two spaced-out censuses
+   is counted seconds after it starts, not up to an interval later (72 s on a 0.17 M-object
+   relay). A heap that grows for other reasons (a cache filling) costs one census per
+   doubling of the step: a nudged census that finds no holder rising doubles it; a census
+   that finds the heap no higher than its high halves it again (down to NUDGE_BLOCKS). And
+   a census is brought forward only while the censuses of the last NUDGE_WINDOW_S, with one
+   more, stay within NUDGE_SHARE of a core: on a big heap (4 s of CPU a census at 3 M
+   objects) a server filling its caches is not censused over and over.
 3. **The line, only when something grows.** The tracer's hooks go on for `window_s`
    (tracer/works.py); every Work made meanwhile is known by its creation site. The next
    census finds those Works in their holder and names the line. Then the hooks come off and
