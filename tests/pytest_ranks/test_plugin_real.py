@@ -85,7 +85,6 @@ class Inner:
     path: Path
     out: str
     cases: dict[str, ET.Element]
-    duration_s: float
     left: list[str]
 
     def outcome(self, name: str) -> str:
@@ -112,14 +111,12 @@ def run_shared(where: Path, files: dict[str, str], extra_env: dict[str, str]) ->
         (where / f"{name}.py").write_text(textwrap.dedent(source).strip("\n") + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR")}
     env.update(HOME=str(where), USERPROFILE=str(where), PY_COLORS="0", PYTHONPATH=str(where), **extra_env)
-    started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--strict-markers", "-rA", "-s",
                            f"--basetemp={where / 'basetemp'}", "--junitxml=junit.xml"],
                           cwd=where, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=INNER_TIMEOUT_S)  # fmt: skip
-    duration = time.monotonic() - started
     cases = {c.get("name", ""): c for c in ET.parse(where / "junit.xml").getroot().iter("testcase")}
-    return Inner(where, done.stdout, cases, duration, left_in(where))
+    return Inner(where, done.stdout, cases, left_in(where))
 
 
 @pytest.fixture(scope="module")
