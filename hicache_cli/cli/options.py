@@ -221,7 +221,8 @@ class Follow(Group):
         seconds(_FOLLOW.census_every_s),
         "--census-every",
         help="With --follow: how often the Works held are counted, at most: where one census costs more than a "
-        "quarter of a percent of a core (a big heap), they are spaced out; a growing holder brings them back.",
+        "quarter of a percent of a core (a big heap), they are spaced out; a growing holder, or a Python heap "
+        "that grows between them, brings the next one sooner.",
     )
     window: str = option(
         seconds(_FOLLOW.window_s),
