@@ -36,6 +36,7 @@ SIGNAL = signal.SIGUSR1  # the fallback: faulthandler's dump from C
 MAX_FRAMES = 100  # faulthandler's own limit a thread
 THREAD_NAME = "hicache-stacks"
 ASK_SUFFIX = ".ask"
+WAIT_S = 3.0  # what a caller waits for the dumps to be written (faulthandler asked at a third)
 _ARMED: list[IO[str]] = []
 
 
@@ -116,12 +117,13 @@ def ask(dump: Path) -> bool:
         os.close(fd)
 
 
-def request(dumps: dict[int, Path], wait_s: float, poll_s: float = 0.05) -> None:
+def request(dumps: dict[int, Path], wait_s: float | None = None, poll_s: float = 0.05) -> None:
     """Ask each process (pid: its dump file) for its stacks and wait until every dump has
     been written (a process that is gone is not waited for), or `wait_s`. The FIFO first;
     faulthandler's signal where the FIFO is not there or, after a third of the wait, has not
     been answered - and only where the dump file exists: `arm` registered faulthandler on it
-    (a program that keeps SIGUSR1 for itself is never sent one)."""
+    (a program that keeps SIGUSR1 for itself is never sent one). `wait_s`: WAIT_S unless given."""
+    wait_s = WAIT_S if wait_s is None else wait_s
     before = {pid: _size(dump) for pid, dump in dumps.items()}
     unasked = {pid: dump for pid, dump in dumps.items() if not ask(dump)}
     _signal(unasked)

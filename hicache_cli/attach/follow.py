@@ -165,6 +165,8 @@ class Follower:
         now = self.clock()
         self.interval = census_interval(self.every_s, census.cost.cpu_s)
         self.spent.append((now, census.cost.cpu_s))
+        while self.spent[0][0] < now - NUDGE_WINDOW_S:  # kept for the window only: a follow lasts days
+            self.spent.popleft()
         seen = set()
         for holder in census.holders:
             trend = self.trends.get(holder.path)
@@ -218,9 +220,7 @@ class Follower:
         """One more census (as dear as the last) keeps the last NUDGE_WINDOW_S's censuses
         within NUDGE_SHARE of a core."""
         since = self.clock() - NUDGE_WINDOW_S
-        while self.spent and self.spent[0][0] < since:
-            self.spent.popleft()
-        spent = sum(cpu for _, cpu in self.spent)
+        spent = sum(cpu for at, cpu in self.spent if at >= since)
         return spent + (self.spent[-1][1] if self.spent else 0.0) <= NUDGE_SHARE * NUDGE_WINDOW_S
 
     def _step_nudges(self, rising: bool) -> None:

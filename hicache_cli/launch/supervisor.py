@@ -49,7 +49,6 @@ REFRESH_EVERY_S = 0.25  # the processes below those held: not at every poll of a
 # every second.
 SCAN_EVERY_S = 5.0
 WAIT_STEP_S = 0.05
-STACKS_WAIT_S = 3.0  # for a stuck process's stacks to be written (the signal's fallback at a third)
 
 
 def new_token() -> str:
@@ -235,7 +234,7 @@ class Watchdog:
         if not stalls:
             return None
         stuck = {s.pid: stacks_file(self.run_dir, s.rank) for s in stalls if self.here(samples, s.rank)}
-        stacks.request(stuck, STACKS_WAIT_S)
+        stacks.request(stuck)
         return Stop("watchdog: " + "; ".join(s.message for s in stalls), tuple(stalls))
 
 

@@ -51,7 +51,6 @@ from hicache_cli.tracer import protocol as trace_protocol
 POLL_S = 0.05
 STARTUP_LIMIT_S = 300.0  # spawn to the test body (interpreter, torch import, rendezvous): the timeout is the body's
 FAIL_GRACE_S = 1.0  # once the test has failed: time for the other ranks to finish on their own
-STACK_WAIT_S = 3.0  # for the stack dumps to be written (faulthandler asked at a third: hicache_cli.stacks)
 EXIT_WAIT_S = 3.0  # after the release, for ranks to leave by themselves
 TERM_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
 STATUS = {"passed": RankOutcome.PASSED, "failed": RankOutcome.FAILED, "skipped": RankOutcome.SKIPPED}
@@ -231,7 +230,7 @@ class TestRanks:
 
     def dump_stacks(self, ranks: list[int]) -> dict[int, str]:
         """Ask each rank for every thread's stack (hicache_cli.stacks), then read them."""
-        stacks.request({self.procs[r].pid: stack_file(self.run_dir, r) for r in ranks}, STACK_WAIT_S)
+        stacks.request({self.procs[r].pid: stack_file(self.run_dir, r) for r in ranks})
         return {r: _read(stack_file(self.run_dir, r)) for r in ranks}
 
     def outcome(self, stop: Stop | None) -> RunOutcome:

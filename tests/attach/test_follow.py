@@ -372,3 +372,9 @@ def test_on_a_big_heap_the_heap_brings_few_censuses_forward() -> None:
     for t, _ in spent:  # any ten minutes: at most a percent of a core
         assert sum(cpu for u, cpu in spent if t <= u < t + NUDGE_WINDOW_S) <= NUDGE_SHARE * NUDGE_WINDOW_S
     assert follower.nudges >= 1
+
+
+def test_a_follow_of_days_keeps_ten_minutes_of_census_costs() -> None:
+    """The agent lives in the target: what it keeps per census must not grow with the follow."""
+    follower, _, _ = follow([1] * 2000)  # 2,000 censuses 15 s apart: over eight hours
+    assert len(follower.spent) <= NUDGE_WINDOW_S / 15.0 + 1

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hicache_cli import execution
+from hicache_cli import execution, stacks
 from hicache_cli.config import StressConfig
 from hicache_cli.launch import launcher, supervisor
 from hicache_cli.launch.launcher import (
@@ -212,7 +212,7 @@ def test_stacks_are_requested_only_from_this_nodes_ranks(
 ) -> None:
     """The watchdog's stalls: the stacks asked only of the ranks here (by SIGUSR1: these pids
     answer no FIFO), and the run stopped for all."""
-    monkeypatch.setattr(supervisor, "STACKS_WAIT_S", 0.0)
+    monkeypatch.setattr(stacks, "WAIT_S", 0.0)
     samples = two_node_samples()
     stalls = [Stall(rank=r, pid=1000 + r, kind="hang", since_t=0.2, message=f"rank {r} hung") for r in (1, 2)]
     monkeypatch.setattr(supervisor, "find_stalls", lambda *args: stalls)
