@@ -234,8 +234,10 @@ def test_the_api_attaches_without_a_census(draining: Draining) -> None:
 
 def test_a_stress_rank_survives_an_attach(tmp_path: Path) -> None:
     """hicache's own rank blocks its stop signals and takes them with sigtimedwait: the ptrace
-    attach and detach must not read as a signal (rank/probe.py's wait_for_signal)."""
-    stress = start_hicache("stress", "--pp", "2", "--policy", "drain", "--duration", "10s", "--no-live", *PACED,
+    attach and detach must not read as a signal (rank/probe.py's wait_for_signal). The run
+    outlasts the attach (gdb, the census, 4 s traced) with room: at 10 s, beside a CPU hog,
+    the rank once finished before its agent had written a sample."""
+    stress = start_hicache("stress", "--pp", "2", "--policy", "drain", "--duration", "20s", "--no-live", *PACED,
                            "--run-dir", str(tmp_path / "stress"), cwd=tmp_path)  # fmt: skip
     rank_file = tmp_path / "stress" / "rank-0.jsonl"
     wait_for(lambda: rank_file.exists() and rank_file.stat().st_size > 0, 180, "rank 0's first sample")
