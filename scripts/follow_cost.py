@@ -3,6 +3,7 @@
     .venv/bin/python scripts/follow_cost.py --program tight      # 10 minutes: 5 cycles of 60 s + 60 s
     .venv/bin/python scripts/follow_cost.py --program pipeline --cycles 5 --window 60
     .venv/bin/python scripts/follow_cost.py --detect            # how soon a late-onset leak is named
+    .venv/bin/python scripts/follow_cost.py --detect trainer    # the same on a user-shaped trainer
     .venv/bin/python scripts/follow_cost.py --program pipeline --paired --cycles 4   # two copies, one followed
 
 A 2-rank service runs under torchrun for the whole measurement: the tight isend/recv loop
@@ -154,17 +155,28 @@ def censuses(run_dir: Path, ranks: list[int], stop: threading.Event, into: list[
                 into.append({"rank": ranks.index(pid), **data["cost"]})
 
 
+# --detect's programs (tests/integration/programs/): what starts the leak, and the line each
+# prints when it does.
+LATE_LEAKS = {
+    "relay": ("late_leak.py", "fast path on"),  # a request relay: a config flag turns it on
+    "trainer": ("gradnorm_trainer.py", "warm-up done"),  # a user-shaped trainer: after its warm-up
+}
+
+
 def detect(args: argparse.Namespace) -> None:
-    """How soon after a leak starts the alert's expression is true: tests/integration/programs/
-    late_leak.py (a relay whose fast path stops waiting its isend Works after --leak-after s)
-    under torchrun, the sidecar with its defaults (or --census-every) and --metrics-port,
-    scraped every second until `hicache_holder_growing == 1`, then until it has a line."""
+    """How soon after a leak starts the alert's expression is true: a late-onset leak under
+    torchrun (LATE_LEAKS: late_leak.py, whose fast path stops waiting its isend Works after
+    --leak-after s, or gradnorm_trainer.py, which keeps them from step 3,000: ~45 s here), the
+    sidecar with its defaults (or --census-every) and --metrics-port, scraped every second
+    until `hicache_holder_growing == 1`, then until it has a line."""
     import re
     import urllib.request
 
     tmp = Path(tempfile.mkdtemp(prefix="follow-detect-"))
-    program = REPO / "tests" / "integration" / "programs" / "late_leak.py"
-    command = [*TORCHRUN, str(program), "--stop-file", str(tmp / "stop"), "--leak-after", str(args.leak_after)]
+    name, begins = LATE_LEAKS[args.detect]
+    command = [*TORCHRUN, str(REPO / "tests" / "integration" / "programs" / name), "--stop-file", str(tmp / "stop")]
+    if args.detect == "relay":
+        command += ["--leak-after", str(args.leak_after)]
     service = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp,
                                start_new_session=True)  # fmt: skip
     onset: list[float] = []
@@ -172,7 +184,7 @@ def detect(args: argparse.Namespace) -> None:
     def read() -> None:
         assert service.stdout is not None
         for line in service.stdout:
-            if "fast path on" in line:
+            if begins in line:
                 onset.append(time.monotonic())
 
     threading.Thread(target=read, daemon=True).start()
@@ -207,8 +219,8 @@ def detect(args: argparse.Namespace) -> None:
             service.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(service.pid, signal.SIGKILL)
-    print(f"late-onset leak, census every {args.census_every}: the holder growing {growing:.0f} s after the leak "
-          f"began, with its line {line:.0f} s after")  # fmt: skip
+    print(f"late-onset leak ({name}), census every {args.census_every}: the holder growing {growing:.0f} s after "
+          f"the leak began, with its line {line:.0f} s after")  # fmt: skip
 
 
 def paired(args: argparse.Namespace) -> None:
@@ -261,9 +273,10 @@ def paired(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--detect", action="store_true", help="time the alert on a late-onset leak instead")
+    parser.add_argument("--detect", nargs="?", const="relay", choices=sorted(LATE_LEAKS),
+                        help="time the alert on a late-onset leak instead (default: the relay)")  # fmt: skip
     parser.add_argument("--paired", action="store_true", help="two copies side by side, one followed at a time")
-    parser.add_argument("--leak-after", type=float, default=40.0, help="with --detect: when the leak begins (s)")
+    parser.add_argument("--leak-after", type=float, default=40.0, help="with --detect relay: when the leak begins (s)")
     parser.add_argument("--program", choices=sorted(LOOPS), default="tight")
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--window", type=float, default=60.0, help="seconds per window (attached and not)")
