@@ -5,6 +5,7 @@ costliest files and tests (tests/cost.py records each test as it runs).
     .venv/bin/python scripts/suite_cost.py                   # a fresh clone of HEAD, set up, run
     .venv/bin/python scripts/suite_cost.py --hog             # the same beside a process that spins a core
     .venv/bin/python scripts/suite_cost.py --here -- -m "not slow"   # this checkout, one tier
+    .venv/bin/python scripts/suite_cost.py --processes       # and every process's CPU, by kind (proc_census.py)
 
 Results go to docs/testing.md by hand. A fresh clone sets up its own .venv first (scripts/setup.sh,
 not counted); `--here` uses this checkout's.
@@ -25,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from scripts.proc_census import ProcCensus  # noqa: E402
+
 TEST_COMMAND = [".venv/bin/python", "-m", "pytest", "-q"]  # the README's (after scripts/setup.sh)
 COST_ENV = "HICACHE_TEST_COST"  # tests/cost.py
 
@@ -90,6 +95,8 @@ def main() -> int:
     parser.add_argument("--hog", action="store_true", help="beside a process that keeps one core busy")
     parser.add_argument("--most", type=int, default=20, help="how many files and tests to list")
     parser.add_argument("--json", type=Path, help="also write the figures and every test's row here")
+    parser.add_argument("--processes", action="store_true",
+                        help="also read every process's CPU from /proc: by kind, torch's imports")  # fmt: skip
     parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (a tier, a file)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hicache-suite-cost-") as tmp:
@@ -100,14 +107,19 @@ def main() -> int:
         folder = Path(tmp) / "cost"
         folder.mkdir()
         spinner = hog() if args.hog else None
+        census = ProcCensus().start() if args.processes else None
         try:
             result = run_suite(checkout, args.pytest_args, folder)
         finally:
+            if census is not None:
+                census.stop()
             if spinner is not None:
                 spinner.kill()
                 spinner.wait()
         rows = tests_cost(folder)
     print(report(result, rows, args.most))
+    if census is not None:
+        print(census.report(args.most))
     if args.json is not None:
         args.json.write_text(json.dumps({**result, "tests": rows}, indent=1))
     return 0 if result["exit"] == 0 else 1
