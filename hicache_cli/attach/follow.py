@@ -27,7 +27,10 @@ follow is meant to stay for days, so between two findings it hooks nothing:
    is counted seconds after it starts, not up to an interval later (72 s on a 0.17 M-object
    relay). A heap that grows for other reasons (a cache filling) costs one census per
    doubling of the step: a nudged census that finds no holder rising doubles it; a census
-   that finds the heap no higher than its high halves it again (down to NUDGE_BLOCKS). And
+   that finds the heap no higher than its high halves it again (down to NUDGE_BLOCKS), as
+   does each `every_s` the heap stands still between censuses (a trainer's heap grows while
+   it warms up, then stops: where censuses are minutes apart, a leak that starts after the
+   warm-up would otherwise have to cross the step the warm-up left). And
    a census is brought forward only while the censuses of the last NUDGE_WINDOW_S, with one
    more, stay within NUDGE_SHARE of a core: on a big heap (4 s of CPU a census at 3 M
    objects) a server filling its caches is not censused over and over.
@@ -65,6 +68,7 @@ CPU_SHARE = 0.0025
 NUDGE_BLOCKS = 1024  # Python heap blocks past their high at the censuses that bring the next census forward
 NUDGE_SHARE = 0.01  # ... while the censuses' CPU over the last NUDGE_WINDOW_S stays within this share of a core
 NUDGE_WINDOW_S = 600.0
+FLAT_BLOCKS = NUDGE_BLOCKS // 4  # a heap that grew by less over every_s stood still
 SITES_PER_HOLDER = 3
 
 
@@ -147,6 +151,7 @@ class Follower:
         self.blocks: int | None = None  # the heap's latest size (sys.getallocatedblocks)
         self.blocks_high: int | None = None  # ... its high at the censuses
         self.nudge_step = NUDGE_BLOCKS
+        self.still: tuple[float, int] | None = None  # since when the heap stands still, and its size then
         self.nudged = False  # the next census was brought forward by the heap
         self.nudges = 0
         self.spent: deque[tuple[float, float]] = deque()  # (when, CPU seconds) of each census
@@ -203,15 +208,20 @@ class Follower:
     def heap(self, blocks: int) -> None:
         """The Python heap's size between censuses: past its high at the censuses by the
         nudge step, the next census comes now, or every_s after the last (not during a
-        window: its census comes anyway)."""
+        window: its census comes anyway); standing still for every_s, the step is halved."""
         self.blocks = blocks
         high, last = self.blocks_high, self.census_at
         if high is None:  # the first reading: the heap as the follow found it
             self.blocks_high = blocks
             return
+        now = self.clock()
+        if self.still is None or blocks > self.still[1] + FLAT_BLOCKS:
+            self.still = (now, blocks)
+        elif now - self.still[0] >= self.every_s:  # it stood still: the step comes down again
+            self.nudge_step, self.still = max(NUDGE_BLOCKS, self.nudge_step // 2), (now, blocks)
         if last is None or self.nudged or self.window_until is not None or self.explaining:
             return
-        soonest = max(self.clock(), last + self.every_s)
+        soonest = max(now, last + self.every_s)
         if blocks >= high + self.nudge_step and self.next_at > soonest and self._affordable():
             self.next_at, self.nudged = soonest, True
             self.nudges += 1

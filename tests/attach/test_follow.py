@@ -17,6 +17,7 @@ from hicache_cli.attach import protocol
 from hicache_cli.attach.census import take_census
 from hicache_cli.attach.follow import (
     CPU_SHARE,
+    FLAT_BLOCKS,
     GROWING,
     MIN_GROWTH,
     NUDGE_BLOCKS,
@@ -351,6 +352,42 @@ def test_a_heap_that_grows_without_works_costs_a_census_per_doubling() -> None:
         take(1)
         follower.heap(blocks)
     assert follower.nudge_step == NUDGE_BLOCKS
+
+
+def test_a_heap_that_stops_growing_brings_the_step_down_between_censuses() -> None:
+    """A trainer's warm-up: its heap grows for a minute (each nudge empty: the step doubles),
+    then stands still, its censuses SPACED apart. Each every_s of a still heap halves the
+    step (one census may come forward, for what the heap grew since the last), so a leak that
+    starts after the warm-up brings a census forward once it has made NUDGE_BLOCKS, not the
+    step the warm-up left; a heap that keeps growing keeps its step."""
+    follower, clock, take = nudged_follower()
+    blocks = 100_000
+
+    def run(seconds: int, per_s: int) -> int:
+        """The heap read each second, growing by per_s; the censuses taken when due: how many."""
+        nonlocal blocks
+        taken = 0
+        for _ in range(seconds):
+            clock.now += 1.0
+            blocks += per_s
+            follower.heap(blocks)
+            if follower.next_at <= clock.now:
+                take(0)
+                taken += 1
+        return taken
+
+    run(60, 2000)  # the warm-up: 2,000 blocks a second, no Work
+    warmed = follower.nudge_step
+    assert warmed >= 8 * NUDGE_BLOCKS
+    run(12, FLAT_BLOCKS // 2 + 1)  # growing by more than FLAT_BLOCKS each every_s: the step stays
+    assert follower.nudge_step >= warmed
+    assert run(60, 3) <= 1  # then still: the step comes down, at most one census brought forward
+    assert follower.nudge_step == NUDGE_BLOCKS
+    assert run(10, 3) == 0
+    high = follower.blocks_high
+    assert high is not None and follower.next_at > clock.now
+    follower.heap(high + NUDGE_BLOCKS)  # the leak's first 1,024 blocks past the high
+    assert follower.next_at == clock.now
 
 
 def test_on_a_big_heap_the_heap_brings_few_censuses_forward() -> None:
