@@ -64,7 +64,8 @@ def _maps_torch(pid: int) -> bool | None:
 class ProcCensus:
     """Started before the suite, stopped after: `processes` then holds each one seen."""
 
-    def __init__(self) -> None:
+    def __init__(self, ignore: frozenset[int] = frozenset()) -> None:
+        self.ignore = ignore | {os.getpid()}  # not the suite's (a hog, this process)
         self.processes: dict[tuple[int, str], Process] = {}  # (pid, start time) -> its record
         self._stop = threading.Event()
         self._walk(before=True)
@@ -106,7 +107,7 @@ class ProcCensus:
         return Process(pid, ppid, command, test, cpu, cpu, before=before)
 
     def report(self, most: int = 10) -> str:
-        rows = [p for p in self.processes.values() if p.spent > 0.02 and p.pid != os.getpid()]
+        rows = [p for p in self.processes.values() if p.spent > 0.02 and p.pid not in self.ignore]
         by_pid = {p.pid: p for p in self.processes.values()}  # (a pid reused: the later one)
 
         def imported_torch(process: Process) -> bool:

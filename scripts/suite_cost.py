@@ -107,7 +107,7 @@ def main() -> int:
         folder = Path(tmp) / "cost"
         folder.mkdir()
         spinner = hog() if args.hog else None
-        census = ProcCensus().start() if args.processes else None
+        census = ProcCensus(frozenset([spinner.pid] if spinner else [])).start() if args.processes else None
         try:
             result = run_suite(checkout, args.pytest_args, folder)
         finally:
