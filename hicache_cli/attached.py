@@ -58,7 +58,9 @@ class CensusCost(Record):
     """What the census at attach cost the process: the GIL it held."""
 
     objects: int = 0  # objects the garbage collector tracked (the walk's size)
-    snapshot_s: float = 0.0  # gc.get_objects(): one hold of the GIL, not divisible
+    snapshot_s: float = 0.0  # the GIL held taking them: one hold, or chunks on a big or frozen heap
+    frozen: int = 0  # of them, objects the program had frozen with gc.freeze()
+    unseen: str = ""  # why objects the collector tracks were not examined, when some were not
     busy_s: float = 0.0  # the GIL held by the walks in all
     max_hold_s: float = 0.0  # the longest single hold
     walk_s: float = 0.0  # the census's wall time, the pauses between chunks included

@@ -172,6 +172,9 @@ class Follower:
         self.spent.append((now, census.cost.cpu_s))
         while self.spent[0][0] < now - NUDGE_WINDOW_S:  # kept for the window only: a follow lasts days
             self.spent.popleft()
+        if census.cost.truncated and not last:  # cut short (heap.py: the lists moved under it every try):
+            self.next_at = now + self.every_s  # its counts are not a population's, and would break a run of highs
+            return
         seen = set()
         for holder in census.holders:
             trend = self.trends.get(holder.path)

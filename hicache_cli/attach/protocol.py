@@ -178,7 +178,9 @@ class CensusCost:
     """What the census cost the process: its longest hold of the GIL and its total."""
 
     objects: int = 0  # objects the garbage collector tracks (the walk's size)
-    snapshot_s: float = 0.0  # gc.get_objects(): one hold of the GIL, not divisible
+    snapshot_s: float = 0.0  # the GIL held taking them (heap.py): one hold, or chunks on a big heap
+    frozen: int = 0  # of them, objects gc.freeze() had moved out of the collector's generations
+    unseen: str = ""  # why objects the collector tracks were left out of the census, if any were
     walk_s: float = 0.0  # wall time of the chunked walks (passes), pauses between included
     busy_s: float = 0.0  # time the walks held the GIL
     max_hold_s: float = 0.0  # the longest single hold (the snapshot included)

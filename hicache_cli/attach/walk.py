@@ -2,7 +2,8 @@
 
 The census needs two kinds of sweep over the objects the garbage collector tracks: which
 of them hold Works, and which of them refer to given containers. Each sweep goes through
-one `gc.get_objects()` snapshot in chunks: a chunk is examined with C-speed calls
+one snapshot of them (heap.py: the frozen ones included, itself taken in chunks on a big
+heap) in chunks: a chunk is examined with C-speed calls
 (`gc.get_referents` over the whole chunk, then `map`/`set` over what it refers to), and
 only a chunk that hits is looked at object by object. Between chunks the walk sleeps, which
 releases the GIL, so the program runs on: each hold is a few milliseconds, and the walk
@@ -16,10 +17,11 @@ from __future__ import annotations
 import collections
 import gc
 import time
-from collections.abc import Callable
-from itertools import compress, filterfalse
+from collections.abc import Callable, Iterator
+from itertools import compress, filterfalse, islice
 from typing import Any
 
+from hicache_cli.attach.heap import every_object
 from hicache_cli.attach.protocol import CensusCost
 
 # The garbage collector untracks dicts and tuples that hold only untracked objects, and a
@@ -41,13 +43,15 @@ class Walker:
         self.chunk_s = chunk_s
         self.rest_s = rest_s
         self.clock = time.perf_counter
-        started, cpu = self.clock(), time.thread_time()
-        self.objects: list[Any] = gc.get_objects()
-        snapshot = self.clock() - started
-        self.cost = CensusCost(objects=len(self.objects), snapshot_s=snapshot, max_hold_s=snapshot)
-        self.cost.max_hold_cpu_s = time.thread_time() - cpu
+        self.cost = CensusCost()
         self._hold_cpu = 0.0
-        self.deadline = started + budget_s
+        self.deadline = self.clock() + budget_s
+        heap = every_object(self)  # in holds of about chunk_s where they are many (heap.py)
+        self.objects: list[Any] = heap.objects
+        cost = self.cost
+        cost.objects, cost.frozen, cost.unseen = len(self.objects), heap.frozen, heap.unseen
+        cost.snapshot_s, cost.busy_s = cost.busy_s, 0.0
+        cost.truncated = cost.truncated or bool(heap.partial)
 
     def release(self) -> None:
         self.objects = []
@@ -98,19 +102,22 @@ class Walker:
 
     def _sweep_big(self, container: Any, chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
         """A container of more than BIG items is looked at a slice at a time (its items are
-        its referents); if a slice hits, the container is visited whole: that one hold is
-        as long as the container (the leaking list itself, say) is large."""
-        held_since = self.hold()
-        items = list(container.values()) + list(container) if type(container) is dict else list(container)
-        self.rest(held_since)
-        for start in range(0, len(items), BIG):
+        its referents), never copied whole (a copy of a million items takes each a reference:
+        tens of ms in one hold); if a slice hits, the container is visited whole: that one
+        hold is as long as the container (the leaking list itself, say) is large."""
+        parts = _slices(container)
+        while True:
             held_since = self.hold()
-            part = items[start : start + BIG]
-            hit = chunk_hits(part, part)
-            if hit:
-                visit(container)
-            self.rest(held_since)
-            if hit:
+            try:
+                part = next(parts, None)
+                hit = part is not None and chunk_hits(part, part)
+                if hit:
+                    visit(container)
+            except RuntimeError:  # the program resized it meanwhile (a dict, a set, a deque): copied
+                parts, part, hit = _slices(_copy(container)), [], False  # whole, this once (one long hold)
+            finally:
+                self.rest(held_since)
+            if part is None or hit:
                 return
 
     def _narrow(self, chunk: list[Any], chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
@@ -133,6 +140,26 @@ class Walker:
             for item in items[start : start + per_hold]:
                 step(item)
             self.rest(held_since)
+
+
+def _slices(container: Any) -> Iterator[list[Any]]:
+    """A big container's items (a dict's values, then its keys), BIG at a time: a list or a
+    tuple sliced where it stands at each step, any other kind through one iterator."""
+    if type(container) in (list, tuple):
+        start = 0
+        while part := container[start : start + BIG]:
+            yield part
+            start += BIG
+        return
+    sources = (container.values(), container) if type(container) is dict else (container,)
+    for source in sources:
+        items = iter(source)
+        while part := list(islice(items, BIG)):
+            yield part
+
+
+def _copy(container: Any) -> list[Any]:
+    return list(container.values()) + list(container) if type(container) is dict else list(container)
 
 
 def _without_big(chunk: list[Any]) -> tuple[list[Any], list[Any]]:

@@ -222,6 +222,8 @@ def attached_pid(
         cost=CensusCost(
             objects=cost.objects,
             snapshot_s=round(cost.snapshot_s, 4),
+            frozen=cost.frozen,
+            unseen=cost.unseen,
             busy_s=round(cost.busy_s, 4),
             max_hold_s=round(cost.max_hold_s, 4),
             walk_s=round(cost.walk_s, 4),

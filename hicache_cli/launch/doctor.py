@@ -1,6 +1,7 @@
 """What the environment does, before trusting a verdict: torch, backends, CUDA, pinned
-memory, the loopback rendezvous, a measured check of gloo's send-Work completion, and what a
-gloo Work costs kept, dropped unwaited or waited (rank/work_cost_probe.py)."""
+memory, the loopback rendezvous, a measured check of gloo's send-Work completion, what a
+gloo Work costs kept, dropped unwaited or waited (rank/work_cost_probe.py), and whether an
+attach's census sees a heap frozen by gc.freeze() on this Python (attach/heap.py)."""
 
 from __future__ import annotations
 
@@ -122,7 +123,21 @@ def examine(works: int = DEFAULT_WORKS) -> list[Finding]:
         findings.append(_nccl_completion(torch.cuda.device_count()))
     if works > 0:
         findings += work_cost_findings(measure_work_costs(works))
+    findings.append(frozen_heap_finding())
     return findings
+
+
+def frozen_heap_finding() -> Finding:
+    """Whether `hicache attach` sees a heap frozen by gc.freeze() on this Python (heap.py)."""
+    from hicache_cli.attach import heap
+
+    seen = heap.sees_frozen()
+    meaning = (
+        "an attach's census finds Works a frozen heap holds (gc.freeze(): SGLang's /freeze_gc, vLLM)"
+        if seen
+        else f"Python {sys.version.split()[0]}: an attach's census cannot walk what gc.freeze() froze, and says so"
+    )
+    return Finding("census_sees_frozen_heap", seen, meaning)
 
 
 def _nccl_completion(gpus: int) -> Finding:

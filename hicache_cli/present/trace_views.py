@@ -110,11 +110,14 @@ def attached_lines(process: AttachedPid, end: bool = False) -> list[str]:
             lines.append(f"      {process.polled_before.text()} (Works held at attach)")
     if (cost := process.cost) is not None:
         per_million = f", {cost.pause_per_million_s:.2f} s per million objects" if cost.pause_per_million_s else ""
+        frozen = f" ({cost.frozen / 1e6:.2f} M of them frozen by gc.freeze())" if cost.frozen else ""
         lines.append(
             f"    census cost: GIL held {cost.snapshot_s + cost.busy_s:.2f} s in all, longest hold "
-            f"{cost.max_hold_s * 1000:.0f} ms, {cost.objects / 1e6:.2f} M objects tracked{per_million}"
+            f"{cost.max_hold_s * 1000:.0f} ms, {cost.objects / 1e6:.2f} M objects tracked{frozen}{per_million}"
             + ("; cut short (partial)" if cost.truncated else "")
         )
+        if cost.unseen:
+            lines.append(f"    not examined: {cost.unseen}")
     if end and process.detach_reason:
         left = f"; left behind: {', '.join(process.leftovers)}" if process.leftovers else ""
         lines.append(f"    detached: {process.detach_reason}{left}")

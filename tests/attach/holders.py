@@ -1,6 +1,8 @@
 """A process that keeps real Works (a one-rank gloo group) in every shape the census names,
 then takes a census from another thread (as the agent does) and prints it as JSON; then,
-with the collector off, what of the census is still alive, and a second census.
+with the collector off, what of the census is still alive, and a second census; then one
+with the collector's lists walked in chunks (as on a big heap), and one after gc.freeze()
+(as a server does once warm: SGLang's /freeze_gc, vLLM at start-up).
 
 Run by test_census.py in a subprocess: a process group is not something to start inside
 pytest's own process.
@@ -15,6 +17,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+from hicache_cli.attach import heap
 from hicache_cli.attach.census import take_census
 from hicache_cli.attach.walk import Walker
 
@@ -74,6 +77,14 @@ INFLIGHT = [(work(), torch.zeros(100)) for _ in range(2)]  # (Work, tensor) pair
 KEEP = [Syncer(int(sys.argv[1])), Scheduler(), Backend(), Slotted()]
 
 
+def left():
+    """What of the census is still alive (the collector is off): its records, or a list as
+    long as the heap (a snapshot that a record of the census kept, in a cycle)."""
+    ours = [type(o).__qualname__ for o in gc.get_objects() if type(o).__module__.startswith("hicache_cli.attach.")]
+    heaps = [f"list of {len(o)}" for o in gc.get_objects() if type(o) is list and len(o) > 50_000]
+    return sorted(ours) + heaps
+
+
 def main():
     pending = [work() for _ in range(9)]  # a local of a running function
     result = {}
@@ -90,12 +101,20 @@ def main():
         progress[0] += 1
     result["main_thread_progress"] = progress[0]
     result["pending_len"] = len(pending)
-    result["left_by_census"] = sorted(
-        type(o).__qualname__ for o in gc.get_objects() if type(o).__module__.startswith("hicache_cli.attach.")
-    )
-    again = threading.Thread(target=census, args=("census_again",))
-    again.start()
-    again.join()
+    result["left_by_census"] = left()
+    for key in ("census_again", "walked", "frozen"):
+        if key == "walked":
+            heap.WHOLE_BELOW = 0  # the old generation walked a chunk a hold, as past 0.25 M objects
+        if key == "frozen":
+            heap.WHOLE_BELOW = 250_000
+            gc.freeze()  # every holder moves out of gc.get_objects()' sight
+        again = threading.Thread(target=census, args=(key,))
+        again.start()
+        while again.is_alive():
+            progress[0] += 1
+        again.join()
+        if key == "walked":
+            result["left_by_walk"] = left()
     print(json.dumps(result))
 
 

@@ -13,6 +13,11 @@ import weakref
 
 def look():
     root = os.path.join(ARGS["root"], "hicache_cli")  # noqa: F821 - given by the injected text
+    frozen = gc.get_freeze_count()
+    # What the program froze while hicache was attached (gc.freeze()) froze hicache's objects
+    # with it: those the collector could free, were they not frozen, are garbage, not left
+    # behind; what is still reachable after a full pass is.
+    gc.unfreeze()
     gc.collect()
     found = {"modules": sorted(m for m in sys.modules if m == "hicache_cli" or m.startswith("hicache_cli."))}
     functions, classes, instances = [], [], []
@@ -50,6 +55,7 @@ def look():
             continue
     found["files"] = sorted(t for t in targets if t in kept or t.startswith(ARGS["run_dir"]))  # noqa: F821
     found["works_seen"] = len(works)
+    found["frozen"] = frozen
     found["works_with_weakrefs"] = sum(1 for w in works if weakref.getweakrefs(w))
     return found
 

@@ -1,6 +1,7 @@
 """A process whose main thread rebinds every container of Works it keeps, round after
 round, while a census runs from another thread (as the agent's does); prints the census
-as JSON. Each shape is a reaper the way programs write it: the container that held the
+as JSON, and a second one that walks the collector's lists a chunk at a time (as on a big
+heap), the program rebinding all along. Each shape is a reaper the way programs write it: the container that held the
 Works when the census took its snapshot is gone by the time it is named.
 
 Run by test_census.py in a subprocess: `python rebinding.py N` with N Works per holder.
@@ -13,6 +14,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+from hicache_cli.attach import heap
 from hicache_cli.attach.census import take_census
 from hicache_cli.attach.walk import Walker
 
@@ -66,18 +68,20 @@ def main():
     global work_list
     result = {}
 
-    def census():
-        result["census"] = take_census(dist.Work, torch.Tensor, 0, 0, walker=Walker(chunk_s=0.001)).to_dict()
+    def census(key):
+        result[key] = take_census(dist.Work, torch.Tensor, 0, 0, walker=Walker(chunk_s=0.001)).to_dict()
 
-    thread = threading.Thread(target=census)
-    thread.start()
-    rounds = 0
-    while thread.is_alive():
-        for holder in KEEP:
-            holder.reap()
-        work_list = work_list[0:]  # the module-level reap loop's slicing
-        rounds += 1
-    result["rounds"] = rounds
+    for key in ("census", "walked"):
+        heap.WHOLE_BELOW = 0 if key == "walked" else heap.WHOLE_BELOW
+        thread = threading.Thread(target=census, args=(key,))
+        thread.start()
+        rounds = 0
+        while thread.is_alive():
+            for holder in KEEP:
+                holder.reap()
+            work_list = work_list[0:]  # the module-level reap loop's slicing
+            rounds += 1
+        result[f"{key}_rounds"] = rounds
     print(json.dumps(result))
 
 

@@ -99,6 +99,19 @@ def test_small_new_highs_are_not_growth() -> None:
     assert MIN_GROWTH > 4
 
 
+def test_a_census_cut_short_leaves_the_trends_alone_and_the_next_comes_soon() -> None:
+    """A census whose walk the program's collector kept reordering (heap.py) counted part of
+    the heap: its zero would end a leak's run of new highs, and delay its alarm."""
+    follower, fake, clock = follow([10, 100, 200], every=15.0)
+    cut = census(0)
+    cut.cost.truncated = True
+    follower.took(cut)
+    assert follower.trends["Relay.inflight"].highs == GROWING - 1 and follower.next_at == clock.now + 15.0
+    assert follower.latest is not None and follower.latest.works == 200  # not the partial one
+    follower.took(census(300))
+    assert fake.calls == ["on"]  # the run of highs went on
+
+
 def test_the_window_opens_when_a_holder_grows_and_closes_on_time() -> None:
     follower, fake, clock = follow([10, 100, 200])
     assert fake.calls == []  # two new highs: not yet

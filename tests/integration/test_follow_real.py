@@ -1,13 +1,14 @@
 """`hicache attach --follow` on a real service: a launcher (programs/late_ranks.py) whose two
-gloo ranks start after the sidecar is attached, one of them 25 s late to the group, and whose
-leak switches on mid-run (the relay's "fast path", programs/late_leak.py: Works kept in a dict
-and only polled). The sidecar must attach to the ranks when they come (rank 0 waiting in
-init_process_group, in C code, answers once its group is made, later than an attach waits;
-rank 1, sleeping before it has one, answers that it has none and is tried again: at ages 10
-and 20 s without a group, at 40 s with one, never on the edge of its making), raise the
-alerting rule's expression (deploy/prometheus) with the holder and the line soon after the
-leak starts, detach on SIGTERM leaving nothing of hicache in the ranks, and say the holder and
-the line in its report."""
+gloo ranks start after the sidecar is attached, one of them 25 s late to the group, freeze
+their heaps once warm (gc.freeze(), as SGLang's /freeze_gc and vLLM do: the holder moves where
+gc.get_objects() does not list it), and whose leak switches on mid-run (the relay's "fast
+path", programs/late_leak.py: Works kept in a dict and only polled). The sidecar must attach
+to the ranks when they come (rank 0 waiting in init_process_group, in C code, answers once
+its group is made, later than an attach waits; rank 1, sleeping before it has one, answers
+that it has none and is tried again: at ages 10 and 20 s without a group, at 40 s with one,
+never on the edge of its making), raise the alerting rule's expression (deploy/prometheus)
+with the holder and the line soon after the leak starts, detach on SIGTERM leaving nothing of
+hicache in the ranks, and say the holder and the line in its report."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_a_sidecar_follows_late_ranks_and_raises_the_alert_with_the_holder_and_t
     stop = tmp_path / "stop"
     launcher = subprocess.Popen(
         [sys.executable, str(PROGRAMS / "late_ranks.py"), "--ranks-after", "4", "--",
-         "--stop-file", str(stop), "--leak-after", "15", "--peer-late", "25"],
+         "--stop-file", str(stop), "--leak-after", "15", "--peer-late", "25", "--freeze-gc-after", "8"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=(tmp_path / "launcher.err").open("w"), text=True,
     )  # fmt: skip
     lines: list[tuple[float, str]] = []
@@ -94,6 +95,7 @@ def test_a_sidecar_follows_late_ranks_and_raises_the_alert_with_the_holder_and_t
         wait_for(lambda: sum(f"pid {pid} " in sidecar.text("out") and "attached" in sidecar.text("out")
                              for pid in ranks) == 2, 90, "both ranks attached")  # fmt: skip
 
+        wait_for(lambda: said().count("heap frozen") == 2, 60, "both ranks froze their heaps")  # (the holder with it)
         wait_for(lambda: any("fast path on" in line for _, line in lines), 60, "the leak switched on")
         onset = next(t for t, line in lines if "fast path on" in line)
         metric, value = alert_expression()
@@ -135,6 +137,7 @@ def test_a_sidecar_follows_late_ranks_and_raises_the_alert_with_the_holder_and_t
             assert left["functions"] == [] and left["classes"] == [] and left["instances"] == [], left
             assert not left["wait_hooked"] and left["files"] == [] and left["os_exit_builtin"], left
             assert not left["excepthook"].startswith("hicache"), left
+            assert left["frozen"] > 10_000, left  # (the heap the census found the holder in was frozen)
         assert launcher.poll() is None
     finally:
         if sidecar is not None and sidecar.proc.poll() is None:

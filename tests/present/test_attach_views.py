@@ -47,6 +47,16 @@ def test_a_census_with_many_holders_shows_the_largest() -> None:
     )
 
 
+def test_a_frozen_heap_is_said_and_what_the_census_could_not_examine_too() -> None:
+    frozen = CensusCost(objects=400_000, snapshot_s=0.2, frozen=300_000, busy_s=0.2, max_hold_s=0.005)
+    process = AttachedPid(pid=7, name="python", rank=0, state="detached", works=3, holders=[], cost=frozen)
+    assert "0.40 M objects tracked (0.30 M of them frozen by gc.freeze())" in attached_lines(process)[-1]
+    blind = CensusCost(objects=4_000, unseen="300,000 objects the program froze with gc.freeze(): not walked")
+    lines = attached_lines(AttachedPid(pid=7, name="python", rank=0, state="detached", works=0, holders=[],
+                                       cost=blind))  # fmt: skip
+    assert lines[-1] == "    not examined: 300,000 objects the program froze with gc.freeze(): not walked"
+
+
 def test_the_end_of_an_attach_titles_the_table_by_the_pids_and_lists_the_census() -> None:
     report = attach_report()
     console = Console(file=io.StringIO(), width=160, force_terminal=True, color_system=None)

@@ -9,12 +9,16 @@ is never, so ``inflight`` grows from then on. Stage 1 receives every header.
     torchrun --standalone --nproc-per-node 2 late_leak.py --stop-file /tmp/stop --leak-after 60
 
 With ``--peer-late S`` rank 1 comes S seconds late to the group (a peer on another node still
-starting): rank 0 waits in ``init_process_group`` meanwhile, in C code.
+starting): rank 0 waits in ``init_process_group`` meanwhile, in C code. With
+``--freeze-gc-after S`` each rank calls ``gc.freeze()`` S seconds into relaying, as a server
+does once warm (SGLang's ``/freeze_gc``, vLLM at start-up): ``Relay.inflight`` then lives in
+the collector's permanent generation, where ``gc.get_objects()`` does not list it.
 
 Runs until the stop file appears (or SIGTERM).
 """
 
 import argparse
+import gc
 import os
 import time
 
@@ -49,6 +53,7 @@ def main() -> None:
     parser.add_argument("--leak-after", type=float, default=60.0, help="seconds before the fast path is on")
     parser.add_argument("--interval", type=float, default=0.005, help="pause between batches (s)")
     parser.add_argument("--peer-late", type=float, default=0.0, help="seconds rank 1 comes late to the group")
+    parser.add_argument("--freeze-gc-after", type=float, default=None, help="seconds before gc.freeze()")
     args = parser.parse_args()
     if os.environ.get("RANK") == "1":
         time.sleep(args.peer_late)
@@ -56,8 +61,13 @@ def main() -> None:
     rank = dist.get_rank()
     relay = Relay(args.leak_after)
     print(f"rank {rank}: relaying", flush=True)
+    freeze_at = None if args.freeze_gc_after is None else time.monotonic() + args.freeze_gc_after
     batch = 0
     while True:
+        if freeze_at is not None and time.monotonic() >= freeze_at:
+            gc.freeze()
+            freeze_at = None
+            print(f"rank {rank}: heap frozen", flush=True)
         stop = os.path.exists(args.stop_file)
         header = torch.tensor([batch, int(stop)], dtype=torch.int64)
         if rank == 0:
