@@ -23,7 +23,8 @@ ratios are compared cycle by cycle: what attaching adds to the tracer's own cost
 `census`: a one-rank process holding N million objects and 1000 never-waited Works, whose
 main thread measures the longest gap in a 1 ms sleep loop (what the program feels); hicache
 attaches, and the census's own accounting (snapshot, longest hold, GIL time in total) is
-printed beside the program's worst gap, per million tracked objects.
+printed beside the program's worst gap, per million tracked objects. With `--freeze` the
+process calls gc.freeze() once its heap is built (as SGLang's /freeze_gc does).
 """
 
 from __future__ import annotations
@@ -175,8 +176,8 @@ def census(args: argparse.Namespace) -> None:
     for millions in args.millions:
         tmp = Path(tempfile.mkdtemp(prefix="attach-heap-"))
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        proc = subprocess.Popen([sys.executable, str(HEAP), str(millions)], stdout=subprocess.PIPE, text=True,
-                                env=env)  # fmt: skip
+        heap = [sys.executable, str(HEAP), str(millions)] + (["freeze"] if args.freeze else [])
+        proc = subprocess.Popen(heap, stdout=subprocess.PIPE, text=True, env=env)
         gaps: list[tuple[float, float]] = []  # (when, the worst gap of the 100 sleeps before)
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("ready")
@@ -197,12 +198,18 @@ def census(args: argparse.Namespace) -> None:
         cost = taken.cost
         per_m = 1e6 / cost.objects
         print(
-            f"{cost.objects / 1e6:.2f} M objects: snapshot {cost.snapshot_s * 1000:.0f} ms, longest hold "
+            f"{cost.objects / 1e6:.2f} M objects ({cost.frozen / 1e6:.2f} M frozen): snapshot "
+            f"{cost.snapshot_s * 1000:.0f} ms held, longest hold "
             f"{cost.max_hold_s * 1000:.0f} ms, GIL held {cost.snapshot_s + cost.busy_s:.2f} s in all "
             f"({(cost.snapshot_s + cost.busy_s) * per_m:.2f} s per million) over {cost.walk_s:.1f} s. The "
             f"program's worst 1 ms-sleep gap: quiet {quiet * 1000:.0f} ms, while injected and the agent "
             f"started {injecting * 1000:.0f} ms, during the census {walking * 1000:.0f} ms. "
             f"Top holder {taken.holders[0].path}: {taken.holders[0].works}"
+        )
+        late = [(round(taken.taken_at - t, 2), round(g * 1000)) for t, g in gaps if attached <= t and g > 0.03]
+        print(
+            f"  census CPU {cost.cpu_s:.2f} s; the program's gaps over 30 ms after the attach (s before the census "
+            f"ended, ms): {[(s, ms) for s, ms in late if s > -0.2]}"
         )
 
 
@@ -237,6 +244,7 @@ def main() -> None:
     )
     two = sub.add_parser("census")
     two.add_argument("--millions", type=float, nargs="+", default=[1.0, 2.0])
+    two.add_argument("--freeze", action="store_true", help="the process freezes its heap (gc.freeze()) once built")
     args = parser.parse_args()
     {"tracer": tracer, "census": census}[args.what](args)
 

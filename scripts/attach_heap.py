@@ -1,13 +1,15 @@
 """A process with a large Python heap and never-waited Works, for `attach_cost.py census`.
 
-    python scripts/attach_heap.py MILLIONS
+    python scripts/attach_heap.py MILLIONS [freeze]
 
 Builds about MILLIONS million objects the collector tracks (dicts, lists, tuples, as a
 server's caches would), keeps 1000 Works of a one-rank gloo group in `Holder.works`, prints
-`ready`, then sleeps 1 ms at a time forever, printing the time and the longest gap between
-two wake-ups of each 100 (seconds): what a GIL held elsewhere, or a stop, costs this program.
+`ready` (with `freeze`, after gc.freeze(), as a warm server does), then sleeps 1 ms at a
+time forever, printing the time and the longest gap between two wake-ups of each 100
+(seconds): what a GIL held elsewhere, or a stop, costs this program.
 """
 
+import gc
 import sys
 import time
 
@@ -27,6 +29,8 @@ class Holder:
 HOLDER = Holder()
 COUNT = int(float(sys.argv[1]) * 1e6) // 3
 CACHE = [({"key": i}, [i], (i, str(i))) for i in range(COUNT)]  # 3 tracked objects each (the tuple too)
+if sys.argv[2:] == ["freeze"]:
+    gc.freeze()
 print("ready", flush=True)
 while True:
     worst = 0.0
