@@ -264,14 +264,14 @@ class _Walk:
 
     def _walk(self, head: int, young: bool) -> bool:
         lists, pace = self.lists, self.pace
-        full = lists.collections(2)
+        full = lists.collections(2) if head != lists.permanent else None  # (no collection touches that one)
         cursor: Any = None  # the last object taken, held: the next chunk starts after it
         while not pace.out_of_time():
             held_since = pace.hold()
             try:
                 if lists.collecting():  # another thread's collection, paused in a finalizer
                     continue
-                if lists.collections(2) != full:  # a full pass reorders the list it walks
+                if full is not None and lists.collections(2) != full:  # a full pass reorders the list it walks
                     return False
                 if cursor is not None and not gc.is_tracked(cursor):
                     return False

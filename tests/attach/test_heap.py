@@ -105,6 +105,14 @@ def test_a_full_collection_under_the_walk_starts_the_list_again() -> None:
 
 
 @pytest.mark.usefixtures("chunked")
+def test_full_collections_under_the_walk_of_the_frozen_objects_do_not_start_it_again() -> None:
+    keep = [[i] for i in range(30_000)]
+    gc.freeze()
+    taken = heap.every_object(Pace(lambda _hold: gc.collect()))  # (a collection never touches the frozen)
+    assert not taken.partial and id(keep[-1]) in ids(taken.objects) and taken.frozen > 30_000
+
+
+@pytest.mark.usefixtures("chunked")
 def test_a_freeze_under_the_walk_is_followed_onto_the_frozen_list() -> None:
     keep = [[i] for i in range(30_000)]
     frozen = Pace(lambda hold: gc.freeze() if hold == 3 else None)
