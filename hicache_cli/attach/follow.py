@@ -172,9 +172,9 @@ class Follower:
         self.spent.append((now, census.cost.cpu_s))
         while self.spent[0][0] < now - NUDGE_WINDOW_S:  # kept for the window only: a follow lasts days
             self.spent.popleft()
-        if census.cost.truncated and not last:  # cut short (heap.py: the lists moved under it every try):
-            self.next_at = now + self.every_s  # its counts are not a population's, and would break a run of highs
-            return
+        if census.cost.truncated and not last:  # cut short (its budget; heap.py's walk of the frozen objects
+            self.next_at = now + self.every_s  # failed): its counts are not a population's, and would break a
+            return  # run of new highs
         seen = set()
         for holder in census.holders:
             trend = self.trends.get(holder.path)

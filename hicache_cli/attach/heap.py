@@ -29,7 +29,8 @@ a view may run it then and there, and its finalizers are bytecode), and a chunk 
 taken while another thread's collection is under way. Between chunks the walk sleeps (the
 program runs on); the last object taken, held, is where the next chunk starts. A full
 collection or a freeze meanwhile can move it to another list or reorder its own: the walk
-then starts that list again, at most RETRIES times.
+then starts that list again, at most RETRIES times; then the three generations are taken by
+one gc.get_objects() after all (a long hold, rather than a census blind to them).
 
 The three generations are taken whole by one `gc.get_objects()` while the collector's own
 count of the oldest (objects that survived its last full pass, and those promoted since) is
@@ -63,7 +64,7 @@ GENERATION = 24  # sizeof(struct gc_generation): a list head, then threshold and
 STATS = 24  # sizeof(struct gc_generation_stats): collections, collected, uncollectable
 WHOLE_BELOW = 250_000  # oldest generation smaller: one gc.get_objects() (~20-25 ms at 80-90 ns an object)
 MAX_CHUNK = 50_000  # objects one chunk may take (the buffer's size)
-RETRIES = 3  # a list started again this many times (a full collection meanwhile, each time) is left partial
+RETRIES = 3  # a list started again this many times (a full collection meanwhile, each time): taken otherwise
 
 
 class Pace(Protocol):
@@ -192,8 +193,10 @@ def every_object(pace: Pace, lists: Lists | None = None) -> Heap:
             )
     else:
         heap = Heap(untracked([]), walked=True)
-        if _Walk(lists, pace, heap.objects).list(lists.heads[2], young=True) is None:
-            heap.partial.append("the old generation")
+        if _Walk(lists, pace, heap.objects).list(lists.heads[2], young=True) is None and not pace.out_of_time():
+            held_since = pace.hold()  # full collections kept reordering it: one long hold, not a blind census
+            heap.objects[:] = gc.get_objects()
+            pace.rest(held_since)
     if lists is not None and not pace.out_of_time():
         frozen = _Walk(lists, pace, heap.objects).list(lists.permanent)
         heap.frozen = frozen or 0
