@@ -100,8 +100,9 @@ def test_small_new_highs_are_not_growth() -> None:
 
 
 def test_a_census_cut_short_leaves_the_trends_alone_and_the_next_comes_soon() -> None:
-    """A census whose walk the program's collector kept reordering (heap.py) counted part of
-    the heap: its zero would end a leak's run of new highs, and delay its alarm."""
+    """A census cut short (its budget ran out; the frozen objects moved under heap.py's walk
+    every try) counted part of the heap: its zero would end a leak's run of new highs, and
+    delay its alarm."""
     follower, fake, clock = follow([10, 100, 200], every=15.0)
     cut = census(0)
     cut.cost.truncated = True
