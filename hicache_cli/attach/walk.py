@@ -31,6 +31,7 @@ UNTRACKED_KINDS = frozenset({dict, tuple})
 SIZED = frozenset({list, tuple, dict, set, frozenset, collections.deque})
 BIG = 20_000  # items: a container larger than this is swept a slice at a time
 Hits = Callable[[list[Any], list[Any]], bool]  # (chunk, its referents) -> whether any object in it matters
+VisitPart = Callable[[Any, list[Any]], None]  # (a big container, a slice of its items)
 NARROW_TO = 16  # a chunk that hits is halved until it is this small, then visited object by object
 FIRST_CHUNK = 256  # objects in a sweep's first chunk
 NESTING = 3  # untracked tuples inside untracked tuples: how deep they are looked into
@@ -76,9 +77,11 @@ class Walker:
         self.cost.chunks += 1
         time.sleep(self.rest_s)
 
-    def sweep(self, chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
+    def sweep(self, chunk_hits: Hits, visit: Callable[[Any], None], visit_part: VisitPart | None = None) -> None:
         """For each chunk of the snapshot: `chunk_hits(chunk, its referents)` says (fast)
-        whether any object in it matters; if so `visit(obj)` is called on each of them."""
+        whether any object in it matters; if so `visit(obj)` is called on each of them. A
+        container of more than BIG items is visited whole, in one hold; or, given
+        `visit_part(container, items)`, a slice of its items (its referents) a hold."""
         # each sweep starts small: sweeps differ in what an object costs (a re-find looks
         # two levels down), so one sweep's chunk size could hold the GIL far too long in the next
         objects, size, start = self.objects, FIRST_CHUNK, 0
@@ -94,31 +97,43 @@ class Walker:
             elapsed = self.clock() - held_since
             self.rest(held_since)
             for container in big:
-                self._sweep_big(container, chunk_hits, visit)
+                self._sweep_big(container, chunk_hits, visit, visit_part)
             # the next chunk sized to take about chunk_s, at most twice the last (a cheap chunk
             # says little about the next: a run of big containers may follow)
             size = max(64, min(50_000, 2 * size, int(size * self.chunk_s / max(elapsed, 1e-5))))
         self.cost.walk_s += self.clock() - began
 
-    def _sweep_big(self, container: Any, chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
+    def _sweep_big(self, container: Any, chunk_hits: Hits, visit: Callable[[Any], None],
+                   visit_part: VisitPart | None) -> None:  # fmt: skip
         """A container of more than BIG items is looked at a slice at a time (its items are
         its referents), never copied whole (a copy of a million items takes each a reference:
-        tens of ms in one hold); if a slice hits, the container is visited whole: that one
-        hold is as long as the container (the leaking list itself, say) is large."""
-        parts = _slices(container)
+        tens of ms in one hold). Without `visit_part`, the first slice that hits has the
+        container visited whole: one hold as long as the container is large. With it, every
+        slice is read first, then each that hit is visited a hold apiece: a leaking list of
+        millions of Works is counted in pieces (read whole, 3 M took one hold of 0.23 s)."""
+        parts, hit_parts = _slices(container), []
         while True:
             held_since = self.hold()
             try:
                 part = next(parts, None)
                 hit = part is not None and chunk_hits(part, part)
-                if hit:
+                if hit and visit_part is None:
                     visit(container)
+                elif hit:
+                    hit_parts.append(part)
             except RuntimeError:  # the program resized it meanwhile (a dict, a set, a deque): copied
                 parts, part, hit = _slices(_copy(container)), [], False  # whole, this once (one long hold)
+                hit_parts.clear()  # (and read again from the copy: no slice visited twice)
             finally:
                 self.rest(held_since)
-            if part is None or hit:
-                return
+            if part is None or (hit and visit_part is None):
+                break
+        for part in hit_parts if visit_part is not None else ():
+            held_since = self.hold()
+            try:
+                visit_part(container, part)
+            finally:
+                self.rest(held_since)
 
     def _narrow(self, chunk: list[Any], chunk_hits: Hits, visit: Callable[[Any], None]) -> None:
         """Visit the objects of a chunk that hits, found by halving it: a hit is usually one

@@ -56,6 +56,12 @@ class Slotted:
         self.work = work()
 
 
+class Controller:  # two holders on one object: naming the first reads its __dict__ (3.11+ keeps it after)
+    def __init__(self):
+        self.work_list = [work() for _ in range(5)]
+        self.ongoing = {i: work() for i in range(3)}
+
+
 class Registry:  # a class attribute
     in_flight = [work() for _ in range(3)]
 
@@ -74,7 +80,7 @@ for _ in range(4):
     SEND()
 QUEUE = collections.deque(work() for _ in range(6))  # a module global
 INFLIGHT = [(work(), torch.zeros(100)) for _ in range(2)]  # (Work, tensor) pairs in a list
-KEEP = [Syncer(int(sys.argv[1])), Scheduler(), Backend(), Slotted()]
+KEEP = [Syncer(int(sys.argv[1])), Scheduler(), Backend(), Slotted(), Controller()]
 
 
 def left():

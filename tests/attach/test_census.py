@@ -44,12 +44,14 @@ def test_each_holder_is_named_by_the_path_that_reaches_it(census: dict[str, Any]
         "__main__.QUEUE": ("deque", 6, 1, None),  # a module global
         "__main__.INFLIGHT[*]": ("tuple", 2, 2, 2 * 100 * 4),  # (Work, tensor) pairs
         "main.<locals>.pending": ("list", 9, 1, None),  # a local of the running main thread
+        "Controller.work_list": ("list", 5, 1, None),  # two holders on one object
+        "Controller.ongoing[<int>]": ("dict", 3, 1, None),  # (once was "(a list no Python object refers to)")
     }
 
 
 def test_counts_and_completion(census: dict[str, Any]) -> None:
     taken = Census.from_dict(census["census"])
-    assert taken.works == sum(h.works for h in taken.holders) == HELD + 7 + 5 + 1 + 3 + 4 + 6 + 2 + 9
+    assert taken.works == sum(h.works for h in taken.holders) == HELD + 7 + 5 + 1 + 3 + 4 + 6 + 2 + 9 + 5 + 3
     assert all(h.completed == h.works for h in taken.holders)  # one-rank all_reduces complete at once
     assert [h.works for h in taken.holders] == sorted((h.works for h in taken.holders), reverse=True)
 
