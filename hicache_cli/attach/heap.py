@@ -192,11 +192,13 @@ def every_object(pace: Pace, lists: Lists | None = None) -> Heap:
                 " Python's collector lists are not ones hicache can walk, so Works they hold are not counted"
             )
     else:
-        heap = Heap(untracked([]), walked=True)
-        if _Walk(lists, pace, heap.objects).list(lists.heads[2], young=True) is None and not pace.out_of_time():
+        objects = untracked([])
+        if _Walk(lists, pace, objects).list(lists.heads[2], young=True) is None and not pace.out_of_time():
             held_since = pace.hold()  # full collections kept reordering it: one long hold, not a blind census
-            heap.objects[:] = gc.get_objects()
+            objects = untracked(gc.get_objects())
             pace.rest(held_since)
+        heap = Heap(objects, walked=True)  # (made after: a record among the objects that refers to
+        # their list would be a cycle through an untracked list, which no collection ever frees)
     if lists is not None and not pace.out_of_time():
         frozen = _Walk(lists, pace, heap.objects).list(lists.permanent)
         heap.frozen = frozen or 0
@@ -245,7 +247,7 @@ def sees_frozen() -> bool:
 
 
 class _Walk:
-    """Lists walked a chunk a hold, onto `objects` (which the walk leaves out)."""
+    """Lists walked a chunk a hold, onto `objects` (untracked: never met on a list)."""
 
     def __init__(self, lists: Lists, pace: Pace, objects: list[Any]) -> None:
         self.lists, self.pace, self.objects = lists, pace, objects
@@ -308,8 +310,8 @@ class _Walk:
 
     def _young(self, taken: list[Any]) -> list[Any]:
         """Generations 1 and 0 (a few thousand objects), less this walk's own lists and
-        records: some refer to the snapshot, which would then hold itself in a cycle, every
-        object kept alive until the collector's next full pass."""
+        records: some refer to the snapshot, which would then hold itself in a cycle through
+        an untracked list, every object kept alive for good."""
         older = gc.get_objects(generation=1)
         newer = gc.get_objects(generation=0)
         own, young = {id(taken), id(older)}, []

@@ -83,12 +83,16 @@ INFLIGHT = [(work(), torch.zeros(100)) for _ in range(2)]  # (Work, tensor) pair
 KEEP = [Syncer(int(sys.argv[1])), Scheduler(), Backend(), Slotted(), Controller()]
 
 
+SENTINEL = [None]  # tracked, so in every census's snapshot: a snapshot kept alive keeps a reference to it
+SENTINEL_REFS = sys.getrefcount(SENTINEL)
+
+
 def left():
-    """What of the census is still alive (the collector is off): its records, or a list as
-    long as the heap (a snapshot that a record of the census kept, in a cycle)."""
+    """What of the census is still alive (the collector is off): its records, or its
+    snapshot (untracked by the collector, so seen by the reference it holds to SENTINEL)."""
     ours = [type(o).__qualname__ for o in gc.get_objects() if type(o).__module__.startswith("hicache_cli.attach.")]
-    heaps = [f"list of {len(o)}" for o in gc.get_objects() if type(o) is list and len(o) > 50_000]
-    return sorted(ours) + heaps
+    kept = sys.getrefcount(SENTINEL) - SENTINEL_REFS
+    return sorted(ours) + ([f"{kept} snapshot(s) holding every object"] if kept else [])
 
 
 def main():
