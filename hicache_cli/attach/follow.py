@@ -5,8 +5,8 @@ attached: what a diagnosis needs, 2-13% of a tight loop's rounds (docs/performan
 follow is meant to stay for days, so between two findings it hooks nothing:
 
 1. **A census every `every_s`** (census.py: chunked, the GIL held a few milliseconds at a
-   time, gc.get_objects() once), or less often where one census would take more than
-   CPU_SHARE of a core: how many Works each holder keeps. That count is the
+   time, its snapshot too on a big or frozen heap: heap.py), or less often where one census
+   would take more than CPU_SHARE of a core: how many Works each holder keeps. That count is the
    probe's `depth`, and the holders go into the sample line (`holders`), so the report, the
    dashboard and `--metrics-port` read them as they read everything else.
 2. **Growth, by holder.** A holder whose count set a new high in each of the last GROWING
