@@ -176,6 +176,10 @@ class Lists:
     def next_of(self, obj: Any) -> int:
         return self.next_at(id(obj) - GC_HEAD)
 
+    def frozen_tail(self) -> int:
+        """The last frozen object's header: another after a gc.freeze() or gc.unfreeze()."""
+        return _word(self.permanent + 8) & ~3
+
 
 def every_object(pace: Pace, lists: Lists | None = None) -> Heap:
     """Every tracked object, frozen ones included where the lists can be walked, in a list
@@ -270,6 +274,7 @@ class _Walk:
     def _walk(self, head: int, young: bool) -> bool:
         lists, pace = self.lists, self.pace
         full = lists.collections(2) if head != lists.permanent else None  # (no collection touches that one)
+        frozen = lists.frozen_tail()
         cursor: Any = None  # the last object taken, held: the next chunk starts after it
         while not pace.out_of_time():
             held_since = pace.hold()
@@ -278,6 +283,8 @@ class _Walk:
                     continue
                 if full is not None and lists.collections(2) != full:  # a full pass reorders the list it walks
                     return False
+                if lists.frozen_tail() != frozen:  # a freeze or an unfreeze moved whole lists: the walk could
+                    return False  # follow its object from one to another and back, and not end
                 if cursor is not None and not gc.is_tracked(cursor):
                     return False
                 with _CollectorOff():  # nor other threads' between the statements below

@@ -126,3 +126,17 @@ def test_doctor_s_check_tells_a_python_whose_frozen_heap_is_walked(monkeypatch: 
     assert heap.sees_frozen() is True and gc.get_freeze_count() == 0  # (its freeze undone)
     monkeypatch.setattr(heap, "_layout_known", lambda: False)
     assert heap.sees_frozen() is False
+
+
+@pytest.mark.usefixtures("chunked")
+def test_a_walk_under_freezes_and_unfreezes_ends_on_its_own() -> None:
+    """Each freeze or unfreeze moves whole lists, the walk's last object with them: followed
+    from list to list, the walk met the same objects again and did not end. It starts again
+    instead, and gives up after a few tries."""
+    keep = [[i] for i in range(30_000)]
+    tracked = len(gc.get_objects())
+    churn = Pace(lambda hold: gc.freeze() if hold % 2 else gc.unfreeze())
+    churn.out_of_time = lambda: churn.holds > 2_000  # type: ignore[method-assign]
+    taken = heap.every_object(churn)
+    assert churn.holds < 200  # ended by the walk's own rule, long before the budget
+    assert len(taken.objects) < 2 * tracked and len(keep) == 30_000  # no object many times over
