@@ -28,8 +28,9 @@ between any two of its calls). The collector is off around the call (before 3.12
 a view may run it then and there, and its finalizers are bytecode), and a chunk is not
 taken while another thread's collection is under way. Between chunks the walk sleeps (the
 program runs on); the last object taken, held, is where the next chunk starts. A full
-collection or a freeze meanwhile can move it to another list or reorder its own: the walk
-then starts that list again, at most RETRIES times; then the three generations are taken by
+collection, a freeze or an unfreeze meanwhile (told by the collection count and by the
+frozen list's last object) can move it to another list or reorder its own: the walk then
+starts that list again, at most RETRIES times; then the three generations are taken by
 one gc.get_objects() after all (a long hold, rather than a census blind to them).
 
 The three generations are taken whole by one `gc.get_objects()` while the collector's own
