@@ -51,10 +51,9 @@ from __future__ import annotations
 
 import gc
 import sys
-import sysconfig
 import time
 from ctypes import Structure, _Pointer, addressof, c_int, c_size_t, c_ssize_t, py_object
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate, chain, compress, count, cycle, islice, repeat, takewhile, tee
 from operator import add, contains, is_not, not_, setitem
@@ -84,9 +83,8 @@ class Heap:
 
     objects: list[Any]
     frozen: int = 0  # of them, in gc.freeze()'s permanent generation
-    walked: bool = False  # the lists were walked in chunks (else gc.get_objects() in one hold)
     unseen: str = ""  # why tracked objects were left out, when some were
-    partial: list[str] = field(default_factory=list)  # lists left partial (moved under the walk every try)
+    partial: bool = False  # the frozen objects moved under the walk every try: some are left out
 
 
 def _word(address: int) -> int:
@@ -102,8 +100,10 @@ def _layout_known() -> bool:
         sys.implementation.name == "cpython"
         and (3, 10) <= sys.version_info[:2] <= (3, 13)
         and sys.maxsize == 2**63 - 1
-        and not sysconfig.get_config_var("Py_GIL_DISABLED")  # a free-threaded build keeps no lists
-        and not hasattr(sys, "gettotalrefcount")  # a debug build's object header is longer
+        # a free-threaded build ("t") keeps no lists; a debug build's ("d") object header is longer
+        # (read off sys, not sysconfig: importing that into the program parses its build data)
+        and not set(getattr(sys, "abiflags", "")) & {"t", "d"}
+        and not hasattr(sys, "gettotalrefcount")
     )
 
 
@@ -202,14 +202,11 @@ def every_object(pace: Pace, lists: Lists | None = None) -> Heap:
             held_since = pace.hold()  # full collections kept reordering it: one long hold, not a blind census
             objects = untracked(gc.get_objects())
             pace.rest(held_since)
-        heap = Heap(objects, walked=True)  # (made after: a record among the objects that refers to
+        heap = Heap(objects)  # (made after: a record among the objects that refers to
         # their list would be a cycle through an untracked list, which no collection ever frees)
     if lists is not None and not pace.out_of_time():
         frozen = _Walk(lists, pace, heap.objects).list(lists.permanent)
-        heap.frozen = frozen or 0
-        heap.walked = heap.walked or heap.frozen > 0
-        if frozen is None:
-            heap.partial.append("the frozen objects")
+        heap.frozen, heap.partial = frozen or 0, frozen is None
     return heap
 
 
@@ -230,25 +227,27 @@ def sees_frozen() -> bool:
     and only here, is among every_object()'s (`hicache doctor`; the freeze undone after)."""
     if gc.get_freeze_count():  # the caller froze objects of its own: leave them be
         return Lists.find() is not None
-
-    class Now:  # every hold at once, no rest
-        chunk_s = 0.004
-
-        def hold(self) -> float:
-            return 0.0
-
-        def rest(self, held_since: float) -> None:
-            pass
-
-        def out_of_time(self) -> bool:
-            return False
-
     marker = [["frozen"]]
     gc.freeze()
     try:
-        return any(obj is marker for obj in every_object(Now()).objects)
+        return any(obj is marker for obj in every_object(_NoRest()).objects)
     finally:
         gc.unfreeze()
+
+
+class _NoRest:
+    """A Pace for a walk outside a census: holds one after another, none accounted."""
+
+    chunk_s = 0.004
+
+    def hold(self) -> float:
+        return 0.0
+
+    def rest(self, held_since: float) -> None:
+        pass
+
+    def out_of_time(self) -> bool:
+        return False
 
 
 class _Walk:

@@ -52,7 +52,7 @@ class Walker:
         cost = self.cost
         cost.objects, cost.frozen, cost.unseen = len(self.objects), heap.frozen, heap.unseen
         cost.snapshot_s, cost.busy_s = cost.busy_s, 0.0
-        cost.truncated = cost.truncated or bool(heap.partial)
+        cost.truncated = cost.truncated or heap.partial
 
     def release(self) -> None:
         self.objects = []
@@ -128,7 +128,7 @@ class Walker:
                 self.rest(held_since)
             if part is None or (hit and visit_part is None):
                 break
-        for part in hit_parts if visit_part is not None else ():
+        for part in hit_parts:  # (only with visit_part)
             held_since = self.hold()
             try:
                 visit_part(container, part)

@@ -64,7 +64,7 @@ def test_walked_in_chunks_it_takes_what_gc_get_objects_takes_and_not_itself() ->
     seen = ids(taken.objects)
     assert all(id(o) in seen for o in before if o is not before)
     assert id(taken.objects) not in seen and not gc.is_tracked(taken.objects)  # no collection traverses it
-    assert pace.holds > 10 and taken.walked and not taken.partial and taken.frozen == 0
+    assert pace.holds > 10 and not taken.partial and taken.frozen == 0  # in many holds
     assert len(keep) == 50_000
 
 
@@ -86,10 +86,11 @@ def test_where_the_layout_is_unknown_it_says_how_many_frozen_objects_it_did_not_
     keep = [[i] for i in range(1_000)]
     gc.freeze()
     try:
-        taken = heap.every_object(Pace())
+        pace = Pace()
+        taken = heap.every_object(pace)
     finally:
         gc.unfreeze()
-    assert id(keep) not in ids(taken.objects) and not taken.walked
+    assert id(keep) not in ids(taken.objects) and pace.holds == 1  # one gc.get_objects(), nothing walked
     assert "objects the program froze with gc.freeze()" in taken.unseen and "not counted" in taken.unseen
 
 
