@@ -225,19 +225,26 @@ def test_a_draining_program_shows_no_growing_holder(draining: Draining) -> None:
 
 @pytest.fixture(scope="module")
 def sglang(tmp_path_factory: pytest.TempPathFactory) -> Attached:
-    """SGLang 0.5.14's own `_pp_sync` (the release that leaked), hosted by programs/sglang_host.py."""
+    """SGLang 0.5.14's own `_pp_sync` (the release that leaked), hosted by programs/sglang_host.py,
+    its heap frozen a second in (gc.freeze(), as SGLang's /freeze_gc does once warm)."""
     tmp = tmp_path_factory.mktemp("attach-sglang")
-    server = start_program(tmp, "sglang_host.py", ["--sglang", "0.5.14"], "sglang", path=str(REPO))
+    args = ["--sglang", "0.5.14", "--freeze-gc-after", "1"]
+    server = start_program(tmp, "sglang_host.py", args, "sglang", path=str(REPO))
     try:
-        time.sleep(2.0)
+        deadline = time.monotonic() + 60
+        while sum("heap frozen" in line for line in server.lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # (frozen with a second of Works in the list)
         return attach(server.pid, tmp / "run", 1.0, server)
     finally:
         server.kill()
 
 
 def test_sglang_s_own_pp_sync_holder_is_named(sglang: Attached) -> None:
-    top = sglang.census_of_rank(0).holders[0]
+    census = sglang.census_of_rank(0)
+    top = census.holders[0]
     assert (top.path, top.container, top.completed) == ("SGLangHolder.work_list", "list", 0) and top.works > 100
+    assert census.cost.frozen > 10_000  # the list among them: gc.get_objects() would not have listed it
     site = rank_lines(sglang.run_dir, 0)[-1]["sites"][0]
     assert (Path(site["file"]).name, site["function"], site["op"], site["peer"]) == (
         "hiradix_cache.py",

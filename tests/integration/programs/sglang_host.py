@@ -7,9 +7,13 @@ the stop file appears, like a server, and nothing of hicache watches it - for ``
 attach`` to find.
 
     torchrun --standalone --nproc-per-node 2 sglang_host.py --sglang 0.5.14 --stop-file /tmp/stop
+
+With ``--freeze-gc-after S`` each rank calls ``gc.freeze()`` S seconds into serving, as an
+SGLang server does on its ``/freeze_gc`` endpoint once warm.
 """
 
 import argparse
+import gc
 import os
 import time
 
@@ -25,6 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sglang", default="0.5.14")
     parser.add_argument("--stop-file", required=True)
+    parser.add_argument("--freeze-gc-after", type=float, default=None, help="seconds before gc.freeze()")
     args = parser.parse_args()
     extracted = resolve(parse_target(f"sglang=={args.sglang}")).extracted
     dist.init_process_group("gloo")
@@ -34,7 +39,12 @@ def main() -> None:
     holder = SGLangHolder(topo.pp_rank, topo.pp_size, groups.pp, groups.tp, topo.tp_size)
     loop = build(extracted, None, extracted.sha256, holder)
     print(f"rank {topo.pp_rank}/{topo.pp_size}: serving\n", end="", flush=True)
+    freeze_at = None if args.freeze_gc_after is None else time.monotonic() + args.freeze_gc_after
     while not os.path.exists(args.stop_file):
+        if freeze_at is not None and time.monotonic() >= freeze_at:
+            gc.freeze()
+            freeze_at = None
+            print(f"rank {topo.pp_rank}/{topo.pp_size}: heap frozen\n", end="", flush=True)
         loop.run_round()
         time.sleep(0.001)
     print(f"rank {topo.pp_rank}/{topo.pp_size}: stopped\n", end="", flush=True)
